@@ -1,0 +1,87 @@
+"""The ``FusedLinearGelu`` op contract, as onnx sees it.
+
+``Y = act(X · Wᵀ + B)`` (transB=1, the default) or ``act(X · W + B)`` (transB=0), accumulated in fp32.
+``act`` is GELU in its exact erf form (``approximate="none"``), its tanh form (``"tanh"``) or
+``x·σ(alpha·x)`` (``"sigmoid"``, QuickGELU).
+
+The domain string is one fact shared with the C++ library (``custom_ops/src/domain.h``); a test checks
+that they agree. Importing this module registers the schema with ``onnx.defs`` so that
+``onnx.checker.check_model(m, full_check=True)`` and ``onnx.shape_inference`` understand the op.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import defs
+
+DOMAIN = "ai.onnxfuse"
+OP_TYPE = "FusedLinearGelu"
+OP_VERSION = 1
+
+APPROXIMATIONS = ("none", "tanh", "sigmoid")
+DEFAULT_SIGMOID_ALPHA = 1.702
+SUPPORTED_DTYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+_DOC = __doc__.split("\n\n")[1]
+
+
+def _infer(ctx) -> None:
+    """Output type = X's type; output shape = X's shape with the last dim replaced by N."""
+    x_type = ctx.get_input_type(0)
+    w_type = ctx.get_input_type(1)
+    if x_type is None or not x_type.HasField("tensor_type"):
+        return
+    out = onnx.TypeProto()
+    out.tensor_type.elem_type = x_type.tensor_type.elem_type
+    x_shape = x_type.tensor_type.shape if x_type.tensor_type.HasField("shape") else None
+    if x_shape is not None:
+        trans_b = 1
+        attr = ctx.get_attribute("transB")
+        if attr is not None:
+            trans_b = attr.i
+        n_dim = None
+        if w_type is not None and w_type.tensor_type.HasField("shape") and len(w_type.tensor_type.shape.dim) == 2:
+            n_dim = w_type.tensor_type.shape.dim[0 if trans_b else 1]
+        dims = list(x_shape.dim)
+        for d in dims[:-1]:
+            out.tensor_type.shape.dim.add().CopyFrom(d)
+        last = out.tensor_type.shape.dim.add()
+        if n_dim is not None:
+            last.CopyFrom(n_dim)
+    ctx.set_output_type(0, out)
+
+
+def _schema() -> defs.OpSchema:
+    P = defs.OpSchema.FormalParameter
+    Opt = defs.OpSchema.FormalParameterOption
+    A = defs.OpSchema.Attribute
+    AT = defs.OpSchema.AttrType
+    schema = defs.OpSchema(
+        OP_TYPE,
+        DOMAIN,
+        OP_VERSION,
+        _DOC,
+        inputs=[
+            P("X", "T", "Activations [..., K]"),
+            P("W", "T", "Weights [N, K] (transB=1) or [K, N] (transB=0)"),
+            P("B", "T", "Bias [N]", param_option=Opt.Optional),
+        ],
+        outputs=[P("Y", "T", "act(X·W(ᵀ) + B), shape [..., N]")],
+        type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "Floating types")],
+        attributes=[
+            A("approximate", onnx.helper.make_attribute("approximate", "none"), "none (erf) | tanh | sigmoid"),
+            A("alpha", onnx.helper.make_attribute("alpha", DEFAULT_SIGMOID_ALPHA), "sigmoid form: x·σ(alpha·x)"),
+            A("transB", onnx.helper.make_attribute("transB", 1), "1: W is [N, K]; 0: W is [K, N]"),
+        ],
+    )
+    schema.set_type_and_shape_inference_function(_infer)
+    return schema
+
+
+def register_schema() -> None:
+    """Register the schema with onnx once per process (idempotent)."""
+    if not defs.has(OP_TYPE, DOMAIN):
+        defs.register_schema(_schema())
+
+
+register_schema()

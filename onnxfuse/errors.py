@@ -1,0 +1,30 @@
+"""The exit-code contract, owned by exception types.
+
+Every command maps its failure to one of these; the CLI turns it into a single line on stderr and the
+exit code below. Nothing else in the package calls ``sys.exit``.
+
+    0 ok · 1 internal error · 2 bad input or usage · 3 accuracy gate failed
+"""
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_BAD_INPUT = 2
+EXIT_ACCURACY = 3
+
+
+class OnnxfuseError(Exception):
+    """Base class: an expected failure with a one-line message meant for the user."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class BadInputError(OnnxfuseError):
+    """The user gave us something we cannot use (file, model, option, library). Nothing was written."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class AccuracyGateError(OnnxfuseError):
+    """The optimized model's outputs drifted outside tolerance."""
+
+    exit_code = EXIT_ACCURACY
