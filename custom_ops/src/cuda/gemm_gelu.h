@@ -1,0 +1,47 @@
+// The contract between the ORT CUDA kernel (fused_linear_gelu_cuda.cc) and the GEMM+bias+GELU
+// kernels (one .cu per backend). Plain data in, a cudaError_t out: no ORT types cross this line.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "../activation.h"
+
+namespace onnxfuse::cuda {
+
+enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+struct GemmGeluArgs {
+  DType dtype;
+  Activation act;
+  float alpha;      // sigmoid form only
+  bool trans_b;     // true: W is [N, K] row-major (K-major); false: W is [K, N] row-major
+  bool allow_tf32;  // float32 only: TF32 Tensor Cores (default, as ORT's MatMul) or strict fp32
+  int64_t M, N, K;  // X is [M, K] row-major, Y is [M, N] row-major
+  const void* x;
+  const void* w;
+  const void* bias;  // [N] or nullptr
+  void* y;
+};
+
+// Device facts read once per kernel instance (cudaGetDeviceProperties is slow).
+struct DeviceInfo {
+  int device = 0;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+};
+
+// Bytes of scratch the chosen tactic needs (0 for most); the caller allocates it with ORT's allocator.
+size_t gemm_gelu_workspace_size(const GemmGeluArgs& args, const DeviceInfo& dev);
+
+// Picks a tactic for (args, dev) and enqueues exactly one kernel on `stream` (zero-size problems enqueue
+// nothing). Never synchronizes. Returns cudaErrorNotSupported when no backend can take the problem.
+cudaError_t launch_gemm_gelu(const GemmGeluArgs& args, const DeviceInfo& dev, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream);
+
+// The name of the tactic launch_gemm_gelu would pick, for benchmarks and `onnxfuse inspect`-style reports.
+const char* gemm_gelu_tactic_name(const GemmGeluArgs& args, const DeviceInfo& dev);
+
+}  // namespace onnxfuse::cuda
