@@ -1,0 +1,145 @@
+#include "fused_linear_gelu_common.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace onnxfuse {
+namespace {
+
+[[noreturn]] void Invalid(const std::string& message) { throw Ort::Exception(std::string(message), ORT_INVALID_ARGUMENT); }
+
+// The C API tells an absent attribute from a present one only through its status, so these return
+// false when the node does not carry the attribute (the schema default then applies).
+bool TryGetString(const OrtKernelInfo* info, const char* name, std::string* out) {
+  const OrtApi& api = Ort::GetApi();
+  size_t size = 0;
+  if (OrtStatus* st = api.KernelInfoGetAttribute_string(info, name, nullptr, &size)) {
+    api.ReleaseStatus(st);
+    return false;
+  }
+  std::string value(size, '\0');
+  Ort::ThrowOnError(api.KernelInfoGetAttribute_string(info, name, value.data(), &size));
+  value.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
+  *out = std::move(value);
+  return true;
+}
+
+bool TryGetFloat(const OrtKernelInfo* info, const char* name, float* out) {
+  const OrtApi& api = Ort::GetApi();
+  if (OrtStatus* st = api.KernelInfoGetAttribute_float(info, name, out)) {
+    api.ReleaseStatus(st);
+    return false;
+  }
+  return true;
+}
+
+bool TryGetInt(const OrtKernelInfo* info, const char* name, int64_t* out) {
+  const OrtApi& api = Ort::GetApi();
+  if (OrtStatus* st = api.KernelInfoGetAttribute_int64(info, name, out)) {
+    api.ReleaseStatus(st);
+    return false;
+  }
+  return true;
+}
+
+const char* TypeName(ONNXTensorElementDataType t) {
+  switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return "bfloat16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return "int8";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: return "uint8";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return "int32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
+    default: return "an unsupported element type";
+  }
+}
+
+}  // namespace
+
+Activation ParseApproximate(const std::string& name) {
+  if (name == "none") return Activation::kGeluErf;
+  if (name == "tanh") return Activation::kGeluTanh;
+  if (name == "sigmoid") return Activation::kSigmoid;
+  Invalid("attribute approximate='" + name + "' is not one of 'none', 'tanh', 'sigmoid'");
+}
+
+const char* ActivationName(Activation act) {
+  switch (act) {
+    case Activation::kGeluErf: return "none";
+    case Activation::kGeluTanh: return "tanh";
+    case Activation::kSigmoid: return "sigmoid";
+  }
+  return "?";
+}
+
+FusedLinearGeluAttributes ReadAttributes(const OrtKernelInfo* info) {
+  FusedLinearGeluAttributes attrs;
+  std::string approximate;
+  if (TryGetString(info, "approximate", &approximate)) attrs.activation = ParseApproximate(approximate);
+  float alpha = attrs.alpha;
+  if (TryGetFloat(info, "alpha", &alpha)) {
+    if (!std::isfinite(alpha)) Invalid("attribute alpha must be finite");
+    attrs.alpha = alpha;
+  }
+  int64_t trans_b = 1;
+  if (TryGetInt(info, "transB", &trans_b)) {
+    if (trans_b != 0 && trans_b != 1) Invalid("attribute transB=" + std::to_string(trans_b) + " must be 0 or 1");
+  }
+  attrs.trans_b = trans_b == 1;
+  return attrs;
+}
+
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+LinearShape ValidateShapes(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
+                           const std::vector<int64_t>* b_shape, bool trans_b) {
+  if (x_shape.size() < 2) Invalid("input X must have rank >= 2 ([..., K]), got shape " + ShapeToString(x_shape));
+  if (w_shape.size() != 2) {
+    Invalid("input W must have rank 2 (" + std::string(trans_b ? "[N, K]" : "[K, N]") + "), got shape " +
+            ShapeToString(w_shape));
+  }
+  for (int64_t d : x_shape)
+    if (d < 0) Invalid("input X has a negative dimension: " + ShapeToString(x_shape));
+  for (int64_t d : w_shape)
+    if (d < 0) Invalid("input W has a negative dimension: " + ShapeToString(w_shape));
+
+  LinearShape s;
+  s.K = x_shape.back();
+  const int64_t w_k = trans_b ? w_shape[1] : w_shape[0];
+  s.N = trans_b ? w_shape[0] : w_shape[1];
+  if (w_k != s.K) {
+    Invalid("K mismatch: X " + ShapeToString(x_shape) + " has K=" + std::to_string(s.K) + " but W " +
+            ShapeToString(w_shape) + (trans_b ? " (transB=1: [N, K])" : " (transB=0: [K, N])") + " has K=" +
+            std::to_string(w_k));
+  }
+  if (b_shape != nullptr && !(b_shape->size() == 1 && (*b_shape)[0] == s.N)) {
+    Invalid("input B must have shape [N] = [" + std::to_string(s.N) + "], got " + ShapeToString(*b_shape));
+  }
+  s.M = 1;
+  for (size_t i = 0; i + 1 < x_shape.size(); ++i) s.M *= x_shape[i];
+  s.y_shape.assign(x_shape.begin(), x_shape.end());
+  s.y_shape.back() = s.N;
+  return s;
+}
+
+void ValidateTypes(ONNXTensorElementDataType x_type, ONNXTensorElementDataType w_type,
+                   ONNXTensorElementDataType b_type) {
+  if (x_type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT && x_type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 &&
+      x_type != ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16) {
+    Invalid(std::string("input X is ") + TypeName(x_type) + "; supported: float32, float16, bfloat16");
+  }
+  if (w_type != x_type) Invalid(std::string("input W is ") + TypeName(w_type) + " but X is " + TypeName(x_type));
+  if (b_type != ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED && b_type != x_type) {
+    Invalid(std::string("input B is ") + TypeName(b_type) + " but X is " + TypeName(x_type));
+  }
+}
+
+}  // namespace onnxfuse

@@ -1,0 +1,71 @@
+// What every provider's FusedLinearGelu kernel shares: reading the node's attributes, validating the
+// inputs' shapes and types, and turning exceptions into ORT statuses at the API boundary.
+//
+// Provider-neutral on purpose: no BLAS, no CUDA. A kernel calls ReadAttributes() once when it is
+// created and ValidateShapes()/ValidateTypes() on every Compute; both throw Ort::Exception with
+// ORT_INVALID_ARGUMENT and a message that names the node's input, which GuardStatus() returns to ORT
+// as an error status (never an abort).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <onnxruntime_cxx_api.h>
+
+#include "activation.h"
+
+namespace onnxfuse {
+
+struct FusedLinearGeluAttributes {
+  Activation activation = Activation::kGeluErf;
+  float alpha = 1.702f;  // sigmoid form only: x·σ(alpha·x)
+  bool trans_b = true;   // true: W is [N, K]; false: W is [K, N]
+};
+
+// X [..., K] · W(ᵀ) → Y [..., N], seen as one [M, K] x [K, N] GEMM (M = product of X's leading dims).
+struct LinearShape {
+  int64_t M = 0, K = 0, N = 0;
+  std::vector<int64_t> y_shape;
+};
+
+// Reads `approximate` (none | tanh | sigmoid), `alpha` and `transB`; absent attributes take the
+// schema's defaults. Throws Ort::Exception(ORT_INVALID_ARGUMENT) on an unknown value.
+FusedLinearGeluAttributes ReadAttributes(const OrtKernelInfo* info);
+
+// Parses the `approximate` string: the one place that maps names to Activation values.
+Activation ParseApproximate(const std::string& name);
+const char* ActivationName(Activation act);
+
+// Checks X rank >= 2, W rank 2, matching K, B [N] when present, and no negative dims.
+// `b_shape` is nullptr when the optional bias is absent.
+LinearShape ValidateShapes(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape,
+                           const std::vector<int64_t>* b_shape, bool trans_b);
+
+// All inputs share one element type, and it is float32, float16 or bfloat16.
+// `b_type` is ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED when the bias is absent.
+void ValidateTypes(ONNXTensorElementDataType x_type, ONNXTensorElementDataType w_type,
+                   ONNXTensorElementDataType b_type);
+
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+// Runs `fn` and converts whatever it throws into an OrtStatus* for ORT (nullptr on success), so no
+// exception ever crosses the C API. The message is prefixed with the op name.
+template <typename Fn>
+OrtStatus* GuardStatus(Fn&& fn) noexcept {
+  try {
+    fn();
+    return nullptr;
+  } catch (const Ort::Exception& e) {
+    return Ort::GetApi().CreateStatus(e.GetOrtErrorCode(), (std::string("FusedLinearGelu: ") + e.what()).c_str());
+  } catch (const std::bad_alloc&) {
+    return Ort::GetApi().CreateStatus(ORT_FAIL, "FusedLinearGelu: out of memory");
+  } catch (const std::exception& e) {
+    return Ort::GetApi().CreateStatus(ORT_FAIL, (std::string("FusedLinearGelu: ") + e.what()).c_str());
+  } catch (...) {
+    return Ort::GetApi().CreateStatus(ORT_FAIL, "FusedLinearGelu: unknown error");
+  }
+}
+
+}  // namespace onnxfuse
