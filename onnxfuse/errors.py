@@ -3,13 +3,15 @@
 Every command maps its failure to one of these; the CLI turns it into a single line on stderr and the
 exit code below. Nothing else in the package calls ``sys.exit``.
 
-    0 ok · 1 internal error · 2 bad input or usage · 3 accuracy gate failed
+    0 ok · 1 internal error · 2 bad input or usage · 3 accuracy gate failed ·
+    4 a FusedLinearGelu node ran on another execution provider than asked for (bench)
 """
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_ACCURACY = 3
+EXIT_PROVIDER_PLACEMENT = 4
 
 
 class OnnxfuseError(Exception):
@@ -28,3 +30,11 @@ class AccuracyGateError(OnnxfuseError):
     """The optimized model's outputs drifted outside tolerance."""
 
     exit_code = EXIT_ACCURACY
+
+
+class ProviderPlacementError(OnnxfuseError):
+    """A FusedLinearGelu node ran on another execution provider than the one asked for (ORT placed it
+    on the CPU because the library has no kernel for it on the requested device): timings taken that
+    way would not measure what they claim."""
+
+    exit_code = EXIT_PROVIDER_PLACEMENT
