@@ -1,0 +1,575 @@
+"""The accuracy gate: run an original and an optimized ONNX model on the same inputs in ONNX Runtime and
+judge, output by output, whether the optimized one still computes the same thing.
+
+The original runs with ORT's graph optimizations off (``ORT_DISABLE_ALL``), so the reference is the model
+as written; the optimized one runs as a user would deploy it, through ``onnxfuse.runtime.create_session``
+(the FusedLinearGelu library registered, ORT's default optimizations on).
+
+Per output, over every sample, errors are measured in float64 on the positions where both models give a
+finite value:
+
+* ``max_abs``, ``mean_abs``, ``p50_abs``, ``p99_abs``, ``p999_abs``: absolute error |opt − ref|;
+* ``max_rel``: |opt − ref| / |ref| where |ref| > atol (below atol a relative error says nothing, and the
+  absolute tolerance is what judges those elements);
+* ``cosine``: cosine similarity of the flattened outputs, the smallest over all samples;
+* ``nonfinite_mismatches``: positions where one model gives NaN or ±Inf and the other does not give the
+  same (NaN where the reference has NaN, the same infinity where it has one, is a match);
+* ``violations``: elements with |opt − ref| > atol + rtol·|ref|, and ``worst_ratio``, the largest
+  |opt − ref| / (atol + rtol·|ref|) (≤ 1 everywhere means within tolerance).
+
+Verdict: an output passes when it has the same shape as the reference in every sample, no violation and
+no NaN/Inf mismatch; the comparison passes when every output does (exit code 0, else 3).
+
+Default tolerances, by the output's element type (``--rtol`` / ``--atol`` override them for every
+floating output):
+
+==================  ======  ======  =====================================================================
+type                 rtol    atol   why
+==================  ======  ======  =====================================================================
+float32 (CPU)        1e-4    1e-4   a different but exact fp32 summation order, amplified through a deep model
+float32 (CUDA)       5e-3    5e-3   ORT's CUDA MatMul and our kernel use TF32 Tensor Cores (10-bit mantissa)
+float16              1e-2    1e-2   fp16 ε is 9.8e-4; the fused op rounds once less, a few ulps move through layers
+bfloat16             5e-2    5e-2   bf16 ε is 7.8e-3 (8-bit mantissa)
+float64              1e-7    1e-7
+integers, bool       0       0      exact
+==================  ======  ======  =====================================================================
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto
+
+from .domain import DOMAIN
+from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
+from .inputs import Sample, check_sample, input_specs, load_inputs, np_dtype, random_inputs, resolve_shapes
+
+PROVIDERS = {
+    "cpu": ["CPUExecutionProvider"],
+    # ORT places shape computations on the CPU even in a CUDA session, so the CPU EP stays listed.
+    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float32": Tolerance(rtol=1e-4, atol=1e-4),
+    "float32/cuda": Tolerance(rtol=5e-3, atol=5e-3),
+    "float16": Tolerance(rtol=1e-2, atol=1e-2),
+    "bfloat16": Tolerance(rtol=5e-2, atol=5e-2),
+    "float64": Tolerance(rtol=1e-7, atol=1e-7),
+}
+EXACT = Tolerance(rtol=0.0, atol=0.0)
+
+
+def tolerance_for(elem_type: int, provider: str = "cpu", rtol: float | None = None, atol: float | None = None) -> Tolerance:
+    """The tolerance an output of ``elem_type`` is judged by: the documented default for its type (and
+    provider, for float32), with ``rtol`` / ``atol`` overriding it for floating types."""
+    name = dtype_name(elem_type)
+    if name not in DEFAULT_TOLERANCES:
+        return EXACT  # integers and bools: an optimizer must not change them at all
+    key = f"{name}/{provider}" if f"{name}/{provider}" in DEFAULT_TOLERANCES else name
+    default = DEFAULT_TOLERANCES[key]
+    return Tolerance(rtol=default.rtol if rtol is None else rtol, atol=default.atol if atol is None else atol)
+
+
+def dtype_name(elem_type: int) -> str:
+    """numpy's name for an ONNX element type: float32, float16, bfloat16, int64, bool…"""
+    try:
+        return np_dtype(elem_type).name
+    except BadInputError:
+        return TensorProto.DataType.Name(elem_type).lower()
+
+
+# --- per-output statistics ---------------------------------------------------------------------------
+
+
+@dataclass
+class OutputStats:
+    """Error statistics of one output over all samples, and its verdict."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    tolerance: Tolerance
+    elements: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mean_abs: float = 0.0
+    p50_abs: float = 0.0
+    p99_abs: float = 0.0
+    p999_abs: float = 0.0
+    cosine: float = 1.0
+    nonfinite_mismatches: int = 0
+    violations: int = 0
+    worst_ratio: float = 0.0
+    max_abs_ref: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    # every finite absolute error, kept for the histogram (not serialized)
+    abs_errors: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": self.shape,
+            "elements": self.elements,
+            "max_abs": self.max_abs,
+            "max_rel": self.max_rel,
+            "mean_abs": self.mean_abs,
+            "p50_abs": self.p50_abs,
+            "p99_abs": self.p99_abs,
+            "p999_abs": self.p999_abs,
+            "cosine": self.cosine,
+            "nonfinite_mismatches": self.nonfinite_mismatches,
+            "violations": self.violations,
+            "worst_ratio": self.worst_ratio,
+            "rtol": self.tolerance.rtol,
+            "atol": self.tolerance.atol,
+            "passed": self.passed,
+            "problems": self.problems,
+        }
+
+
+class _ErrorAccumulator:
+    """Collects one output's errors sample by sample; ``finish`` turns them into ``OutputStats``."""
+
+    def __init__(self, name: str, dtype: str, tolerance: Tolerance):
+        self.name, self.dtype, self.tol = name, dtype, tolerance
+        self.shape: list[int] | None = None
+        self.errors: list[np.ndarray] = []
+        self.max_rel = 0.0
+        self.cosine = 1.0
+        self.nonfinite = 0
+        self.violations = 0
+        self.worst_ratio = 0.0
+        self.max_abs_ref = 0.0
+        self.elements = 0
+        self.shape_problems: list[str] = []
+
+    def add(self, sample_index: int, ref: np.ndarray, opt: np.ndarray) -> None:
+        if self.shape is None:
+            self.shape = list(ref.shape)
+        if ref.shape != opt.shape:
+            self.shape_problems.append(
+                f"sample {sample_index}: shape {list(opt.shape)}, the original gives {list(ref.shape)}"
+            )
+            return
+        ref64 = _as_float64(ref)
+        opt64 = _as_float64(opt)
+        self.elements += ref64.size
+        finite = np.isfinite(ref64) & np.isfinite(opt64)
+        # same NaN, or the same infinity, is agreement; anything else non-finite on either side is not
+        agree = (np.isnan(ref64) & np.isnan(opt64)) | (ref64 == opt64)
+        self.nonfinite += int(np.count_nonzero(~finite & ~agree))
+
+        r, o = ref64[finite], opt64[finite]
+        err = np.abs(o - r)
+        self.errors.append(err)
+        if r.size == 0:
+            return
+        abs_ref = np.abs(r)
+        self.max_abs_ref = max(self.max_abs_ref, float(abs_ref.max()))
+        bound = self.tol.atol + self.tol.rtol * abs_ref
+        over = err > bound
+        self.violations += int(np.count_nonzero(over))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(bound > 0, err / np.where(bound > 0, bound, 1.0), np.where(err > 0, np.inf, 0.0))
+        self.worst_ratio = max(self.worst_ratio, float(ratio.max()))
+        meaningful = abs_ref > max(self.tol.atol, np.finfo(np.float64).tiny)
+        if np.any(meaningful):
+            self.max_rel = max(self.max_rel, float((err[meaningful] / abs_ref[meaningful]).max()))
+        self.cosine = min(self.cosine, _cosine(r, o))
+
+    def finish(self) -> OutputStats:
+        errors = np.concatenate(self.errors) if self.errors else np.zeros(0)
+        stats = OutputStats(
+            name=self.name,
+            dtype=self.dtype,
+            shape=self.shape or [],
+            tolerance=self.tol,
+            elements=self.elements,
+            max_rel=self.max_rel,
+            cosine=self.cosine,
+            nonfinite_mismatches=self.nonfinite,
+            violations=self.violations,
+            worst_ratio=self.worst_ratio,
+            max_abs_ref=self.max_abs_ref,
+            abs_errors=errors,
+        )
+        if errors.size:
+            stats.max_abs = float(errors.max())
+            stats.mean_abs = float(errors.mean())
+            stats.p50_abs, stats.p99_abs, stats.p999_abs = (float(q) for q in np.quantile(errors, [0.5, 0.99, 0.999]))
+        stats.problems.extend(self.shape_problems)
+        if self.violations:
+            stats.problems.append(
+                f"{self.violations} of {self.elements} elements outside atol + rtol·|ref| "
+                f"(atol={self.tol.atol:g}, rtol={self.tol.rtol:g}; worst {self.worst_ratio:.3g}× the tolerance,"
+                f" max abs error {stats.max_abs:.3g})"
+            )
+        if self.nonfinite:
+            stats.problems.append(f"{self.nonfinite} NaN/Inf positions differ from the original")
+        return stats
+
+
+def _as_float64(a: np.ndarray) -> np.ndarray:
+    if a.dtype == np.bool_:
+        return a.astype(np.float64)
+    return np.asarray(a, dtype=np.float64)
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+# --- the report -------------------------------------------------------------------------------------
+
+
+@dataclass
+class CompareReport:
+    """What ``compare_models`` found: one ``OutputStats`` per output, the verdict and its exit code."""
+
+    original: str
+    optimized: str
+    provider: str
+    samples: int
+    inputs: str  # "random (seed N)" or the path the samples came from
+    input_shapes: dict[str, list[int]]
+    outputs: list[OutputStats]
+    seconds_original: float = 0.0
+    seconds_optimized: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.passed else EXIT_ACCURACY
+
+    def failures(self) -> list[str]:
+        """One line per problem, naming the output."""
+        return [f"output '{o.name}': {p}" for o in self.outputs for p in o.problems]
+
+    def summary(self) -> str:
+        if self.passed:
+            return f"all {len(self.outputs)} outputs within tolerance over {self.samples} sample(s)"
+        bad = [o.name for o in self.outputs if not o.passed]
+        return f"{len(bad)} of {len(self.outputs)} outputs outside tolerance: {'; '.join(self.failures())}"
+
+    def raise_if_failed(self) -> None:
+        if not self.passed:
+            raise AccuracyGateError(f"accuracy gate failed: {self.summary()}")
+
+    def to_dict(self) -> dict:
+        return {
+            "original": self.original,
+            "optimized": self.optimized,
+            "provider": self.provider,
+            "samples": self.samples,
+            "inputs": self.inputs,
+            "input_shapes": self.input_shapes,
+            "seconds_original": self.seconds_original,
+            "seconds_optimized": self.seconds_optimized,
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "outputs": [o.to_dict() for o in self.outputs],
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        """Write ``to_dict()`` atomically (a reader never sees half a file)."""
+        write_atomic(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise BadInputError(f"cannot write '{path}': folder '{path.parent}' does not exist")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --- running the models -----------------------------------------------------------------------------
+
+
+def _load(model: str | Path | onnx.ModelProto, role: str) -> tuple[onnx.ModelProto, str]:
+    if isinstance(model, onnx.ModelProto):
+        return model, f"<{role} model in memory>"
+    path = Path(model)
+    if not path.is_file():
+        raise BadInputError(f"{role} model '{path}' does not exist")
+    try:
+        return onnx.load(str(path)), str(path)
+    except Exception as e:
+        raise BadInputError(f"cannot read {role} model '{path}': {type(e).__name__}: {e}") from e
+
+
+def _uses_fused_op(model: onnx.ModelProto) -> bool:
+    return any(op.domain == DOMAIN for op in model.opset_import) or any(n.domain == DOMAIN for n in model.graph.node)
+
+
+def _session(model: onnx.ModelProto, label: str, provider: str, *, as_written: bool) -> ort.InferenceSession:
+    """An ORT session on ``provider``. ``as_written``: the reference, with ORT's graph rewrites off."""
+    providers = PROVIDERS[provider]
+    try:
+        if as_written:
+            if _uses_fused_op(model):
+                from .runtime import session_options
+
+                options = session_options()
+            else:
+                options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            options.log_severity_level = 3
+            session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+        elif _uses_fused_op(model):
+            from .runtime import create_session
+
+            session = create_session(model, providers=providers)
+        else:  # nothing was fused (or a plain model is compared): ORT as a user runs it, no library needed
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+    except BadInputError:
+        raise
+    except Exception as e:
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadInputError(f"ONNX Runtime cannot load {label}: {first_line}") from e
+    if provider == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
+        # ORT falls back to the CPU silently when CUDA cannot start; a gate must not.
+        raise BadInputError(
+            "--provider cuda: ONNX Runtime could not start its CUDA execution provider here "
+            "(no GPU, or CUDA/cuDNN libraries missing); run with --provider cpu"
+        )
+    return session
+
+
+def _ort_value(array: np.ndarray) -> ort.OrtValue:
+    if array.dtype == np.dtype(ml_dtypes.bfloat16):
+        # ORT's numpy bridge has no bfloat16: hand it the bits with the type spelled out.
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(array).view(np.uint16), TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+
+
+def _to_numpy(value: ort.OrtValue) -> np.ndarray:
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    # ORT's numpy bridge has no bfloat16: copy the bits out of its CPU buffer.
+    shape = tuple(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0:
+        return np.zeros(shape, dtype=ml_dtypes.bfloat16)
+    buffer = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.frombuffer(buffer, dtype=np.uint16, count=count).copy().view(ml_dtypes.bfloat16).reshape(shape)
+
+
+def run_session(session: ort.InferenceSession, sample: Sample, output_names: list[str]) -> dict[str, np.ndarray]:
+    """Run one sample; outputs by name, as numpy arrays (bfloat16 through ml_dtypes)."""
+    feeds = {name: _ort_value(array) for name, array in sample.items()}
+    values = session.run_with_ort_values(output_names, feeds)
+    return {name: _to_numpy(v) for name, v in zip(output_names, values)}
+
+
+def _check_correspondence(original: onnx.ModelProto, optimized: onnx.ModelProto) -> None:
+    """Both models must take the same inputs and give the same outputs (names, types, ranks)."""
+
+    def describe(values) -> dict[str, tuple[int, int]]:
+        return {
+            v.name: (v.type.tensor_type.elem_type, len(v.type.tensor_type.shape.dim)) for v in values
+        }
+
+    orig_in = {s.name: (s.elem_type, len(s.shape)) for s in input_specs(original)}
+    opt_in = {s.name: (s.elem_type, len(s.shape)) for s in input_specs(optimized)}
+    for kind, a, b in (
+        ("inputs", orig_in, opt_in),
+        ("outputs", describe(original.graph.output), describe(optimized.graph.output)),
+    ):
+        only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+        if only_a or only_b:
+            parts = []
+            if only_a:
+                parts.append(f"only the original has {', '.join(only_a)}")
+            if only_b:
+                parts.append(f"only the optimized has {', '.join(only_b)}")
+            raise BadInputError(f"the models' {kind} do not correspond: {'; '.join(parts)}")
+        for name in a:
+            if a[name][0] != b[name][0]:
+                raise BadInputError(
+                    f"{kind[:-1]} '{name}' is {dtype_name(a[name][0])} in the original"
+                    f" but {dtype_name(b[name][0])} in the optimized model"
+                )
+            if a[name][1] and b[name][1] and a[name][1] != b[name][1]:
+                raise BadInputError(
+                    f"{kind[:-1]} '{name}' has rank {a[name][1]} in the original but {b[name][1]} in the optimized model"
+                )
+
+
+def compare_models(
+    original: str | Path | onnx.ModelProto,
+    optimized: str | Path | onnx.ModelProto,
+    *,
+    provider: str = "cpu",
+    samples: int = 1,
+    inputs: str | Path | list[Sample] | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> CompareReport:
+    """Run both models on the same inputs and measure how far the optimized one's outputs are from the
+    original's.
+
+    ``inputs``: a path (see ``onnxfuse.inputs.load_inputs``) or a list of samples; then every given sample
+    is used and ``samples`` / ``shapes`` do not apply. Otherwise ``samples`` random samples are drawn
+    (seeds ``seed``, ``seed+1``…) with dynamic dims from ``shapes`` or the defaults of ``onnxfuse.inputs``.
+    Raises ``BadInputError`` for unusable models or inputs; an accuracy failure is *not* raised but
+    reported (``report.exit_code == 3``; ``report.raise_if_failed()`` turns it into ``AccuracyGateError``).
+    """
+    if provider not in PROVIDERS:
+        raise BadInputError(f"unknown provider '{provider}' (choose from {', '.join(PROVIDERS)})")
+    if samples < 1:
+        raise BadInputError(f"samples must be at least 1, got {samples}")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and not (value >= 0 and np.isfinite(value)):
+            raise BadInputError(f"--{name} must be a finite number ≥ 0, got {value}")
+
+    original_model, original_label = _load(original, "original")
+    optimized_model, optimized_label = _load(optimized, "optimized")
+    _check_correspondence(original_model, optimized_model)
+
+    specs = input_specs(original_model)
+    if inputs is None:
+        resolve_shapes(specs, shapes)  # reject bad --shape before any session starts
+        feeds = None
+        source = f"random (seed {seed})"
+        count = samples
+    else:
+        if isinstance(inputs, (str, Path)):
+            feeds = load_inputs(inputs, original_model)
+            source = str(inputs)
+        else:
+            feeds = [check_sample(s, specs, source=f"sample {i}") for i, s in enumerate(inputs)]
+            source = "given samples"
+        if not feeds:
+            raise BadInputError("no input samples given")
+        count = len(feeds)
+
+    ref_session = _session(original_model, f"the original model {original_label}", provider, as_written=True)
+    opt_session = _session(optimized_model, f"the optimized model {optimized_label}", provider, as_written=False)
+
+    output_names = [o.name for o in original_model.graph.output]
+    output_types = {o.name: o.type.tensor_type.elem_type for o in original_model.graph.output}
+    accumulators = {
+        name: _ErrorAccumulator(
+            name, dtype_name(output_types[name]), tolerance_for(output_types[name], provider, rtol, atol)
+        )
+        for name in output_names
+    }
+
+    seconds_ref = seconds_opt = 0.0
+    input_shapes: dict[str, list[int]] = {}
+    with _progress(progress and count > 1, count) as advance:
+        for i in range(count):
+            sample = feeds[i] if feeds is not None else random_inputs(original_model, shapes, seed=seed + i)
+            if i == 0:
+                input_shapes = {k: list(v.shape) for k, v in sample.items()}
+            t0 = time.perf_counter()
+            try:
+                ref = run_session(ref_session, sample, output_names)
+            except Exception as e:
+                raise BadInputError(f"the original model cannot run on sample {i}: {_first_line(e)}") from e
+            t1 = time.perf_counter()
+            try:
+                opt = run_session(opt_session, sample, output_names)
+            except Exception as e:
+                # The original accepted these inputs: an optimized model that does not is not equivalent.
+                raise AccuracyGateError(f"the optimized model fails on sample {i}, which the original runs: {_first_line(e)}") from e
+            t2 = time.perf_counter()
+            seconds_ref += t1 - t0
+            seconds_opt += t2 - t1
+            for name in output_names:
+                accumulators[name].add(i, ref[name], opt[name])
+            advance()
+
+    return CompareReport(
+        original=original_label,
+        optimized=optimized_label,
+        provider=provider,
+        samples=count,
+        inputs=source,
+        input_shapes=input_shapes,
+        outputs=[accumulators[n].finish() for n in output_names],
+        seconds_original=seconds_ref,
+        seconds_optimized=seconds_opt,
+    )
+
+
+def verify_optimized(original_path: str | Path, optimized_path: str | Path, **kw) -> CompareReport:
+    """The gate behind ``onnxfuse optimize --verify``: compare the file just written against its source.
+    Keyword arguments are those of ``compare_models``; the caller acts on ``report.exit_code``."""
+    return compare_models(Path(original_path), Path(optimized_path), **kw)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class _progress:
+    """A rich progress bar on stderr while samples run (only when asked and there is more than one)."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total = enabled, total
+        self._bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda: None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(
+            TextColumn("comparing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=Console(stderr=True), transient=True,
+        )
+        self._bar.__enter__()
+        task = self._bar.add_task("samples", total=self.total)
+        return lambda: self._bar.advance(task)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False

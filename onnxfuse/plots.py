@@ -1,0 +1,103 @@
+"""The picture behind ``onnxfuse compare --plot``: one histogram of absolute errors per output.
+
+Log-x bins (errors span decades), log-y counts (the tail matters most and has the fewest elements),
+p99 / p99.9 / max marked, and the tolerance drawn as a band: an element's bound is ``atol + rtol·|ref|``,
+so it runs from ``atol`` (where |ref| = 0) to ``atol + rtol·max|ref|``. Errors left of the band pass
+whatever their reference; errors inside it pass or fail depending on |ref|; errors right of it fail.
+Exact zeros cannot sit on a log axis: their count is written in the panel.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .compare import CompareReport, OutputStats, write_atomic
+from .errors import BadInputError
+
+MAX_PANELS = 12
+
+
+def plot_error_histograms(report: CompareReport, path: str | Path) -> None:
+    """Write the PNG to ``path`` atomically. With more than ``MAX_PANELS`` outputs, the worst ones (by
+    distance to their tolerance) are drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise BadInputError(f"--plot '{path}': the plot is a PNG, give a file name ending in .png")
+    outputs = sorted(report.outputs, key=lambda o: -o.worst_ratio)[:MAX_PANELS]
+    if len(report.outputs) <= MAX_PANELS:
+        outputs = report.outputs  # keep the model's order when everything fits
+    cols = min(3, len(outputs))
+    rows = math.ceil(len(outputs) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7.5 * cols, 5.4 * rows), squeeze=False)
+    for ax, stats in zip(axes.flat, outputs):
+        _panel(ax, stats)
+    for ax in list(axes.flat)[len(outputs):]:
+        ax.set_visible(False)
+    verdict = "PASS" if report.passed else "FAIL"
+    shown = "" if len(outputs) == len(report.outputs) else f" · {len(outputs)} worst of {len(report.outputs)} outputs"
+    fig.suptitle(
+        f"{verdict}: |optimized − original| per output · {report.provider} · {report.samples} sample(s){shown}\n"
+        f"{Path(report.original).name} vs {Path(report.optimized).name}",
+        fontsize=12,
+        color="tab:green" if report.passed else "tab:red",
+    )
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    write_atomic(path, buffer.getvalue())
+
+
+def _panel(ax, stats: OutputStats) -> None:
+    errors = stats.abs_errors
+    nonzero = errors[errors > 0]
+    zeros = int(errors.size - nonzero.size)
+    tol_low = stats.tolerance.atol
+    tol_high = stats.tolerance.atol + stats.tolerance.rtol * stats.max_abs_ref
+    verdict = "pass" if stats.passed else f"FAIL ({stats.violations} over, {stats.nonfinite_mismatches} NaN/Inf diff)"
+    ax.set_title(f"{stats.name} · {stats.dtype} {stats.shape} · {verdict}", fontsize=10,
+                 color="black" if stats.passed else "tab:red")
+    ax.set_xlabel("absolute error")
+    ax.set_ylabel("elements")
+    if nonzero.size:
+        low = float(nonzero.min())
+        high = max(float(nonzero.max()), tol_high if tol_high > 0 else 0.0, low * 10)
+        bins = np.logspace(math.log10(low), math.log10(high), 60)
+        ax.hist(nonzero, bins=bins, color="tab:blue", alpha=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for value, label, color, style in (
+            (stats.p99_abs, "p99", "tab:orange", "--"),
+            (stats.p999_abs, "p99.9", "tab:red", "--"),
+            (stats.max_abs, "max", "black", ":"),
+        ):
+            if value > 0:
+                ax.axvline(value, color=color, linestyle=style, linewidth=1.4, label=f"{label} {value:.2g}")
+    else:
+        ax.text(0.5, 0.5, "every error is exactly 0", transform=ax.transAxes, ha="center", va="center")
+        ax.set_xscale("log")
+        ax.set_xlim(max(tol_low, 1e-12) / 100, max(tol_high, 1e-12) * 10)
+    if tol_high > 0:
+        ax.axvspan(max(tol_low, ax.get_xlim()[0]), tol_high, color="tab:green", alpha=0.15, zorder=0,
+                   label=f"tolerance atol+rtol·|ref|: {tol_low:.2g}…{tol_high:.2g}")
+        if tol_low > 0:
+            ax.axvline(tol_low, color="tab:green", linewidth=1.4)
+    ax.text(
+        0.02, 0.97,
+        f"{stats.elements:,} elements\n{zeros:,} exactly 0 (not drawn)\ncosine {stats.cosine:.8f}",
+        transform=ax.transAxes, ha="left", va="top", fontsize=8,
+        bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "0.8"},
+    )
+    if ax.get_legend_handles_labels()[0]:
+        # below the axes: inside, it would hide the tail of the histogram, which is what one looks at
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    ax.grid(True, which="major", alpha=0.3)
