@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""GPU benchmark of the fused CUDA node against its peers, all measured the same way in one run.
+
+For each dtype and (M, K, N) it builds the Linear+bias+GELU subgraph twice, as one ``FusedLinearGelu`` node
+and as the graph exporters write (MatMul → Add → Gelu, opset 20, which ORT turns into Gemm + Gelu), and
+measures in the same process:
+
+* GPU kernel time (µs per call, sum of every CUDA kernel a call launches) read by CUPTI through
+  ``torch.profiler``, which sees ORT's kernels as well as torch's, so host overhead is excluded for all:
+  the fused node, ORT's unfused path, ORT's own MatMul alone, cuBLAS via ``torch.mm`` (TF32 for fp32),
+  and cuBLASLt's tanh-GELU epilogue (``torch._addmm_activation(..., use_gelu=True)``, fp16/bf16);
+* the wall time of an ORT session replaying a CUDA graph (``enable_cuda_graph=1``, IO binding, medians of
+  host ``perf_counter``), for the fused node and ORT's unfused path, cross-checked by pycuda events that
+  bracket a batch of replays on the device (timing outside ORT);
+* the rel-L2 error of the fused and unfused outputs against a float64 reference.
+
+It prints a table and the goal verdicts last, and writes everything (device facts from pycuda included) to
+a JSON file. Needs an H200-class GPU, onnxruntime-gpu, torch; pycuda (the ``[gpu]`` extra) is used when
+present for device queries and event timing.
+
+    python3 bench/cuda_kernel.py --library build/libonnxfuse_ops.so --json $OUT/cuda_kernel.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+SHAPES = [
+    (128, 768, 3072), (1024, 768, 3072), (4096, 768, 3072), (16384, 768, 3072),
+    (128, 1024, 4096), (4096, 1024, 4096), (16384, 1024, 4096),
+    (128, 4096, 16384), (2048, 4096, 16384), (8192, 4096, 16384),
+]
+DTYPES = ("fp16", "bf16", "fp32")
+DOMAIN = "ai.onnxfuse"
+
+
+# --- device facts and timing outside ORT (pycuda) -----------------------------------------------------
+
+class PyCudaDevice:
+    """pycuda bound to the device's primary context, the one torch and ORT use, so its events and queries
+    see the same device state. Absent pycuda, ``available`` is False and the reason is kept."""
+
+    def __init__(self, ordinal: int = 0):
+        self.available = False
+        self.reason = ""
+        self._ctx = None
+        try:
+            import pycuda.driver as drv
+        except Exception as e:  # the [gpu] extra is optional
+            self.reason = f"pycuda not importable: {type(e).__name__}: {e}"
+            return
+        try:
+            drv.init()
+            self.drv = drv
+            self.dev = drv.Device(ordinal)
+            self._ctx = self.dev.retain_primary_context()
+            self._ctx.push()
+            self.available = True
+        except Exception as e:
+            self.reason = f"pycuda could not open device {ordinal}: {type(e).__name__}: {e}"
+
+    def facts(self) -> dict:
+        if not self.available:
+            return {"pycuda": False, "reason": self.reason}
+        a = self.drv.device_attribute
+        attr = self.dev.get_attributes()
+        free, total = self.drv.mem_get_info()
+        mem_clock_khz = attr.get(a.MEMORY_CLOCK_RATE, 0)
+        bus_bits = attr.get(a.GLOBAL_MEMORY_BUS_WIDTH, 0)
+        return {
+            "pycuda": True,
+            "name": self.dev.name(),
+            "compute_capability": "%d.%d" % self.dev.compute_capability(),
+            "sm_count": attr.get(a.MULTIPROCESSOR_COUNT),
+            "total_memory_gib": round(total / 2**30, 2),
+            "free_memory_gib": round(free / 2**30, 2),
+            "l2_cache_mib": round(attr.get(a.L2_CACHE_SIZE, 0) / 2**20, 1),
+            "sm_clock_mhz": attr.get(a.CLOCK_RATE, 0) // 1000,
+            "memory_clock_mhz": mem_clock_khz // 1000,
+            "memory_bus_bits": bus_bits,
+            # DDR: two transfers per clock
+            "peak_memory_bandwidth_gbs": round(2 * mem_clock_khz * 1e3 * bus_bits / 8 / 1e9, 1),
+            "driver_version": self.drv.get_driver_version(),
+            "cuda_runtime_of_pycuda": ".".join(map(str, self.drv.get_version())),
+        }
+
+    def device_us_per_call(self, fn, n: int) -> float | None:
+        """µs per call of ``n`` back-to-back synchronous calls, between two events on the device: the
+        GPU's own clock, independent of ORT's and torch's timers."""
+        if not self.available:
+            return None
+        start, end = self.drv.Event(), self.drv.Event()
+        self.drv.Context.synchronize()
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return end.time_since(start) * 1e3 / n
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            self._ctx.pop()
+            self._ctx = None
+
+
+# --- models ----------------------------------------------------------------------------------------
+
+def _tensor(name, t, dt):
+    import torch
+    from onnx import TensorProto, helper, numpy_helper
+
+    if dt == "bf16":  # bf16 has no numpy dtype: build the TensorProto from raw bits
+        raw = t.contiguous().view(torch.int16).cpu().numpy().tobytes()
+        return helper.make_tensor(name, TensorProto.BFLOAT16, list(t.shape), raw, raw=True)
+    return numpy_helper.from_array(t.contiguous().cpu().numpy(), name)
+
+
+def build_model(kind, M, K, N, dt, W_nk, B, approximate="none") -> bytes:
+    """kind: fused (one FusedLinearGelu, W stored [N, K], transB=1) | unfused (MatMul+Add+Gelu, as
+    exporters write it) | matmul (MatMul alone: the plain GEMM ORT runs)."""
+    from onnx import TensorProto, helper
+
+    tp = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "fp32": TensorProto.FLOAT}[dt]
+    opsets = [helper.make_opsetid("", 20)]
+    if kind == "fused":
+        nodes = [helper.make_node("FusedLinearGelu", ["X", "W", "B"], ["Y"], domain=DOMAIN,
+                                  approximate=approximate, transB=1)]
+        inits = [_tensor("W", W_nk, dt), _tensor("B", B, dt)]
+        opsets.append(helper.make_opsetid(DOMAIN, 1))
+    elif kind == "unfused":
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["xw"]), helper.make_node("Add", ["xw", "B"], ["pre"]),
+                 helper.make_node("Gelu", ["pre"], ["Y"], approximate=approximate)]
+        inits = [_tensor("W", W_nk.t(), dt), _tensor("B", B, dt)]
+    elif kind == "matmul":
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["Y"])]
+        inits = [_tensor("W", W_nk.t(), dt)]
+    else:
+        raise ValueError(kind)
+    graph = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("X", tp, [M, K])],
+                              [helper.make_tensor_value_info("Y", tp, [M, N])], inits)
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+# --- measuring ---------------------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, library, warmup, reps, prof_reps, pyc: PyCudaDevice):
+        import onnxruntime as ort
+        import torch
+
+        self.ort, self.torch = ort, torch
+        self.library, self.warmup, self.reps, self.prof_reps, self.pyc = library, warmup, reps, prof_reps, pyc
+
+    def session(self, model_bytes, cuda_graph: bool):
+        ort = self.ort
+        so = ort.SessionOptions()
+        if self.library:
+            so.register_custom_ops_library(self.library)
+        # A node that falls back to the CPU would make every number here meaningless: refuse it.
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        opts = {"device_id": "0"}
+        if cuda_graph:
+            opts["enable_cuda_graph"] = "1"
+        return ort.InferenceSession(model_bytes, so, providers=[("CUDAExecutionProvider", opts)])
+
+    def bind(self, sess, x, y):
+        from onnx import TensorProto
+        import numpy as np
+
+        et = {self.torch.float16: np.float16, self.torch.float32: np.float32,
+              self.torch.bfloat16: TensorProto.BFLOAT16}[x.dtype]
+        b = sess.io_binding()
+        b.bind_input("X", "cuda", 0, et, list(x.shape), x.data_ptr())
+        b.bind_output("Y", "cuda", 0, et, list(y.shape), y.data_ptr())
+        return b
+
+    def gpu_us(self, fn) -> float:
+        """GPU kernel time per call: the sum of all CUDA kernels ``fn`` launches, read by CUPTI."""
+        from torch.profiler import ProfilerActivity, profile
+
+        torch = self.torch
+        for _ in range(self.warmup):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as p:
+            for _ in range(self.prof_reps):
+                fn()
+            torch.cuda.synchronize()
+        total = 0.0
+        kernels = 0
+        for e in p.events():
+            if str(getattr(e, "device_type", "")).endswith("CUDA"):
+                total += getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0
+                kernels += 1
+        if kernels == 0:
+            raise RuntimeError("CUPTI saw no kernel: the profiler is not tracing this process's GPU work")
+        return total / self.prof_reps
+
+    def ort_measure(self, model_bytes, x, y, wall: bool) -> dict:
+        """Kernel time (plain session) and, if ``wall``, CUDA-graph replay wall time (second session)."""
+        out = {}
+        sess = self.session(model_bytes, cuda_graph=False)
+        b = self.bind(sess, x, y)
+        out["gpu_us"] = self.gpu_us(lambda: sess.run_with_iobinding(b))
+        del b, sess
+        if wall:
+            sess = self.session(model_bytes, cuda_graph=True)
+            b = self.bind(sess, x, y)
+            run = lambda: sess.run_with_iobinding(b)  # noqa: E731
+            for _ in range(self.warmup):  # the first runs capture the graph
+                run()
+            ts = []
+            for _ in range(self.reps):
+                t = time.perf_counter()
+                run()
+                ts.append(time.perf_counter() - t)
+            out["wall_us"] = statistics.median(ts) * 1e6
+            dev = self.pyc.device_us_per_call(run, self.reps)
+            if dev is not None:
+                out["wall_device_events_us"] = dev
+            del b, sess
+        return out
+
+
+def rel_l2(y, ref) -> float:
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+def run_case(bench: Bench, dt, M, K, N) -> dict:
+    torch = bench.torch
+    tt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dt]
+    torch.manual_seed(0)
+    x = torch.randn(M, K, device="cuda", dtype=tt)
+    W = (torch.randn(N, K, device="cuda", dtype=torch.float32) / math.sqrt(K)).to(tt)
+    B = (torch.randn(N, device="cuda", dtype=torch.float32) * 0.1).to(tt)
+    ref = torch.nn.functional.gelu(x.double() @ W.double().t() + B.double())
+    r = {"dtype": dt, "M": M, "K": K, "N": N}
+
+    y = torch.empty(M, N, device="cuda", dtype=tt)
+    try:
+        m = bench.ort_measure(build_model("fused", M, K, N, dt, W, B), x, y, wall=True)
+        r.update({"fused_gpu_us": m["gpu_us"], "fused_wall_us": m["wall_us"]})
+        if "wall_device_events_us" in m:
+            r["fused_wall_device_events_us"] = m["wall_device_events_us"]
+        r["fused_relerr"] = rel_l2(y, ref)
+        r["fused_finite"] = bool(torch.isfinite(y).all())
+    except Exception as e:
+        r["fused_error"] = f"{type(e).__name__}: {e}"[:400]
+
+    y.zero_()
+    try:
+        m = bench.ort_measure(build_model("unfused", M, K, N, dt, W, B), x, y, wall=True)
+        r.update({"ort_unfused_gpu_us": m["gpu_us"], "ort_unfused_wall_us": m["wall_us"]})
+        if "wall_device_events_us" in m:
+            r["ort_unfused_wall_device_events_us"] = m["wall_device_events_us"]
+        r["unfused_relerr"] = rel_l2(y, ref)
+        r["ort_matmul_gpu_us"] = bench.ort_measure(build_model("matmul", M, K, N, dt, W, B), x, y, wall=False)["gpu_us"]
+    except Exception as e:
+        r["unfused_error"] = f"{type(e).__name__}: {e}"[:400]
+
+    # torch's fp32 default is strict fp32; ORT's MatMul uses TF32, so the fair cuBLAS peer for fp32 is TF32.
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dt == "fp32"
+    try:
+        Wt = W.t()
+        r["cublas_mm_gpu_us"] = bench.gpu_us(lambda: torch.mm(x, Wt))
+        if dt != "fp32":
+            r["cublaslt_tanh_gpu_us"] = bench.gpu_us(lambda: torch._addmm_activation(B, x, Wt, use_gelu=True))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    del x, W, B, ref, y
+    gc.collect()
+    torch.cuda.empty_cache()
+    return r
+
+
+# --- verdicts ------------------------------------------------------------------------------------------
+
+def verdicts(r) -> list[str]:
+    """The goals of issue #4, for one row; an empty list means every goal is met."""
+    miss = []
+    where = f"{r['dtype']} {r['M']}x{r['K']}x{r['N']}"
+    if "fused_gpu_us" not in r or "ort_unfused_gpu_us" not in r:
+        return [f"{where}: error: {r.get('fused_error') or r.get('unfused_error')}"]
+    best_gemm = min(r["cublas_mm_gpu_us"], r["ort_matmul_gpu_us"])
+    rel = r["fused_gpu_us"] / best_gemm
+    limit = 1.00 if r["M"] <= 1024 else 1.10
+    if rel > limit:
+        miss.append(f"{where}: GPU time {rel:.2f}x the best plain GEMM (goal <= {limit:.2f}x)")
+    lt = r.get("cublaslt_tanh_gpu_us")
+    if lt is not None and r["fused_gpu_us"] > lt:
+        miss.append(f"{where}: exact-erf fused {r['fused_gpu_us']:.1f} us > cuBLASLt tanh epilogue {lt:.1f} us")
+    speedup = r["ort_unfused_wall_us"] / r["fused_wall_us"]
+    if speedup < 1.0:
+        miss.append(f"{where}: session wall time slower than ORT unfused ({speedup:.2f}x)")
+    if r["M"] >= 1024:
+        goal = 2.0 if (r["K"], r["N"]) in ((768, 3072), (1024, 4096)) else 1.3
+        if speedup < goal:
+            miss.append(f"{where}: session wall speedup {speedup:.2f}x (goal >= {goal}x)")
+    if not r["fused_finite"]:
+        miss.append(f"{where}: non-finite output")
+    if r["fused_relerr"] > 1.05 * r["unfused_relerr"]:
+        miss.append(f"{where}: error {r['fused_relerr']:.2e} > 1.05 x ORT unfused {r['unfused_relerr']:.2e}")
+    return miss
+
+
+def table(rows) -> str:
+    head = (f"{'dtype':5} {'M':>6} {'K':>5} {'N':>6} | {'fused':>8} {'ORTunf':>8} {'x':>5} | {'fusedGPU':>8} "
+            f"{'bestGEMM':>8} {'/GEMM':>6} {'ltTanh':>8} {'ORTunfGPU':>9} | {'err f/u':>7}")
+    lines = ["wall = ORT session, CUDA-graph replay (us); GPU = CUPTI kernel time (us)", head, "-" * len(head)]
+    for r in rows:
+        if "fused_gpu_us" not in r or "ort_unfused_gpu_us" not in r:
+            lines.append(f"{r['dtype']:5} {r['M']:6} {r['K']:5} {r['N']:6} | ERROR "
+                         f"{r.get('fused_error') or r.get('unfused_error')}")
+            continue
+        best = min(r["cublas_mm_gpu_us"], r["ort_matmul_gpu_us"])
+        lt = r.get("cublaslt_tanh_gpu_us")
+        lines.append(
+            f"{r['dtype']:5} {r['M']:6} {r['K']:5} {r['N']:6} | {r['fused_wall_us']:8.1f} {r['ort_unfused_wall_us']:8.1f} "
+            f"{r['ort_unfused_wall_us'] / r['fused_wall_us']:5.2f} | {r['fused_gpu_us']:8.1f} {best:8.1f} "
+            f"{r['fused_gpu_us'] / best:6.2f} {(f'{lt:8.1f}' if lt else '       -')} {r['ort_unfused_gpu_us']:9.1f} | "
+            f"{r['fused_relerr'] / r['unfused_relerr']:7.2f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--library", default=os.environ.get("ONNXFUSE_LIBRARY"),
+                    help="libonnxfuse_ops.so (default: $ONNXFUSE_LIBRARY)")
+    ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    ap.add_argument("--shapes", nargs="+", default=None, metavar="MxKxN", help="default: the issue's grid")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=50, help="timed CUDA-graph replays per session (median)")
+    ap.add_argument("--prof-reps", type=int, default=20, help="profiled calls per GPU-time measurement (mean)")
+    ap.add_argument("--json", default=None, help="write results here (default: $OUT/cuda_kernel.json if OUT is set)")
+    args = ap.parse_args(argv)
+    if not args.library or not os.path.isfile(args.library):
+        print(f"cuda_kernel.py: no op library at {args.library!r} (give --library or ONNXFUSE_LIBRARY)", file=sys.stderr)
+        return 2
+    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else SHAPES
+
+    import onnxruntime as ort
+
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # the CUDA 13 libraries that ship with torch
+    import torch
+
+    if not torch.cuda.is_available() or "CUDAExecutionProvider" not in ort.get_available_providers():
+        print("cuda_kernel.py: needs a CUDA GPU, torch with CUDA and onnxruntime-gpu", file=sys.stderr)
+        return 2
+    torch.cuda.init()
+    pyc = PyCudaDevice(0)
+    meta = {
+        "command": "python3 bench/cuda_kernel.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": pyc.facts(),
+        "torch": torch.__version__, "onnxruntime": ort.__version__, "python": platform.python_version(),
+        "library": os.path.abspath(args.library),
+        "method": {"gpu_us": f"CUPTI (torch.profiler) sum of kernel times, mean of {args.prof_reps} calls after "
+                             f"{args.warmup} warm-up calls", "wall_us": f"median of {args.reps} run_with_iobinding "
+                             "calls of an enable_cuda_graph=1 session", "wall_device_events_us": "pycuda events around "
+                             f"{args.reps} back-to-back replays", "fp32": "ORT MatMul and torch.mm both with TF32"},
+    }
+    print(json.dumps(meta["device"]), flush=True)
+    bench = Bench(args.library, args.warmup, args.reps, args.prof_reps, pyc)
+    rows = []
+    t0 = time.time()
+    for dt in args.dtypes:
+        for (M, K, N) in shapes:
+            r = run_case(bench, dt, M, K, N)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    misses = [m for r in rows for m in verdicts(r)]
+    result = {"meta": meta, "rows": rows, "misses": misses, "seconds": round(time.time() - t0, 1)}
+    out = args.json or (os.path.join(os.environ["OUT"], "cuda_kernel.json") if os.environ.get("OUT") else None)
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+    pyc.close()
+    print()
+    print(table(rows))
+    print("\nGOALS:", "all met" if not misses else f"{len(misses)} missed")
+    for m in misses:
+        print("  -", m)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

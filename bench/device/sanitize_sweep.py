@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""A size sweep of the CUDA FusedLinearGelu node, small enough to run under compute-sanitizer.
+
+    compute-sanitizer --tool memcheck  --error-exitcode 9 python3 bench/device/sanitize_sweep.py
+    compute-sanitizer --tool racecheck --error-exitcode 9 python3 bench/device/sanitize_sweep.py
+
+X, W, B and Y are graph inputs/outputs bound with IO binding to buffers of exactly their size, each its own
+cuMemAlloc (pycuda), never a slice of ORT's or torch's memory pools: an access one element past any of
+them is outside an allocation, which memcheck reports. Some cases bind X one element past a 256-byte
+boundary (a view into a larger buffer), the alignment a tactic must check before it uses wide loads or TMA.
+Each result is also compared with a float64 reference, so the sweep fails on wrong numbers too.
+Exit status: 0 clean, 1 a wrong result or an error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import ml_dtypes
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+DOMAIN = "ai.onnxfuse"
+ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+NP_TYPE = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+# (M, K, N): tiny, odd, one tile exactly, tile + 1, and a few tiles with K, N off multiples of 8.
+SIZES = [(1, 8, 8), (7, 13, 17), (128, 64, 128), (129, 72, 136), (300, 770, 1000)]
+
+
+def model(dtype, trans_b, bias, approximate):
+    t = ONNX_TYPE[dtype]
+    inputs = [helper.make_tensor_value_info("X", t, ["M", "K"]),
+              helper.make_tensor_value_info("W", t, ["N", "K"] if trans_b else ["K", "N"])]
+    if bias:
+        inputs.append(helper.make_tensor_value_info("B", t, ["N"]))
+    node = helper.make_node("FusedLinearGelu", ["X", "W", "B" if bias else ""], ["Y"], domain=DOMAIN,
+                            approximate=approximate, transB=int(trans_b))
+    g = helper.make_graph([node], "sweep", inputs, [helper.make_tensor_value_info("Y", t, ["M", "N"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, 1)],
+                             ir_version=10).SerializeToString()
+
+
+def gelu64(pre, approximate):
+    if approximate == "none":
+        return 0.5 * pre * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(pre / math.sqrt(2.0)))
+    if approximate == "tanh":
+        return 0.5 * pre * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (pre + 0.044715 * pre**3)))
+    return pre / (1.0 + np.exp(-1.702 * pre))
+
+
+class DeviceBuffer:
+    """Exactly ``array.nbytes`` bytes (plus ``offset`` leading bytes for a misaligned view) of device memory."""
+
+    def __init__(self, drv, array: np.ndarray, offset: int = 0):
+        self.mem = drv.mem_alloc(max(array.nbytes + offset, 1))
+        self.ptr = int(self.mem) + offset
+        if array.nbytes:
+            # bytes, not elements: pycuda cannot read ml_dtypes' bfloat16 through the buffer protocol
+            drv.memcpy_htod(self.ptr, np.ascontiguousarray(array).view(np.uint8))
+
+
+def main() -> int:
+    import pycuda.driver as drv
+
+    library = os.environ["ONNXFUSE_LIBRARY"]
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+    drv.init()
+    ctx = drv.Device(0).retain_primary_context()  # the context ORT and the CUDA runtime use
+    ctx.push()
+    rng = np.random.default_rng(0)
+    failures, runs = [], 0
+    try:
+        for dtype in ("float16", "bfloat16", "float32"):
+            for trans_b in (1, 0):
+                for bias in (True, False):
+                    approximate = ("none", "tanh", "sigmoid")[runs % 3]
+                    so = ort.SessionOptions()
+                    so.register_custom_ops_library(library)
+                    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+                    sess = ort.InferenceSession(model(dtype, trans_b, bias, approximate), so,
+                                                providers=["CUDAExecutionProvider"])
+                    for i, (M, K, N) in enumerate(SIZES):
+                        x = rng.standard_normal((M, K)).astype(NP_TYPE[dtype])
+                        w_nk = (rng.standard_normal((N, K)) / math.sqrt(K)).astype(NP_TYPE[dtype])
+                        w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+                        b = (rng.standard_normal(N) * 0.1).astype(NP_TYPE[dtype])
+                        elem = np.dtype(NP_TYPE[dtype]).itemsize
+                        bufs = {"X": DeviceBuffer(drv, x, offset=elem if i % 2 else 0), "W": DeviceBuffer(drv, w)}
+                        if bias:
+                            bufs["B"] = DeviceBuffer(drv, b)
+                        y = np.zeros((M, N), NP_TYPE[dtype])
+                        ybuf = DeviceBuffer(drv, y)
+                        binding = sess.io_binding()
+                        et = ONNX_TYPE[dtype] if dtype == "bfloat16" else NP_TYPE[dtype]
+                        for name, arr in (("X", x), ("W", w), ("B", b)):
+                            if name in bufs:
+                                binding.bind_input(name, "cuda", 0, et, list(arr.shape), bufs[name].ptr)
+                        binding.bind_output("Y", "cuda", 0, et, [M, N], ybuf.ptr)
+                        sess.run_with_iobinding(binding)
+                        drv.memcpy_dtoh(y.view(np.uint8), ybuf.ptr)
+                        runs += 1
+                        pre = x.astype(np.float64) @ w_nk.astype(np.float64).T + (b.astype(np.float64) if bias else 0)
+                        ref = gelu64(pre, approximate)
+                        err = np.linalg.norm(y.astype(np.float64) - ref) / max(np.linalg.norm(ref), 1e-30)
+                        tol = 2e-2 if dtype == "bfloat16" else 5e-3
+                        tag = f"{dtype} transB={trans_b} bias={bias} {approximate} M={M} K={K} N={N} x_offset={bool(i % 2)}"
+                        print(f"{tag}: rel-L2 {err:.2e}", flush=True)
+                        if not err < tol:
+                            failures.append(f"{tag}: rel-L2 {err:.2e} >= {tol}")
+    except Exception as e:
+        failures.append(f"{type(e).__name__}: {e}")
+    finally:
+        ctx.pop()
+    print(f"{runs} launches, {len(failures)} failures")
+    for f in failures:
+        print("FAIL", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

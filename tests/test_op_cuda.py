@@ -1,0 +1,431 @@
+"""The CUDA FusedLinearGelu kernel inside ONNX Runtime's CUDA execution provider.
+
+Every check runs the op through a real ORT session with the CUDA provider and compares it with a float64
+reference computed from the same (dtype-rounded) inputs, and with the error of ORT's own unfused path
+(MatMul → Add → Gelu, or the Sigmoid form) on those inputs: the fused node may be at most 1.05 × as far
+from float64 as ORT itself is. Skips, with the reason, where there is no CUDA provider or no GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import zlib
+
+import ml_dtypes
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+from onnxfuse.runtime import CUDA, cuda_device_count, get_library_path
+
+
+def _why_no_cuda() -> str | None:
+    if CUDA not in ort.get_available_providers():
+        return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
+    if cuda_device_count() == 0:
+        return "no CUDA device: the driver (libcuda) sees no GPU on this machine"
+    return None
+
+
+_NO_CUDA = _why_no_cuda()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_CUDA is not None, reason=f"CUDA tests: {_NO_CUDA}")]
+
+DTYPES = ("float32", "float16", "bfloat16")
+ACTIVATIONS = ("none", "tanh", "sigmoid")
+SIGMOID_ALPHA = 1.702
+_ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+_NP_TYPE = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+# Unit roundoff of the *output* type (TF32 keeps 10 mantissa bits, like fp16): the slack a tiny output
+# (a few hundred numbers, too few for a stable error ratio) gets on top of the 1.05 × ORT bound.
+_ROUNDOFF = {"float32": 2.0**-11, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+_SMALL_OUTPUT = 16384
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cuda_libraries():
+    # onnxruntime-gpu 1.2x+ finds the CUDA/cuDNN libraries of the nvidia-* wheels (torch's) this way.
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+
+
+@pytest.fixture(scope="module")
+def library() -> str:
+    return get_library_path()
+
+
+# --- models -------------------------------------------------------------------------------------------
+
+
+def _initializer(name: str, values: np.ndarray, dtype: str):
+    if dtype == "bfloat16":  # numpy has no bf16: the TensorProto takes the raw bits
+        raw = values.astype(ml_dtypes.bfloat16).view(np.uint16).tobytes()
+        return helper.make_tensor(name, TensorProto.BFLOAT16, list(values.shape), raw, raw=True)
+    return numpy_helper.from_array(values.astype(_NP_TYPE[dtype]), name)
+
+
+def _graph_io(dtype: str, x_shape, y_shape, body_in: str, body_out: str):
+    """bf16 has no numpy type to feed or fetch, so bf16 graphs take and give float32 and Cast at both
+    ends; inputs are pre-rounded to bf16, so both Casts are exact and the body sees the same numbers."""
+    io_type = TensorProto.FLOAT if dtype == "bfloat16" else _ONNX_TYPE[dtype]
+    nodes_in, nodes_out = [], []
+    if dtype == "bfloat16":
+        nodes_in = [helper.make_node("Cast", ["X"], [body_in], to=TensorProto.BFLOAT16)]
+        nodes_out = [helper.make_node("Cast", [body_out], ["Y"], to=TensorProto.FLOAT)]
+    else:
+        body_in, body_out = "X", "Y"
+    inputs = [helper.make_tensor_value_info("X", io_type, list(x_shape))]
+    outputs = [helper.make_tensor_value_info("Y", io_type, list(y_shape))]
+    return nodes_in, nodes_out, inputs, outputs, body_in, body_out
+
+
+def _model(nodes, inputs, outputs, inits, fused: bool):
+    opsets = [helper.make_opsetid("", 20)] + ([helper.make_opsetid(DOMAIN, OP_VERSION)] if fused else [])
+    graph = helper.make_graph(nodes, "linear_gelu", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def fused_model(dtype, x_shape, w, b, approximate, trans_b, y_shape=None, x_dims=None):
+    """One FusedLinearGelu node. ``w`` is stored as given ([N, K] for transB=1, [K, N] for transB=0)."""
+    n = w.shape[0] if trans_b else w.shape[1]
+    y_shape = y_shape or list(x_shape[:-1]) + [n]
+    nin, nout, inputs, outputs, xin, yout = _graph_io(dtype, x_dims or x_shape, y_shape, "Xc", "Yc")
+    attrs = {"approximate": approximate, "transB": int(trans_b)}
+    if approximate == "sigmoid":
+        attrs["alpha"] = SIGMOID_ALPHA
+    node = helper.make_node(OP_TYPE, [xin, "W", "B" if b is not None else ""], [yout], domain=DOMAIN, **attrs)
+    inits = [_initializer("W", w, dtype)] + ([_initializer("B", b, dtype)] if b is not None else [])
+    return _model(nin + [node] + nout, inputs, outputs, inits, fused=True)
+
+
+def unfused_model(dtype, x_shape, w_kn, b, approximate):
+    """The same computation as exporters write it, for ORT's own kernels: MatMul (+ Add) + activation."""
+    y_shape = list(x_shape[:-1]) + [w_kn.shape[1]]
+    nin, nout, inputs, outputs, xin, yout = _graph_io(dtype, x_shape, y_shape, "Xc", "Yc")
+    nodes = [helper.make_node("MatMul", [xin, "W"], ["xw"])]
+    pre = "xw"
+    inits = [_initializer("W", w_kn, dtype)]
+    if b is not None:
+        nodes.append(helper.make_node("Add", ["xw", "B"], ["pre"]))
+        inits.append(_initializer("B", b, dtype))
+        pre = "pre"
+    if approximate == "sigmoid":
+        inits.append(_initializer("alpha", np.array(SIGMOID_ALPHA, np.float32), dtype))
+        nodes += [helper.make_node("Mul", [pre, "alpha"], ["ax"]), helper.make_node("Sigmoid", ["ax"], ["sx"]),
+                  helper.make_node("Mul", [pre, "sx"], [yout])]
+    else:
+        nodes.append(helper.make_node("Gelu", [pre], [yout], approximate=approximate))
+    return _model(nin + nodes + nout, inputs, outputs, inits, fused=False)
+
+
+def cuda_session(model: bytes, library: str, cuda_graph=False, config=None, fallback=False):
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(library)
+    if not fallback:
+        # A fused node that silently ran on the CPU would prove nothing about the CUDA kernel.
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    for k, v in (config or {}).items():
+        so.add_session_config_entry(k, v)
+    opts = {"device_id": "0"}
+    if cuda_graph:
+        opts["enable_cuda_graph"] = "1"
+    providers = [(CUDA, opts)] + ([("CPUExecutionProvider", {})] if fallback else [])
+    return ort.InferenceSession(model, so, providers=providers)
+
+
+# --- references and errors -----------------------------------------------------------------------------
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    try:
+        from scipy.special import erf
+    except ImportError:
+        return np.vectorize(math.erf, otypes=[np.float64])(x)
+    return erf(x)
+
+
+def activation64(pre: np.ndarray, approximate: str) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        if approximate == "none":
+            return 0.5 * pre * (1.0 + _erf(pre / math.sqrt(2.0)))
+        if approximate == "tanh":
+            return 0.5 * pre * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (pre + 0.044715 * pre**3)))
+        return pre / (1.0 + np.exp(-SIGMOID_ALPHA * pre))
+
+
+def rounded(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` rounded to ``dtype`` (round to nearest even) and returned as float32/float16 for feeding."""
+    r = a.astype(_NP_TYPE[dtype])
+    return r.astype(np.float32) if dtype == "bfloat16" else r
+
+
+def make_inputs(rng, x_shape, n, dtype, trans_b, bias):
+    """X ~ N(0,1), W ~ N(0,1)/√K, b ~ N(0, 0.1), all exactly representable in ``dtype``."""
+    k = x_shape[-1]
+    x = rounded(rng.standard_normal(x_shape), dtype)
+    w_nk = rounded(rng.standard_normal((n, k)) / math.sqrt(max(k, 1)), dtype).astype(np.float32)
+    b = rounded(rng.standard_normal(n) * 0.1, dtype).astype(np.float32) if bias else None
+    return x, w_nk, b
+
+
+def reference(x, w_nk, b, approximate):
+    pre = x.astype(np.float64) @ w_nk.astype(np.float64).T
+    if b is not None:
+        pre = pre + b.astype(np.float64)
+    return activation64(pre, approximate)
+
+
+def rel_l2(y: np.ndarray, ref: np.ndarray) -> float:
+    den = np.linalg.norm(ref)
+    return float(np.linalg.norm(y.astype(np.float64) - ref) / (den if den > 0 else 1.0))
+
+
+def run_pair(library, dtype, x, w_nk, b, approximate, trans_b):
+    """(fused Y, ORT-unfused Y, float64 reference) for one case."""
+    w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+    fused = cuda_session(fused_model(dtype, x.shape, w, b, approximate, trans_b), library)
+    (y_fused,) = fused.run(None, {"X": x})
+    # ORT's own path may put a node it has no CUDA kernel for on the CPU: that is ORT's unfused path too.
+    unfused = cuda_session(unfused_model(dtype, x.shape, np.ascontiguousarray(w_nk.T), b, approximate), library,
+                           fallback=True)
+    (y_unfused,) = unfused.run(None, {"X": x})
+    return y_fused, y_unfused, reference(x, w_nk, b, approximate)
+
+
+def check_against_ort(dtype, y_fused, y_unfused, ref, where, small_slack=True):
+    assert y_fused.shape == ref.shape, f"{where}: shape {y_fused.shape} != {ref.shape}"
+    finite = np.isfinite(ref)
+    assert np.isfinite(y_fused[finite]).all(), f"{where}: non-finite output where float64 is finite"
+    e_fused, e_unfused = rel_l2(y_fused, ref), rel_l2(y_unfused, ref)
+    slack = _ROUNDOFF[dtype] if small_slack and ref.size < _SMALL_OUTPUT else 0.0
+    assert e_fused <= 1.05 * e_unfused + slack, (
+        f"{where}: fused rel-L2 error {e_fused:.3e} > 1.05 x ORT unfused {e_unfused:.3e}"
+        + (f" + {slack:.1e}" if slack else ""))
+    return e_fused, e_unfused
+
+
+# --- every dtype × activation × transB × bias, odd shapes and ranks 2-4 ----------------------------------
+
+# (X shape, N): M = 1, 7 and 4097; K and N off multiples of 8; ranks 3 and 4 (M is their leading product).
+ODD_SHAPES = [
+    ((1, 96), 200),
+    ((7, 131), 77),
+    ((2, 3, 64), 128),
+    ((2, 2, 3, 40), 48),
+    ((4097, 264), 136),
+    ((4097, 100), 70),
+]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("trans_b", [1, 0], ids=["transB1", "transB0"])
+@pytest.mark.parametrize("approximate", ACTIVATIONS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matches_float64_within_ort_error(library, dtype, approximate, trans_b, bias):
+    rng = np.random.default_rng(zlib.crc32(f"{dtype}/{approximate}/{trans_b}/{bias}".encode()))
+    for x_shape, n in ODD_SHAPES:
+        x, w_nk, b = make_inputs(rng, x_shape, n, dtype, trans_b, bias)
+        y_fused, y_unfused, ref = run_pair(library, dtype, x, w_nk, b, approximate, trans_b)
+        check_against_ort(dtype, y_fused, y_unfused, ref, f"{dtype} {approximate} transB={trans_b} X{x_shape} N={n}")
+
+
+# Mid-size shapes where the error ratio is a stable statistic: no slack at all, per dtype over the grid.
+GRID = [((128, 768), 3072), ((1024, 768), 3072), ((4097, 1000), 1000), ((256, 4096), 4096)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_error_ratio_per_dtype_over_grid(library, dtype):
+    rng = np.random.default_rng(7)
+    fused_sq = unfused_sq = ref_sq = 0.0
+    for approximate in ACTIVATIONS:
+        for x_shape, n in GRID:
+            x, w_nk, b = make_inputs(rng, x_shape, n, dtype, 1, True)
+            y_fused, y_unfused, ref = run_pair(library, dtype, x, w_nk, b, approximate, 1)
+            check_against_ort(dtype, y_fused, y_unfused, ref, f"{dtype} {approximate} X{x_shape} N={n}",
+                              small_slack=False)
+            fused_sq += float(np.sum((y_fused.astype(np.float64) - ref) ** 2))
+            unfused_sq += float(np.sum((y_unfused.astype(np.float64) - ref) ** 2))
+            ref_sq += float(np.sum(ref**2))
+    ratio = math.sqrt(fused_sq / unfused_sq)
+    print(f"{dtype}: fused rel-L2 {math.sqrt(fused_sq / ref_sq):.3e}, ORT unfused {math.sqrt(unfused_sq / ref_sq):.3e}, "
+          f"ratio {ratio:.3f}")
+    assert ratio <= 1.05
+
+
+# --- every fp16 value -------------------------------------------------------------------------------------
+
+
+def _fp16_ulp(v: np.ndarray) -> np.ndarray:
+    """Spacing of fp16 numbers at |v| (subnormal spacing 2^-24 near zero)."""
+    a = np.abs(v.astype(np.float64))
+    e = np.floor(np.log2(np.maximum(a, 2.0**-14)))
+    return 2.0 ** (e - 10)
+
+
+@pytest.mark.parametrize("approximate", ACTIVATIONS)
+def test_every_fp16_value_gives_finite_gelu(library, approximate):
+    """All 65,536 fp16 bit patterns through the GEMM (X·I, K=N=8: the Tensor-Core path) and the activation.
+    Finite patterns fill whole rows, inf/NaN the rest, so a non-finite input (inf·0 = NaN in any GEMM)
+    touches no finite row. Where float64 is finite the fused value must be finite, and no further from
+    float64 than ORT's own Gelu on the same values, give or take one fp16 ulp."""
+    bits = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
+    values = bits.view(np.float16)
+    finite_first = np.concatenate([values[np.isfinite(values)], values[~np.isfinite(values)]])
+    x = finite_first.reshape(-1, 8)
+    eye = np.eye(8, dtype=np.float32)
+    fused = cuda_session(fused_model("float16", x.shape, eye, None, approximate, 1), library)
+    (y,) = fused.run(None, {"X": x})
+    unfused = cuda_session(unfused_model("float16", x.shape, eye, None, approximate), library, fallback=True)
+    (y_ort,) = unfused.run(None, {"X": x})
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = activation64(x.astype(np.float64), approximate)
+    ok = np.isfinite(ref)
+    assert ok.sum() >= 63488, "the float64 reference should be finite for every finite fp16 input"
+    bad = ok & ~np.isfinite(y)
+    assert not bad.any(), f"non-finite output for inputs {x[bad][:8]} (float64: {ref[bad][:8]})"
+    err = np.abs(y[ok].astype(np.float64) - ref[ok])
+    err_ort = np.abs(y_ort[ok].astype(np.float64) - ref[ok])
+    ulp = _fp16_ulp(ref[ok])
+    allowed = np.maximum(err_ort, ulp) + ulp
+    worst = int(np.argmax(err / allowed))
+    assert (err <= allowed).all(), (
+        f"x={x[ok][worst]}: fused {y[ok][worst]} vs float64 {ref[ok][worst]:.6g} (ORT {y_ort[ok][worst]}), "
+        f"error {err[worst] / ulp[worst]:.1f} ulp > allowed {allowed[worst] / ulp[worst]:.1f} ulp")
+
+
+# --- zero sizes ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_zero_size_inputs(library, dtype):
+    rng = np.random.default_rng(3)
+    # M = 0 (rank 2 and 3): an empty output of the right shape.
+    for x_shape in [(0, 64), (2, 0, 64)]:
+        _, w_nk, b = make_inputs(rng, (1, 64), 32, dtype, 1, True)
+        x = np.zeros(x_shape, np.float32 if dtype != "float16" else np.float16)
+        sess = cuda_session(fused_model(dtype, x_shape, w_nk, b, "none", 1), library)
+        (y,) = sess.run(None, {"X": x})
+        assert y.shape == tuple(x_shape[:-1]) + (32,)
+    # K = 0: X·W is all zeros, so Y = act(B) on every row (and act(0) = 0 without a bias).
+    for bias in (True, False):
+        x = np.zeros((5, 0), np.float32 if dtype != "float16" else np.float16)
+        w_nk = np.zeros((24, 0), np.float32)
+        b = rounded(rng.standard_normal(24), dtype).astype(np.float32) if bias else None
+        sess = cuda_session(fused_model(dtype, x.shape, w_nk, b, "none", 1), library)
+        (y,) = sess.run(None, {"X": x})
+        expect = np.broadcast_to(activation64(b.astype(np.float64), "none") if bias else np.zeros(24), (5, 24))
+        np.testing.assert_allclose(y.astype(np.float64), expect, rtol=_ROUNDOFF[dtype] * 2, atol=1e-6)
+
+
+# --- running inside ORT: placement, IO binding, CUDA graphs, threads, config, errors ----------------------
+
+
+def test_node_runs_on_cuda_with_cpu_fallback_disabled(library, tmp_path):
+    rng = np.random.default_rng(1)
+    x, w_nk, b = make_inputs(rng, (64, 256), 512, "float16", 1, True)
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(library)
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "placement")
+    sess = ort.InferenceSession(fused_model("float16", x.shape, w_nk, b, "none", 1), so, providers=[CUDA])
+    (y,) = sess.run(None, {"X": x})
+    import json
+
+    events = json.load(open(sess.end_profiling()))
+    placed = {e["args"].get("op_name"): e["args"].get("provider") for e in events
+              if e.get("cat") == "Node" and "provider" in e.get("args", {})}
+    assert placed.get(OP_TYPE) == CUDA, f"FusedLinearGelu ran on {placed.get(OP_TYPE)}"
+    ref = reference(x, w_nk, b, "none")
+    assert rel_l2(y, ref) < 2e-3
+
+
+def _gpu_value(a: np.ndarray):
+    return ort.OrtValue.ortvalue_from_numpy(a, "cuda", 0)
+
+
+def test_io_binding_and_cuda_graph_replay(library):
+    """Inputs and outputs stay on the GPU; a captured CUDA graph replays the kernel on new input data."""
+    rng = np.random.default_rng(2)
+    x, w_nk, b = make_inputs(rng, (256, 768), 3072, "float16", 1, True)
+    sess = cuda_session(fused_model("float16", x.shape, w_nk, b, "none", 1), library, cuda_graph=True)
+    x_dev = _gpu_value(x)
+    y_dev = _gpu_value(np.zeros((256, 3072), np.float16))
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("X", x_dev)
+    binding.bind_ortvalue_output("Y", y_dev)
+    for _ in range(3):  # the first runs warm up and capture
+        sess.run_with_iobinding(binding)
+    assert rel_l2(y_dev.numpy(), reference(x, w_nk, b, "none")) < 1e-3
+    x2 = rounded(rng.standard_normal(x.shape), "float16")
+    x_dev.update_inplace(x2)  # same address, new data: only a real replay of the kernel can see it
+    sess.run_with_iobinding(binding)
+    y2 = y_dev.numpy()
+    assert rel_l2(y2, reference(x2, w_nk, b, "none")) < 1e-3
+    (y_plain,) = cuda_session(fused_model("float16", x.shape, w_nk, b, "none", 1), library).run(None, {"X": x2})
+    np.testing.assert_array_equal(y2, y_plain)  # the graph replays exactly what a plain run computes
+
+
+def test_concurrent_runs_on_one_session_match_one_thread(library):
+    rng = np.random.default_rng(4)
+    _, w_nk, b = make_inputs(rng, (1, 512), 1024, "float16", 1, True)
+    sess = cuda_session(fused_model("float16", ["M", 512], w_nk, b, "tanh", 1, y_shape=["M", 1024]), library)
+    inputs = [rounded(rng.standard_normal((int(m), 512)), "float16") for m in rng.integers(1, 700, size=16)]
+    expected = [sess.run(None, {"X": x})[0] for x in inputs]
+    failures = []
+
+    def worker(t):
+        try:
+            for r in range(8):
+                i = (t * 5 + r) % len(inputs)
+                (y,) = sess.run(None, {"X": inputs[i]})
+                if not np.array_equal(y, expected[i]):
+                    failures.append(f"thread {t} run {r}: input {i} differs from the one-thread result")
+        except Exception as e:  # surfaced below: an exception in a thread would otherwise be lost
+            failures.append(f"thread {t}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:5]
+
+
+def test_strict_fp32_session_config(library):
+    rng = np.random.default_rng(5)
+    x, w_nk, b = make_inputs(rng, (512, 768), 1024, "float32", 1, True)
+    model = fused_model("float32", x.shape, w_nk, b, "none", 1)
+    ref = reference(x, w_nk, b, "none")
+    (y_tf32,) = cuda_session(model, library).run(None, {"X": x})
+    (y_strict,) = cuda_session(model, library, config={"onnxfuse.strict_fp32": "1"}).run(None, {"X": x})
+    e_tf32, e_strict = rel_l2(y_tf32, ref), rel_l2(y_strict, ref)
+    # TF32 keeps 10 mantissa bits (error ~1e-4); strict fp32 is fp32-accurate (~1e-7 for K = 768).
+    assert e_strict < 1e-5, f"strict fp32 error {e_strict:.2e}"
+    assert e_tf32 > 10 * e_strict, f"TF32 ({e_tf32:.2e}) should be far less accurate than strict ({e_strict:.2e})"
+    assert e_tf32 < 2e-3
+    with pytest.raises(Exception, match="onnxfuse.strict_fp32"):
+        cuda_session(model, library, config={"onnxfuse.strict_fp32": "yes"})
+
+
+def test_bad_shapes_are_errors_not_crashes(library):
+    """W as a graph input, so the mismatch reaches the kernel at run time: an ORT error, never an abort."""
+    so_model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node(OP_TYPE, ["X", "W"], ["Y"], domain=DOMAIN)],
+            "bad",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT16, ["M", "K"]),
+             helper.make_tensor_value_info("W", TensorProto.FLOAT16, ["N", "K2"])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT16, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, OP_VERSION)],
+        ir_version=10,
+    ).SerializeToString()
+    sess = cuda_session(so_model, library)
+    x = np.ones((4, 16), np.float16)
+    with pytest.raises(Exception, match="K mismatch"):
+        sess.run(None, {"X": x, "W": np.ones((8, 12), np.float16)})
+    (y,) = sess.run(None, {"X": x, "W": np.ones((8, 16), np.float16)})  # the session is still usable
+    assert y.shape == (4, 8)
