@@ -1,0 +1,321 @@
+"""The pass driver: find every candidate block, plan its rewrite, apply all plans as one minimal edit.
+
+Why the edit is made on the proto and not by exporting an onnx-graphsurgeon graph: the output must keep
+everything the rewrite does not touch exactly as it was, and optimizing twice must give the same bytes.
+A graphsurgeon round trip does not: ``export_onnx`` rebuilds the model with ``make_model`` (dropping
+``metadata_props``, ``doc_string``, ``model_version``, ``domain``), re-derives ``value_info`` from every
+typed tensor, re-orders initializers by graph traversal; ``toposort`` re-levels untouched nodes; and
+``cleanup`` also deletes dead nodes and initializers the model had before we came. So the rules plan on a
+read-only view (``patterns.graph.GraphView``) and this module applies the plans: matched nodes leave the
+node list, the fused node takes the place of the last of them (a position where all its inputs already
+exist), and only what the rewrite itself made dead is removed — traced backwards from the inputs of the
+replaced nodes, never by a hand-kept list.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from . import domain  # noqa: F401  (registers the FusedLinearGelu schema with onnx)
+from .domain import DEFAULT_SIGMOID_ALPHA, DOMAIN, OP_TYPE, OP_VERSION
+from .errors import BadInputError
+from .patterns import ACTIVATION_RULES, Activation, Fusion, NewTensor, Refusal, casts, linear
+from .patterns.graph import GraphView, base_dir_of, infer_types, subgraph_references
+from .report import FusedBlock, MathChange, RefusedBlock, Report
+
+APPROXIMATIONS = ("tanh", "sigmoid")
+
+
+@dataclass(frozen=True)
+class Derived:
+    """How a new constant's bytes come from its source's: applied at save time for external sources, one
+    tensor at a time."""
+
+    source_dims: tuple[int, ...]
+    transpose: bool = False
+    scale: float | None = None
+
+    def __call__(self, flat: np.ndarray) -> np.ndarray:
+        a = flat.reshape(self.source_dims)
+        if self.scale is not None:
+            # In float64, rounded once to the tensor's type: the correctly rounded alpha·W.
+            a = (a.astype(np.float64) * self.scale).astype(flat.dtype)
+        if self.transpose:
+            a = a.T
+        return np.ascontiguousarray(a)
+
+
+@dataclass
+class FuseResult:
+    model: onnx.ModelProto
+    report: Report
+    # New external tensors: name → how to compute its bytes from the bytes its placeholder points at.
+    derived: dict[str, Derived] = field(default_factory=dict)
+
+
+# --- finding ---------------------------------------------------------------------------------------
+def _rules_by_anchor():
+    table: dict[tuple[str, str], list] = {}
+    for rule in ACTIVATION_RULES:
+        for dom, op in rule.anchors:
+            table.setdefault((dom, op), []).append(rule)
+    return table
+
+
+_RULES = _rules_by_anchor()
+
+
+def _anchor_key(node: onnx.NodeProto) -> tuple[str, str]:
+    return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
+
+
+def _closed(view: GraphView, fusion: Fusion) -> Fusion | Refusal:
+    """The block may only be replaced if nothing outside it sees its intermediates."""
+    final = fusion.activation.output
+    for i in sorted(fusion.nodes):
+        for out in view.nodes[i].output:
+            if not out or out == final:
+                continue
+            if out in view.graph_outputs:
+                return Refusal("single-use", f"intermediate '{out}' is a graph output",
+                               (view.node_name(i),))
+            for c in view.consumers_of(out):
+                if c not in fusion.nodes:
+                    return Refusal("single-use", f"intermediate '{out}' is also read by {view.node_name(c)}",
+                                   (view.node_name(i), view.node_name(c)))
+    return fusion
+
+
+def find_blocks(view: GraphView) -> list[Fusion | Refusal]:
+    """Every candidate block in node order: a Fusion plan, or the Refusal that keeps it as it is."""
+    results: list[Fusion | Refusal] = []
+    claimed: set[int] = set()
+    for i, node in enumerate(view.nodes):
+        for rule in _RULES.get(_anchor_key(node), ()):
+            result = rule.match(view, i)
+            if result is None:
+                continue
+            if isinstance(result, Activation):
+                result = casts.widen(view, result)
+            if isinstance(result, Activation):
+                result = linear.absorb(view, result)
+            if isinstance(result, Fusion):
+                result = _closed(view, result)
+            if isinstance(result, Fusion):
+                if result.nodes & claimed:
+                    result = Refusal("overlap", "shares nodes with a block fused before it",
+                                     tuple(view.node_name(j) for j in sorted(result.nodes)))
+                else:
+                    claimed |= result.nodes
+            results.append(result)
+            break
+    return results
+
+
+# --- applying --------------------------------------------------------------------------------------
+class _Names:
+    """Deterministic unique names: a proposal is kept unless taken, then suffixed _1, _2, ..."""
+
+    def __init__(self, taken: set[str]):
+        self.taken = set(taken)
+
+    def claim(self, proposal: str) -> str:
+        name, k = proposal, 0
+        while name in self.taken:
+            k += 1
+            name = f"{proposal}_{k}"
+        self.taken.add(name)
+        return name
+
+
+def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.TensorProto, Derived | None]:
+    """The TensorProto of a new constant. Inline sources are transformed now; external ones get a
+    placeholder that points at the source bytes, and a Derived that the writer applies while streaming."""
+    src = view.constant(nt.source)
+    derived = Derived(tuple(src.dims), nt.transpose, nt.scale)
+    if src.data_location == onnx.TensorProto.EXTERNAL:
+        t = onnx.TensorProto(name=name, data_type=nt.data_type, dims=list(nt.dims))
+        t.data_location = onnx.TensorProto.EXTERNAL
+        t.external_data.extend(src.external_data)
+        return t, derived
+    value = derived(numpy_helper.to_array(src).reshape(-1))
+    t = numpy_helper.from_array(value.reshape(nt.dims), name)
+    return t, None
+
+
+def _fused_node(fusion: Fusion, name: str, w: str, b: str | None, output: str, approximate: str,
+                alpha: float | None) -> onnx.NodeProto:
+    attrs = {"approximate": approximate, "transB": fusion.trans_b}
+    if approximate == "sigmoid":
+        attrs["alpha"] = float(alpha if alpha is not None else DEFAULT_SIGMOID_ALPHA)
+    inputs = [fusion.x, w] + ([b] if b else [])
+    return helper.make_node(OP_TYPE, inputs, [output], name=name, domain=DOMAIN, **attrs)
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """Every tensor ``node`` reads, including outer-scope names read inside its subgraphs."""
+    names = {i for i in node.input if i}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            names |= subgraph_references(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            for g in a.graphs:
+                names |= subgraph_references(g)
+    return names
+
+
+def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start: list[str],
+                      graph_inputs: set[str]) -> tuple[list[onnx.NodeProto], set[str]]:
+    """Drop the nodes and initializers that became unused because the replaced nodes were their only
+    readers, walking back from ``start`` (the inputs of the replaced nodes). Dead code the model had
+    before is not ours to remove."""
+    uses: dict[str, int] = {}
+    for name in [o.name for o in graph.output]:
+        uses[name] = uses.get(name, 0) + 1
+    reads = [_reads(n) for n in kept]
+    for r in reads:
+        for name in r:
+            uses[name] = uses.get(name, 0) + 1
+    producer = {o: k for k, n in enumerate(kept) for o in n.output if o}
+    initializers = {t.name for t in graph.initializer}
+    dead_nodes: set[int] = set()
+    dead_inits: set[str] = set()
+    work = list(start)
+    while work:
+        name = work.pop()
+        if uses.get(name, 0):
+            continue
+        k = producer.get(name)
+        if k is not None:
+            if k not in dead_nodes and all(not uses.get(o, 0) for o in kept[k].output if o):
+                dead_nodes.add(k)
+                for r in reads[k]:
+                    uses[r] -= 1
+                    work.append(r)
+        elif name in initializers and name not in graph_inputs:
+            dead_inits.add(name)
+    return [n for k, n in enumerate(kept) if k not in dead_nodes], dead_inits
+
+
+def _apply(model: onnx.ModelProto, view: GraphView, fusions: list[Fusion], approximate: str | None):
+    """Rewrite ``model`` (a copy) in place. Returns (fused blocks, math changes, derived tensors)."""
+    graph = model.graph
+    names = _Names(view.all_names)
+    created: dict[NewTensor, str] = {}
+    new_tensors: list[onnx.TensorProto] = []
+    derived: dict[str, Derived] = {}
+    emit: dict[int, list[onnx.NodeProto]] = {}
+    removed: set[int] = set()
+    blocks, changes = [], []
+
+    def resolve(ref: str | NewTensor | None) -> str | None:
+        if not isinstance(ref, NewTensor):
+            return ref
+        key = NewTensor(name="", source=ref.source, dims=ref.dims, data_type=ref.data_type,
+                        transpose=ref.transpose, scale=ref.scale)
+        if key not in created:  # tied weights: one transposed copy, shared
+            name = names.claim(ref.name)
+            tensor, how = _materialize(view, ref, name)
+            new_tensors.append(tensor)
+            if how is not None:
+                derived[name] = how
+            created[key] = name
+        return created[key]
+
+    for f in fusions:
+        act = f.activation
+        name = names.claim(f"{f.name_hint}/{OP_TYPE}")
+        target, alpha = act.approximate, act.alpha
+        if approximate is not None and approximate != act.approximate:
+            target = approximate
+            alpha = DEFAULT_SIGMOID_ALPHA if approximate == "sigmoid" else None
+            was = act.approximate + (f"(alpha={act.alpha:.6g})" if act.approximate == "sigmoid" else "")
+            changes.append(MathChange(name, was, target))
+        output = f.reshape[1] if f.reshape else act.output
+        new_nodes = [_fused_node(f, name, resolve(f.weight), resolve(f.bias), output, target, alpha)]
+        if f.reshape:
+            moved = onnx.NodeProto()
+            moved.CopyFrom(view.nodes[f.reshape[0]])
+            moved.input[0] = output
+            moved.output[0] = act.output
+            new_nodes.append(moved)
+        emit[max(f.nodes)] = new_nodes
+        removed |= f.nodes
+        blocks.append(FusedBlock(name, f.form, tuple(view.node_name(i) for i in sorted(f.nodes)), target))
+
+    kept: list[onnx.NodeProto] = []
+    for i, node in enumerate(view.nodes):
+        if i in emit:
+            kept.extend(emit[i])
+        elif i not in removed:
+            kept.append(node)
+
+    start = [name for i in sorted(removed) for name in view.nodes[i].input if name]
+    kept, dead_inits = _remove_made_dead(graph, kept, start, view.graph_inputs)
+
+    del graph.node[:]
+    graph.node.extend(kept)
+    for j in reversed(range(len(graph.initializer))):
+        if graph.initializer[j].name in dead_inits:
+            del graph.initializer[j]
+    graph.initializer.extend(new_tensors)
+
+    # value_info only describes tensors that still exist.
+    alive = {o for n in kept for o in n.output} | {i for n in kept for i in n.input}
+    for j in reversed(range(len(graph.value_info))):
+        if graph.value_info[j].name not in alive:
+            del graph.value_info[j]
+
+    if fusions and not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, OP_VERSION))
+    return blocks, changes, derived
+
+
+def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
+               base_dir: str | os.PathLike | None = None) -> FuseResult:
+    """Fuse every Linear+GELU block of ``model`` into ``FusedLinearGelu``. Pure: ``model`` is not changed.
+
+    ``approximate`` ("tanh" or "sigmoid") changes the activation of every fused node that computed
+    something else (the report lists them). ``base_dir`` is where the model's external data lives (only
+    small constants are read from it; weights are never loaded)."""
+    if approximate is not None and approximate not in APPROXIMATIONS:
+        raise BadInputError(f"--approximate must be one of {', '.join(APPROXIMATIONS)}, not {approximate!r}")
+    view = GraphView(model.graph, inferred=infer_types(model),
+                     base_dir=None if base_dir is None else os.fspath(base_dir))
+    found = find_blocks(view)
+    fusions = [r for r in found if isinstance(r, Fusion)]
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    blocks, changes, derived = _apply(out, view, fusions, approximate)
+    report = Report(fused=blocks, math_changed=changes, approximate=approximate,
+                    refused=[RefusedBlock(r.rule, r.reason, r.nodes) for r in found if isinstance(r, Refusal)])
+    return FuseResult(out, report, derived)
+
+
+def inspect_model(model: onnx.ModelProto, *, base_dir=None) -> list[Fusion | Refusal]:
+    """Every candidate block, as the optimizer would see it (for ``onnxfuse inspect``)."""
+    view = GraphView(model.graph, inferred=infer_types(model),
+                     base_dir=None if base_dir is None else os.fspath(base_dir))
+    return find_blocks(view)
+
+
+def optimize_file(input_path, output_path, *, approximate: str | None = None) -> Report:
+    """Load ``input_path``, fuse, check, and write ``output_path`` atomically (external data streamed)."""
+    from . import io
+
+    start = time.perf_counter()
+    io.check_output_path(input_path, output_path)
+    model = io.load_model(input_path)
+    result = fuse_model(model, approximate=approximate, base_dir=base_dir_of(input_path))
+    io.save_model(result.model, output_path, source_dir=base_dir_of(input_path), derived=result.derived)
+    report = result.report
+    report.model, report.output = os.fspath(input_path), os.fspath(output_path)
+    report.seconds = time.perf_counter() - start
+    return report
+

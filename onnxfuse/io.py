@@ -1,0 +1,308 @@
+"""Reading and writing models: every way an input can be bad becomes one clear ``BadInputError`` line, and
+every output is written atomically.
+
+Weights are never all in memory. ``load_model`` reads the graph only (external data stays on disk, its
+files checked for presence and size); ``save_model`` streams each external tensor into a fresh data file
+next to the output — copied by the kernel (``copy_file_range``) when unchanged, transformed one tensor at
+a time when the rewrite derived it from another (a weight stored ``[N, K]``). ``onnx.save`` cannot do
+this: it needs every tensor loaded to write external data.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx.external_data_helper import ExternalDataInfo
+
+from . import domain
+from .errors import BadInputError
+
+EXTERNAL = onnx.TensorProto.EXTERNAL
+# Offsets of tensors in the data file are page-aligned, so runtimes can memory-map them.
+ALIGNMENT = 4096
+_COPY_CHUNK = 64 << 20
+_FOUR_BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4,
+             getattr(onnx.TensorProto, "FLOAT4E2M1", onnx.TensorProto.INT4)}
+
+
+# --- walking tensors ---------------------------------------------------------------------------------
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        yield from _node_tensors(node)
+
+
+def _node_tensors(node: onnx.NodeProto) -> Iterator[onnx.TensorProto]:
+    for a in node.attribute:
+        if a.HasField("t"):
+            yield a.t
+        yield from a.tensors
+        if a.HasField("g"):
+            yield from _graph_tensors(a.g)
+        for g in a.graphs:
+            yield from _graph_tensors(g)
+
+
+def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto of the model: initializers, Constant values, subgraphs, functions."""
+    yield from _graph_tensors(model.graph)
+    for f in model.functions:
+        for node in f.node:
+            yield from _node_tensors(node)
+
+
+def external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    return [t for t in all_tensors(model) if t.data_location == EXTERNAL]
+
+
+def tensor_nbytes(t: onnx.TensorProto) -> int:
+    n = int(np.prod(t.dims, dtype=np.int64))
+    if t.data_type in _FOUR_BIT:
+        return (n + 1) // 2
+    return n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+
+
+def _external_span(t: onnx.TensorProto, base_dir: str) -> tuple[str, int, int]:
+    """(file, offset, length) of an external tensor, checked: a relative path inside ``base_dir`` to a
+    regular file long enough to hold it."""
+    info = ExternalDataInfo(t)
+    loc = info.location
+    if not loc:
+        raise BadInputError(f"tensor '{t.name}' is marked external but names no data file")
+    if (os.path.isabs(loc) or PureWindowsPath(loc).is_absolute() or ".." in PurePosixPath(loc).parts
+            or ".." in PureWindowsPath(loc).parts):
+        raise BadInputError(f"tensor '{t.name}': external data location '{loc}' must be a relative path "
+                            "inside the model's folder")
+    path = os.path.join(base_dir, loc)
+    if not os.path.isfile(path):
+        raise BadInputError(f"external data file '{loc}' of tensor '{t.name}' is missing next to the model "
+                            f"(looked in {base_dir})")
+    expected = tensor_nbytes(t)
+    length = info.length if info.length else expected
+    if length != expected:
+        raise BadInputError(f"tensor '{t.name}': external data length {length} does not match its shape "
+                            f"{list(t.dims)} ({expected} bytes)")
+    offset = info.offset or 0
+    size = os.path.getsize(path)
+    if offset + length > size:
+        raise BadInputError(f"external data file '{loc}' is truncated: tensor '{t.name}' needs bytes "
+                            f"[{offset}, {offset + length}) but the file has {size}")
+    return path, offset, length
+
+
+# --- loading ---------------------------------------------------------------------------------------
+def _check_opsets(model: onnx.ModelProto, path: str) -> None:
+    imported = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    if "" in imported and not 1 <= imported[""] <= onnx.defs.onnx_opset_version():
+        raise BadInputError(f"{path}: ONNX opset {imported['']} is not supported (this onnx knows up to "
+                            f"{onnx.defs.onnx_opset_version()})")
+    if domain.DOMAIN in imported and imported[domain.DOMAIN] != domain.OP_VERSION:
+        raise BadInputError(f"{path}: domain {domain.DOMAIN} version {imported[domain.DOMAIN]} is not supported "
+                            f"(only version {domain.OP_VERSION})")
+    local = {f.domain for f in model.functions}
+
+    def check(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            d = "" if node.domain == "ai.onnx" else node.domain
+            if d not in imported and d not in local:
+                raise BadInputError(f"{path}: node '{node.name or node.op_type}' uses domain '{d or 'ai.onnx'}' "
+                                    "that the model does not import (unknown opset domain)")
+            for a in node.attribute:
+                if a.HasField("g"):
+                    check(a.g)
+                for g in a.graphs:
+                    check(g)
+
+    check(model.graph)
+
+
+def load_model(path, *, load_external_data: bool = False) -> onnx.ModelProto:
+    """Read an ONNX model, or raise ``BadInputError`` with one line saying what is wrong with it.
+
+    External data is checked (present, inside the model's folder, long enough) but not loaded unless
+    ``load_external_data``."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise BadInputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise BadInputError(f"{path}: is a directory, not an ONNX model file")
+    if not os.path.isfile(path):
+        raise BadInputError(f"{path}: not a regular file")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise BadInputError(f"{path}: empty file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise BadInputError(f"{path}: cannot read: {e.strerror}") from None
+    if head.startswith(b"version https://git-lfs"):
+        raise BadInputError(f"{path}: a git-LFS pointer, not the model (run `git lfs pull`)")
+    try:
+        model = onnx.load_model(path, load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadInputError(f"{path}: not an ONNX model or truncated ({first})") from None
+    if not model.ir_version or not model.HasField("graph") or not model.opset_import:
+        raise BadInputError(f"{path}: not an ONNX model (no IR version, graph or opset import)")
+    if model.ir_version > onnx.IR_VERSION:
+        raise BadInputError(f"{path}: IR version {model.ir_version} is newer than this onnx supports "
+                            f"({onnx.IR_VERSION})")
+    _check_opsets(model, path)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    for t in external_tensors(model):
+        _external_span(t, base_dir)
+    try:
+        onnx.checker.check_model(path)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0]
+        raise BadInputError(f"{path}: not a valid ONNX model: {first}") from None
+    if load_external_data:
+        onnx.external_data_helper.load_external_data_for_model(model, base_dir)
+    return model
+
+
+# --- saving ----------------------------------------------------------------------------------------
+def check_output_path(input_path, output_path) -> None:
+    """Refuse outputs we cannot or must not write, before any work is done."""
+    out = os.fspath(output_path)
+    if os.path.isdir(out):
+        raise BadInputError(f"{out}: is a directory; give the output model's file name")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise BadInputError(f"{out}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadInputError(f"{out}: folder {parent} is not writable")
+    if os.path.exists(out) and not os.access(out, os.W_OK):
+        raise BadInputError(f"{out}: exists and is not writable")
+    if input_path is not None and os.path.exists(out) and os.path.samefile(os.fspath(input_path), out):
+        raise BadInputError(f"{out}: is the input model; the input is never overwritten, choose another output")
+
+
+def _copy_range(src: str, offset: int, length: int, dst) -> None:
+    """Copy ``length`` bytes of ``src`` from ``offset`` to the end of ``dst``, without holding them in memory
+    (the kernel copies, or moves 64 MiB chunks)."""
+    with open(src, "rb") as s:
+        done = 0
+        try:
+            while done < length:
+                n = os.copy_file_range(s.fileno(), dst.fileno(), length - done, offset + done)
+                if n == 0:
+                    raise OSError(f"unexpected end of {src}")
+                done += n
+            dst.seek(0, os.SEEK_END)
+            return
+        except (AttributeError, OSError) as e:
+            if done or (isinstance(e, OSError) and "unexpected end" in str(e)):
+                raise
+        s.seek(offset)
+        while done < length:
+            chunk = s.read(min(_COPY_CHUNK, length - done))
+            if not chunk:
+                raise OSError(f"unexpected end of {src}")
+            dst.write(chunk)
+            done += len(chunk)
+
+
+def _write_derived(src: str, offset: int, length: int, t: onnx.TensorProto, source_dtype: np.dtype,
+                   how: Callable[[np.ndarray], np.ndarray], dst) -> int:
+    """Read one source tensor, transform it (transpose, scale), append it to ``dst``; returns its length."""
+    flat = np.fromfile(src, dtype=np.uint8, count=length, offset=offset).view(source_dtype)
+    data = np.ascontiguousarray(how(flat)).view(np.uint8)
+    if data.nbytes != tensor_nbytes(t):
+        raise ValueError(f"derived tensor '{t.name}' has {data.nbytes} bytes, its shape needs {tensor_nbytes(t)}")
+    dst.write(data.data)
+    return data.nbytes
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_model(model: onnx.ModelProto, path, *, source_dir=None,
+               derived: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
+               check: bool = True) -> None:
+    """Write ``model`` to ``path`` atomically; external tensors go to a fresh ``<name>.data`` beside it.
+
+    ``source_dir`` is where the external data the model points at lives (the input model's folder).
+    ``derived`` maps a tensor name to how its bytes are computed from the bytes its placeholder points at
+    (``fuse.Derived``). Files are written into a temporary folder beside ``path``, fsynced, checked with
+    ``onnx.checker`` (full check), then renamed into place — data file first; on any failure nothing is
+    left behind. ``model`` is left as it was."""
+    path = os.fspath(path)
+    derived = dict(derived or {})
+    out_dir = os.path.dirname(os.path.abspath(path))
+    base = os.path.basename(path)
+    ext = external_tensors(model)
+    data_name = f"{base}.data"
+    if ext:
+        if source_dir is None:
+            raise ValueError("save_model: the model has external data; pass source_dir")
+        spans = [_external_span(t, os.fspath(source_dir)) for t in ext]
+        target = os.path.join(out_dir, data_name)
+        if os.path.exists(target) and any(os.path.samefile(target, p) for p, _, _ in spans):
+            raise BadInputError(f"{path}: its data file {data_name} is the input's external data; choose "
+                                "another output name")
+    try:
+        tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=out_dir)
+    except OSError as e:
+        raise BadInputError(f"{path}: cannot write: {e.strerror}") from None
+    saved = []
+    try:
+        try:
+            if ext:
+                with open(os.path.join(tmp, data_name), "wb") as out:
+                    for t, (src, offset, length) in zip(ext, spans):
+                        pad = -out.tell() % ALIGNMENT
+                        out.write(b"\0" * pad)
+                        start = out.tell()
+                        how = derived.get(t.name)
+                        if how is None:
+                            _copy_range(src, offset, length, out)
+                        else:
+                            np_dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+                            length = _write_derived(src, offset, length, t, np_dtype, how, out)
+                        saved.append((t, list(t.external_data)))
+                        del t.external_data[:]
+                        onnx.external_data_helper.set_external_data(t, data_name, offset=start, length=length)
+                    out.flush()
+                    os.fsync(out.fileno())
+            model_tmp = os.path.join(tmp, base)
+            with open(model_tmp, "wb") as f:
+                f.write(model.SerializeToString())
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise BadInputError(f"{path}: cannot write: {e.strerror or e}") from None
+        if check:
+            domain.register_schema()
+            onnx.checker.check_model(model_tmp, full_check=True)
+        if ext:
+            os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
+        os.replace(model_tmp, path)
+        _fsync_dir(out_dir)
+    finally:
+        for t, entries in saved:
+            del t.external_data[:]
+            t.external_data.extend(entries)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def source_dir_of(path) -> str:
+    return str(Path(os.fspath(path)).resolve().parent)

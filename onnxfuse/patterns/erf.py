@@ -1,0 +1,46 @@
+"""Exact GELU spelled out with Erf: ``0.5 · x · (1 + erf(x / √2))``.
+
+Matches ``Div(x, √2)`` or ``Mul(x, 1/√2)`` into ``Erf``, ``Add 1`` (either order) and the closing product
+with ``x`` and ``0.5`` in every grouping PyTorch, Keras and TF write (the product is flattened, see
+``rule.product``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .graph import GraphView
+from .rule import Activation, Refusal, close_to, closing_product, describe_miss, one_plus, product
+
+RULE = "erf-gelu"
+FORM = "erf-GELU"
+INV_SQRT2 = 1.0 / math.sqrt(2.0)
+
+
+class ErfGelu:
+    rule = RULE
+    anchors = (("", "Erf"),)
+
+    def match(self, view: GraphView, i: int) -> Activation | Refusal | None:
+        erf = view.nodes[i]
+        p = one_plus(view, erf.output[0])
+        if p is None:
+            return None  # an Erf that is not followed by 1 + erf(...) is not a GELU
+        involved = (view.node_name(i), view.node_name(p.node))
+        arg = product(view, erf.input[0])
+        if len(arg.leaves) != 1 or not arg.has_const:
+            return Refusal(RULE, "the Erf argument is not x/√2 (one tensor times a constant)", involved)
+        x = arg.leaves[0]
+        if not close_to(arg.const, INV_SQRT2, arg.const_dtype):
+            return Refusal(RULE, describe_miss("the Erf argument scale", arg.const, INV_SQRT2, "1/√2",
+                                               arg.const_dtype), involved)
+        if not close_to(p.value, 1.0, p.dtype):
+            return Refusal(RULE, describe_miss("the constant added to erf", p.value, 1.0, "1", p.dtype), involved)
+        closing = closing_product(view, RULE, p.output, x, 0.5, "0.5", involved)
+        if closing is None:
+            return Refusal(RULE, "1 + erf(x/√2) is not multiplied by exactly x and 0.5", involved)
+        if isinstance(closing, Refusal):
+            return closing
+        return Activation(form=FORM, input=x, output=closing.output,
+                          nodes=frozenset({i, p.node} | arg.nodes | closing.nodes),
+                          approximate="none", upcast=arg.upcast or closing.upcast)

@@ -1,0 +1,248 @@
+"""A read-only view of one ONNX graph for matching: who produces a tensor, who consumes it, which tensors are
+constants, and what is known of their type and shape.
+
+Rules reason on this view only. It never loads weights: a constant's *value* is read only when it is small
+(scalars and short vectors), which is all a GELU or Linear rule ever needs to look at; weights are
+described by their dims and dtype alone.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+# A constant larger than this is never read by a rule (weights are reasoned about by dims and dtype only).
+SMALL_CONSTANT_ELEMENTS = 64
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def is_op(node: onnx.NodeProto, op_type: str, domain: str = "") -> bool:
+    """``node`` is ``op_type`` of ``domain`` ("" and "ai.onnx" are the same default domain)."""
+    if node.op_type != op_type:
+        return False
+    if domain in _DEFAULT_DOMAINS:
+        return node.domain in _DEFAULT_DOMAINS
+    return node.domain == domain
+
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def subgraph_references(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name a subgraph reads (over-approximate: also names it defines itself).
+
+    Outer-scope tensors read inside an If/Loop/Scan body are consumers the flat node list does not show;
+    counting them keeps a tensor used inside a body from being treated as single-use."""
+    names: set[str] = set()
+    for node in graph.node:
+        names.update(i for i in node.input if i)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                names |= subgraph_references(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    names |= subgraph_references(g)
+    return names
+
+
+def _constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The value of a ``Constant`` node as a TensorProto (None for sparse or string values)."""
+    for a in node.attribute:
+        if a.name == "value":
+            return a.t
+        if a.name == "value_float":
+            return numpy_helper.from_array(np.array(a.f, dtype=np.float32))
+        if a.name == "value_floats":
+            return numpy_helper.from_array(np.array(list(a.floats), dtype=np.float32))
+        if a.name == "value_int":
+            return numpy_helper.from_array(np.array(a.i, dtype=np.int64))
+        if a.name == "value_ints":
+            return numpy_helper.from_array(np.array(list(a.ints), dtype=np.int64))
+    return None
+
+
+def _type_shape(tp: onnx.TypeProto):
+    """(elem_type or None, dims or None); a dim is an int, a symbolic name, or None."""
+    if not tp.HasField("tensor_type"):
+        return None, None
+    tt = tp.tensor_type
+    elem = tt.elem_type or None
+    if not tt.HasField("shape"):
+        return elem, None
+    dims = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return elem, tuple(dims)
+
+
+class GraphView:
+    """Producer/consumer maps and constant lookup over ``graph`` (the main graph of a model).
+
+    ``types`` adds inferred ``ValueInfoProto`` entries (from :func:`infer_types`) to what the graph declares;
+    ``base_dir`` is where external data of small constants is read from.
+    """
+
+    def __init__(self, graph: onnx.GraphProto, *, inferred: list[onnx.ValueInfoProto] = (), base_dir: str | None = None):
+        self.graph = graph
+        self.nodes = list(graph.node)
+        self.base_dir = base_dir
+        self.producer: dict[str, int] = {}
+        self.consumers: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            for o in node.output:
+                if o:
+                    self.producer[o] = i
+            used = [n for n in node.input if n]
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    used += sorted(subgraph_references(a.g))
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for g in a.graphs:
+                        used += sorted(subgraph_references(g))
+            for name in dict.fromkeys(used):
+                self.consumers.setdefault(name, []).append(i)
+        self.graph_inputs = {v.name for v in graph.input}
+        self.graph_outputs = {v.name for v in graph.output}
+        self.initializers = {t.name: t for t in graph.initializer}
+        self._types: dict[str, tuple] = {}
+        for v in list(inferred) + list(graph.value_info) + list(graph.input) + list(graph.output):
+            self._types[v.name] = _type_shape(v.type)
+
+    # --- structure ---------------------------------------------------------------------------------
+    def producer_of(self, name: str) -> onnx.NodeProto | None:
+        i = self.producer.get(name)
+        return None if i is None else self.nodes[i]
+
+    def consumers_of(self, name: str) -> list[int]:
+        return self.consumers.get(name, [])
+
+    def single_consumer(self, name: str) -> int | None:
+        """The index of the only node reading ``name``, if exactly one does and it is not a graph output."""
+        users = self.consumers_of(name)
+        if len(users) == 1 and name not in self.graph_outputs:
+            return users[0]
+        return None
+
+    def node_name(self, i: int) -> str:
+        node = self.nodes[i]
+        return node.name or f"<{node.op_type} #{i}>"
+
+    @cached_property
+    def all_names(self) -> set[str]:
+        """Every node and tensor name in the graph (to keep names we create unique)."""
+        names = {n.name for n in self.nodes if n.name}
+        names |= set(self.producer) | set(self.consumers) | self.graph_inputs | set(self.initializers)
+        return names
+
+    # --- constants ---------------------------------------------------------------------------------
+    def constant(self, name: str) -> onnx.TensorProto | None:
+        """The TensorProto of a constant tensor: an initializer that is not also a graph input (those can be
+        overridden at run time), or the output of a ``Constant`` node."""
+        if name in self.initializers and name not in self.graph_inputs:
+            return self.initializers[name]
+        node = self.producer_of(name)
+        if node is not None and is_op(node, "Constant"):
+            return _constant_node_tensor(node)
+        return None
+
+    def constant_source(self, name: str) -> str | None:
+        """'initializer' or 'Constant' for a constant tensor, else None."""
+        if name in self.initializers and name not in self.graph_inputs:
+            return "initializer"
+        node = self.producer_of(name)
+        if node is not None and is_op(node, "Constant"):
+            return "Constant"
+        return None
+
+    def small_value(self, name: str, max_elements: int = SMALL_CONSTANT_ELEMENTS) -> np.ndarray | None:
+        """A small constant's value (float64 for floating types), or None if not constant or too big."""
+        t = self.constant(name)
+        if t is None or int(np.prod(t.dims, dtype=np.int64)) > max_elements:
+            return None
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            if self.base_dir is None:
+                return None
+            copy = onnx.TensorProto()
+            copy.CopyFrom(t)
+            onnx.external_data_helper.load_external_data_for_tensor(copy, self.base_dir)
+            t = copy
+        value = numpy_helper.to_array(t)
+        if value.dtype.kind == "f" or t.data_type == onnx.TensorProto.BFLOAT16:
+            value = value.astype(np.float64)
+        return value
+
+    def scalar(self, name: str) -> tuple[float, int] | None:
+        """(value, dtype) of a one-element floating constant (a scalar or any shape of one element)."""
+        t = self.constant(name)
+        if t is None or int(np.prod(t.dims, dtype=np.int64)) != 1:
+            return None
+        value = self.small_value(name)
+        if value is None or value.dtype.kind != "f":
+            return None
+        return float(value.reshape(-1)[0]), t.data_type
+
+    # --- types -------------------------------------------------------------------------------------
+    def dtype(self, name: str) -> int | None:
+        t = self.constant(name)
+        if t is not None:
+            return t.data_type
+        if name in self.initializers:
+            return self.initializers[name].data_type
+        return self._types.get(name, (None, None))[0]
+
+    def shape(self, name: str) -> tuple | None:
+        """Dims of ``name`` (ints, symbolic names or None per dim), or None when even the rank is unknown."""
+        t = self.constant(name)
+        if t is not None:
+            return tuple(t.dims)
+        if name in self.initializers:
+            return tuple(self.initializers[name].dims)
+        return self._types.get(name, (None, None))[1]
+
+
+def infer_types(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Shape inference on a weightless copy of ``model``: large initializers become typed graph inputs, so
+    this costs as little for a 6 GB model as for a tiny one and never touches external data. Inference
+    failures (custom ops without schema, odd models) just leave types unknown; rules then refuse or
+    reason without them."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    src = model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    declared_inputs = {v.name for v in src.input}
+    for t in src.initializer:
+        small = int(np.prod(t.dims, dtype=np.int64)) <= SMALL_CONSTANT_ELEMENTS
+        if small and t.data_location != onnx.TensorProto.EXTERNAL:
+            g.initializer.append(t)
+        elif t.name not in declared_inputs:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+    except Exception:  # inference is a help, never a requirement
+        return []
+    return list(inferred.graph.value_info)
+
+
+def base_dir_of(path: str | os.PathLike | None) -> str | None:
+    return None if path is None else os.path.dirname(os.path.abspath(path))

@@ -1,0 +1,266 @@
+"""What rules return, and the small algebra they share.
+
+A rule looks at one anchor node and answers one of three things:
+
+* ``None``        — nothing here resembles its form (not a candidate; ``inspect`` stays quiet);
+* a record        — the canonical :class:`Activation` (stage 1) or a :class:`Fusion` plan (stage 2);
+* a :class:`Refusal` — it *is* a candidate, but something forbids the rewrite; the reason says what.
+
+Operand order and Mul grouping are not enumerated by hand: :func:`product` flattens a tree of
+``Mul``/``Div``-by-constant/``Pow``-by-integer nodes into one multiset of factors (so every grouping and
+operand order of ``0.5·x·(1+erf(x/√2))`` is the same product), and :func:`operand_orders` generates both
+orders of a binary commutative node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+import onnx
+
+from .graph import GraphView, is_op
+
+T = onnx.TensorProto
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A candidate block that is left exactly as it was, and why."""
+
+    rule: str
+    reason: str
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Activation:
+    """Stage 1 output: one GELU, whatever form it had in the graph, in one canonical shape.
+
+    ``input``/``output`` are the tensors entering and leaving the whole activation (Casts included);
+    ``nodes`` are the node indices that make it up; ``bias`` is a bias input the activation op itself adds
+    (``BiasGelu``, ``FastGelu`` with bias), to be folded into the Linear.
+    """
+
+    form: str
+    input: str
+    output: str
+    nodes: frozenset[int]
+    approximate: str  # none | tanh | sigmoid
+    alpha: float | None = None  # sigmoid form only
+    bias: str | None = None
+    upcast: bool = False  # computes in float32 between Cast nodes (fp16/bf16 graphs)
+    downcast_to: int | None = None  # the Cast back, when upcast
+
+
+@dataclass(frozen=True)
+class NewTensor:
+    """A constant the rewrite creates from an existing one: ``source`` scaled, transposed and/or reshaped.
+
+    Applied at once for inline tensors; for external ones it is deferred to save time, one tensor at a
+    time, so weights are never all in memory."""
+
+    name: str  # proposed; the driver keeps names unique
+    source: str
+    dims: tuple[int, ...]
+    data_type: int
+    transpose: bool = False
+    scale: float | None = None
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Stage 2 output: everything needed to write one ``FusedLinearGelu`` node."""
+
+    form: str
+    activation: Activation
+    nodes: frozenset[int]  # all nodes the fused node replaces (Linear + activation)
+    x: str
+    weight: str | NewTensor  # an existing tensor, or one to create ([N, K] from [K, N], alpha folded in)
+    bias: str | NewTensor | None  # an existing [N] tensor, or one to create (reshaped to [N], beta folded in)
+    trans_b: int
+    dtype: int
+    name_hint: str  # the Linear node's name: the fused node's name derives from it
+    # Reshape→Gemm→Reshape: the trailing Reshape is kept and moved after the fused node (GELU is
+    # elementwise, so it commutes with a Reshape); (node index, fused output name).
+    reshape: tuple[int, str] | None = None
+
+
+# --- constants -------------------------------------------------------------------------------------
+_EPS = {
+    T.FLOAT: float(np.finfo(np.float32).eps),
+    T.FLOAT16: float(np.finfo(np.float16).eps),
+    T.BFLOAT16: float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps),
+    T.DOUBLE: float(np.finfo(np.float64).eps),
+}
+
+
+def ulp(ref: float, dtype: int) -> float:
+    """One unit in the last place of ``dtype`` at the magnitude of ``ref``."""
+    eps = _EPS.get(dtype, _EPS[T.FLOAT])
+    return eps * 2.0 ** math.floor(math.log2(abs(ref))) if ref else eps
+
+
+def close_to(value: float, ref: float, dtype: int, ulps: float = 2.0) -> bool:
+    """``value`` is ``ref`` as written in ``dtype``: within two units in the last place.
+
+    A literal rounded to its own precision (and a product of two such literals) lands within that; a
+    constant that merely resembles ``ref`` (1.414 for √2, 0.7978 for √(2/π) in float32) does not."""
+    return abs(value - ref) <= ulps * ulp(ref, dtype)
+
+
+def describe_miss(what: str, value: float, ref: float, ref_text: str, dtype: int) -> str:
+    rel = abs(value - ref) / abs(ref) if ref else abs(value)
+    dtype_name = onnx.helper.tensor_dtype_to_string(dtype).removeprefix("TensorProto.").lower()
+    return (f"{what} {value:.9g} is not {ref_text} ({ref:.9g}): off by {rel:.1e} relative, more than the "
+            f"rounding of a {dtype_name} constant")
+
+
+# --- products --------------------------------------------------------------------------------------
+@dataclass
+class Product:
+    """A product flattened into factors: non-constant ``leaves`` (tensor names, seen through upcast Casts),
+    the product ``const`` of all constant factors, and the ``nodes`` the product spans."""
+
+    leaves: list[str] = field(default_factory=list)
+    const: float = 1.0
+    const_dtype: int | None = None
+    has_const: bool = False
+    nodes: set[int] = field(default_factory=set)
+    upcast: bool = False  # some leaf was reached through a Cast to float32
+
+
+def upcast_root(view: GraphView, name: str, nodes: set[int]) -> tuple[str, bool]:
+    """``name`` seen through ``Cast(to=float)`` nodes (fp16 graphs wrap GELU in float32 Casts): the tensor
+    before the Cast, adding the Cast to ``nodes``. The dtypes are checked once the Linear is known."""
+    node_i = view.producer.get(name)
+    if node_i is not None and is_op(view.nodes[node_i], "Cast"):
+        to = next((a.i for a in view.nodes[node_i].attribute if a.name == "to"), None)
+        if to == T.FLOAT:
+            nodes.add(node_i)
+            return view.nodes[node_i].input[0], True
+    return name, False
+
+
+def product(view: GraphView, name: str) -> Product:
+    """Flatten the product that produces ``name``.
+
+    Descends through ``Mul``, ``Div`` by a constant and ``Pow`` by 2 or 3; below the top node only into
+    tensors with a single consumer (a shared tensor is a factor, not part of this product)."""
+    out = Product()
+
+    def add_const(value: float, dtype: int) -> None:
+        out.const *= value
+        out.has_const = True
+        out.const_dtype = dtype if out.const_dtype is None else out.const_dtype
+
+    def visit(t: str, top: bool) -> None:
+        s = view.scalar(t)
+        if s is not None:
+            add_const(*s)
+            return
+        i = view.producer.get(t)
+        node = view.nodes[i] if i is not None else None
+        expandable = node is not None and (top or view.single_consumer(t) is not None)
+        if expandable and is_op(node, "Mul"):
+            out.nodes.add(i)
+            for operand in node.input:
+                visit(operand, False)
+            return
+        if expandable and is_op(node, "Div") and view.scalar(node.input[1]) is not None:
+            value, dtype = view.scalar(node.input[1])
+            if value != 0.0:
+                out.nodes.add(i)
+                add_const(1.0 / value, dtype)
+                visit(node.input[0], False)
+                return
+        if expandable and is_op(node, "Pow") and view.scalar(node.input[1]) is not None:
+            exponent = view.scalar(node.input[1])[0]
+            if exponent in (2.0, 3.0):
+                out.nodes.add(i)
+                for _ in range(int(exponent)):
+                    visit(node.input[0], False)
+                return
+        root, cast = upcast_root(view, t, out.nodes)
+        out.upcast |= cast
+        out.leaves.append(root)
+
+    visit(name, True)
+    return out
+
+
+def operand_orders(node: onnx.NodeProto):
+    """Both operand orders of a binary commutative node: rules are written once, for one order."""
+    a, b = node.input[0], node.input[1]
+    yield a, b
+    if a != b:
+        yield b, a
+
+
+def climb_products(view: GraphView, start: str, max_levels: int = 4):
+    """Yield (output tensor, Product) for each Mul/Div node climbing from ``start`` through single
+    consumers: the candidates for "the product that ends this activation", smallest first."""
+    current = start
+    for _ in range(max_levels):
+        i = view.single_consumer(current)
+        if i is None:
+            return
+        node = view.nodes[i]
+        if not (is_op(node, "Mul") or (is_op(node, "Div") and node.input[0] == current)):
+            return
+        current = node.output[0]
+        yield current, product(view, current)
+
+
+# --- pieces every decomposed GELU shares -------------------------------------------------------------
+@dataclass(frozen=True)
+class OnePlus:
+    """``p = 1 + t`` (either operand order): the Add node, its output and its constant."""
+
+    node: int
+    output: str
+    value: float
+    dtype: int
+
+
+def one_plus(view: GraphView, t: str) -> OnePlus | None:
+    """The ``Add(t, c)``/``Add(c, t)`` with a scalar constant ``c`` that reads ``t``, if that is ``t``'s only
+    use. (Whether ``c`` is 1 is checked by the caller, so a near-miss is refused with a reason.)"""
+    i = view.single_consumer(t)
+    if i is None or not is_op(view.nodes[i], "Add"):
+        return None
+    for operand, other in operand_orders(view.nodes[i]):
+        if operand == t and view.scalar(other) is not None:
+            return OnePlus(i, view.nodes[i].output[0], *view.scalar(other))
+    return None
+
+
+@dataclass(frozen=True)
+class Closing:
+    """The product that ends an activation: its output tensor and the nodes it spans."""
+
+    output: str
+    nodes: frozenset[int]
+    upcast: bool
+
+
+def closing_product(view: GraphView, rule: str, start: str, x: str, ref: float, ref_text: str,
+                    involved: tuple[str, ...]) -> Closing | Refusal | None:
+    """Climb from ``start`` to the first product equal to ``ref · x · start``.
+
+    None if no product of exactly ``{x, start}`` follows (the shape is not this activation); a Refusal if
+    one does but its constant factor only nearly matches ``ref``."""
+    miss = None
+    for out, prod in climb_products(view, start):
+        if sorted(prod.leaves) != sorted([x, start]):
+            continue
+        const = prod.const if prod.has_const else 1.0
+        dtype = prod.const_dtype if prod.const_dtype is not None else T.FLOAT
+        if close_to(const, ref, dtype):
+            return Closing(out, frozenset(prod.nodes), prod.upcast)
+        miss = describe_miss("the constant factor", const, ref, ref_text, dtype)
+    if miss is not None:
+        return Refusal(rule, miss, involved)
+    return None
