@@ -1,0 +1,255 @@
+// The CPU kernel: Y = act(X·W(ᵀ) + B) as a grid of output tiles run on ORT's intra-op thread pool.
+// Each tile is one single-threaded BLAS GEMM followed at once by bias + activation on the same tile,
+// while it is still in L2, so the fused op reads and writes Y once where the unfused graph makes three
+// passes (MatMul, Add, Gelu) over it.
+//
+// float16/bfloat16: operands are widened to float32, the GEMM accumulates in float32, and each tile is
+// narrowed once after its activation (one rounding, at the very end). A constant weight is widened once,
+// when the kernel is created.
+#include "fused_linear_gelu_cpu.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../domain.h"
+#include "../fused_linear_gelu_common.h"
+#include "gemm.h"
+#include "vector_kernels.h"
+
+namespace onnxfuse::cpu {
+namespace {
+
+template <typename T>
+constexpr ONNXTensorElementDataType kElementType =
+    std::is_same_v<T, float>           ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
+    : std::is_same_v<T, Ort::Float16_t> ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16
+                                        : ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+
+// Widen/narrow n elements of T to/from float32 with the vector kernels.
+template <typename T>
+void ToFloat(const VectorKernels& vk, const T* in, float* out, size_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(in, in + n, out);
+  } else if constexpr (std::is_same_v<T, Ort::Float16_t>) {
+    vk.half_to_float(reinterpret_cast<const uint16_t*>(in), out, n);
+  } else {
+    vk.bfloat16_to_float(reinterpret_cast<const uint16_t*>(in), out, n);
+  }
+}
+
+template <typename T>
+void FromFloat(const VectorKernels& vk, const float* in, T* out, size_t n) {
+  if constexpr (std::is_same_v<T, Ort::Float16_t>) {
+    vk.float_to_half(in, reinterpret_cast<uint16_t*>(out), n);
+  } else {
+    vk.float_to_bfloat16(in, reinterpret_cast<uint16_t*>(out), n);
+  }
+}
+
+// Output tiling. A tile's fp32 block (kTileM x tile_n) stays within a core's L2 so the epilogue reads
+// what the GEMM just wrote; tiles are many enough to balance the thread pool and big enough that the
+// BLAS's per-call packing stays a small fraction of the tile's math.
+constexpr int64_t kTileM = 128;
+constexpr int64_t kTileN = 512;
+
+struct TilePlan {
+  int64_t tile_m, tile_n, tiles_m, tiles_n;
+};
+
+TilePlan PlanTiles(int64_t M, int64_t N) {
+  TilePlan p;
+  p.tile_m = std::min<int64_t>(kTileM, M);
+  p.tile_n = std::min<int64_t>(kTileN, N);
+  p.tiles_m = (M + p.tile_m - 1) / p.tile_m;
+  p.tiles_n = (N + p.tile_n - 1) / p.tile_n;
+  return p;
+}
+
+// Runs fn(i) for i in [0, count) on ORT's intra-op pool. The first exception a task throws is kept and
+// rethrown on the calling thread: nothing escapes into ORT's threads.
+template <typename Fn>
+void ParallelFor(const Ort::KernelContext& ctx, int64_t count, Fn&& fn) {
+  if (count <= 0) return;
+  struct Shared {
+    Fn* fn;
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;
+    std::mutex mutex;
+  } shared;
+  shared.fn = &fn;
+  auto task = [](void* data, size_t i) {
+    auto* s = static_cast<Shared*>(data);
+    if (s->failed.load(std::memory_order_relaxed)) return;
+    try {
+      (*s->fn)(static_cast<int64_t>(i));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      if (!s->failed.exchange(true)) s->error = std::current_exception();
+    }
+  };
+  if (count == 1) {
+    task(&shared, 0);
+  } else {
+    ctx.ParallelFor(task, static_cast<size_t>(count), 0, &shared);
+  }
+  if (shared.error) std::rethrow_exception(shared.error);
+}
+
+template <typename T>
+class FusedLinearGeluCpuKernel {
+ public:
+  explicit FusedLinearGeluCpuKernel(const OrtKernelInfo* info)
+      : attrs_(ReadAttributes(info)), vk_(CpuVectorKernels()) {
+    if constexpr (!std::is_same_v<T, float>) WidenConstantWeight(info);
+  }
+
+  OrtStatus* ComputeV2(OrtKernelContext* raw_ctx) {
+    return GuardStatus([&] { Compute(Ort::KernelContext(raw_ctx)); });
+  }
+
+ private:
+  void WidenConstantWeight(const OrtKernelInfo* info) {
+    int is_constant = 0;
+    Ort::ConstValue w = Ort::ConstKernelInfo(info).GetTensorConstantInput(1, &is_constant);
+    if (!is_constant || !w) return;
+    auto shape_info = w.GetTensorTypeAndShapeInfo();
+    if (shape_info.GetElementType() != kElementType<T>) return;  // Compute reports the mismatch
+    const size_t n = shape_info.GetElementCount();
+    constant_w_.resize(n);
+    ToFloat(vk_, w.GetTensorData<T>(), constant_w_.data(), n);
+    has_constant_w_ = true;
+  }
+
+  void Compute(Ort::KernelContext ctx) {
+    Ort::ConstValue x = ctx.GetInput(0);
+    Ort::ConstValue w = ctx.GetInput(1);
+    Ort::ConstValue b = ctx.GetInputCount() > 2 ? ctx.GetInput(2) : Ort::ConstValue{nullptr};
+    const bool has_bias = static_cast<bool>(b);
+
+    auto x_info = x.GetTensorTypeAndShapeInfo();
+    auto w_info = w.GetTensorTypeAndShapeInfo();
+    std::vector<int64_t> b_shape;
+    ONNXTensorElementDataType b_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    if (has_bias) {
+      auto b_info = b.GetTensorTypeAndShapeInfo();
+      b_shape = b_info.GetShape();
+      b_type = b_info.GetElementType();
+    }
+    ValidateTypes(x_info.GetElementType(), w_info.GetElementType(), b_type);
+    const LinearShape s = ValidateShapes(x_info.GetShape(), w_info.GetShape(), has_bias ? &b_shape : nullptr,
+                                         attrs_.trans_b);
+    Ort::UnownedValue y = ctx.GetOutput(0, s.y_shape);
+    if (s.M == 0 || s.N == 0) return;
+
+    const int64_t M = s.M, K = s.K, N = s.N;
+    const T* x_data = x.GetTensorData<T>();
+    T* y_data = y.GetTensorMutableData<T>();
+
+    // Operands as float32: the inputs themselves for float, widened copies otherwise.
+    const float* xf;
+    const float* wf;
+    std::vector<float> x_wide, w_wide, bias_wide;
+    if constexpr (std::is_same_v<T, float>) {
+      xf = x_data;
+      wf = w.GetTensorData<float>();
+    } else {
+      x_wide.resize(static_cast<size_t>(M * K));
+      WidenParallel(ctx, x_data, x_wide.data(), M * K);
+      xf = x_wide.data();
+      if (has_constant_w_ && static_cast<int64_t>(constant_w_.size()) == K * N) {
+        wf = constant_w_.data();
+      } else {
+        w_wide.resize(static_cast<size_t>(K * N));
+        WidenParallel(ctx, w.GetTensorData<T>(), w_wide.data(), K * N);
+        wf = w_wide.data();
+      }
+    }
+    const float* bias = nullptr;
+    if (has_bias) {
+      if constexpr (std::is_same_v<T, float>) {
+        bias = b.GetTensorData<float>();
+      } else {
+        bias_wide.resize(static_cast<size_t>(N));
+        ToFloat(vk_, b.GetTensorData<T>(), bias_wide.data(), static_cast<size_t>(N));
+        bias = bias_wide.data();
+      }
+    }
+
+    const TilePlan plan = PlanTiles(M, N);
+    const int64_t ldb = attrs_.trans_b ? K : N;
+    ParallelFor(ctx, plan.tiles_m * plan.tiles_n, [&](int64_t t) {
+      const int64_t m0 = (t / plan.tiles_n) * plan.tile_m;
+      const int64_t n0 = (t % plan.tiles_n) * plan.tile_n;
+      const int64_t m = std::min(plan.tile_m, M - m0);
+      const int64_t n = std::min(plan.tile_n, N - n0);
+      const float* a = xf + m0 * K;
+      const float* bt = attrs_.trans_b ? wf + n0 * K : wf + n0;
+      const float* tile_bias = bias ? bias + n0 : nullptr;
+      if constexpr (std::is_same_v<T, float>) {
+        float* c = y_data + m0 * N + n0;
+        SgemmTile(attrs_.trans_b, m, n, K, a, K, bt, ldb, c, N);
+        vk_.bias_activation(c, N, m, n, tile_bias, attrs_.activation, attrs_.alpha);
+      } else {
+        // The tile accumulates in a per-thread float32 block, then is narrowed into Y once.
+        thread_local std::vector<float> block;
+        block.resize(static_cast<size_t>(plan.tile_m * plan.tile_n));
+        SgemmTile(attrs_.trans_b, m, n, K, a, K, bt, ldb, block.data(), n);
+        vk_.bias_activation(block.data(), n, m, n, tile_bias, attrs_.activation, attrs_.alpha);
+        for (int64_t r = 0; r < m; ++r) FromFloat(vk_, block.data() + r * n, y_data + (m0 + r) * N + n0, n);
+      }
+    });
+  }
+
+  // Widening is memory-bound: chunks of 64K elements spread it over the pool without fine-grained tasks.
+  void WidenParallel(const Ort::KernelContext& ctx, const T* in, float* out, int64_t count) {
+    constexpr int64_t kChunk = 1 << 16;
+    ParallelFor(ctx, (count + kChunk - 1) / kChunk, [&](int64_t i) {
+      const int64_t begin = i * kChunk;
+      ToFloat(vk_, in + begin, out + begin, static_cast<size_t>(std::min(kChunk, count - begin)));
+    });
+  }
+
+  const FusedLinearGeluAttributes attrs_;
+  const VectorKernels& vk_;
+  std::vector<float> constant_w_;  // float16/bfloat16 only: a constant W, widened once
+  bool has_constant_w_ = false;
+};
+
+template <typename T>
+struct FusedLinearGeluCpuOp
+    : Ort::CustomOpBase<FusedLinearGeluCpuOp<T>, FusedLinearGeluCpuKernel<T>, /*WithStatus=*/true> {
+  OrtStatusPtr CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const {
+    return GuardStatus([&] { *kernel = new FusedLinearGeluCpuKernel<T>(info); });
+  }
+  const char* GetName() const { return kOpType; }
+  const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
+  size_t GetInputTypeCount() const { return 3; }
+  ONNXTensorElementDataType GetInputType(size_t /*index*/) const { return kElementType<T>; }
+  OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t index) const {
+    return index == 2 ? OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_OPTIONAL
+                      : OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_REQUIRED;
+  }
+  size_t GetOutputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetOutputType(size_t /*index*/) const { return kElementType<T>; }
+};
+
+}  // namespace
+
+void AddCpuOps(Ort::CustomOpDomain& domain) {
+  ConfigureBlasThreading();
+  static const FusedLinearGeluCpuOp<float> op_float;
+  static const FusedLinearGeluCpuOp<Ort::Float16_t> op_half;
+  static const FusedLinearGeluCpuOp<Ort::BFloat16_t> op_bfloat16;
+  domain.Add(&op_float);
+  domain.Add(&op_half);
+  domain.Add(&op_bfloat16);
+}
+
+}  // namespace onnxfuse::cpu

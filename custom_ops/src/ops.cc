@@ -1,0 +1,57 @@
+// The library's one entry point: ORT calls RegisterCustomOps when a session registers the library
+// (SessionOptions.register_custom_ops_library). It adds the `ai.onnxfuse` domain with FusedLinearGelu for
+// the CPU provider and, in a CUDA build, for the CUDA provider.
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <onnxruntime_cxx_api.h>  // ORT_API_MANUAL_INIT (CMakeLists.txt): the API comes from RegisterCustomOps
+
+#include "cpu/fused_linear_gelu_cpu.h"
+#include "domain.h"
+
+#ifdef ONNXFUSE_WITH_CUDA
+#include "cuda/fused_linear_gelu_cuda.h"
+#endif
+
+namespace {
+
+// Every session that registers the library gets its own domain object; ORT keeps pointers into it, so
+// the domains live until the process ends.
+void KeepAlive(Ort::CustomOpDomain&& domain) {
+  static std::mutex mutex;
+  static std::vector<Ort::CustomOpDomain> domains;
+  std::lock_guard<std::mutex> lock(mutex);
+  domains.push_back(std::move(domain));
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
+RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+  const OrtApi* api = api_base->GetApi(ORT_API_VERSION);
+  if (api == nullptr) {
+    // An older runtime: report through the oldest API table, which every runtime provides.
+    const OrtApi* v1 = api_base->GetApi(1);
+    const std::string message = std::string("onnxfuse_ops was built against ONNX Runtime API ") +
+                                std::to_string(ORT_API_VERSION) + " but this onnxruntime is " +
+                                api_base->GetVersionString() + "; upgrade onnxruntime";
+    return v1 != nullptr ? v1->CreateStatus(ORT_FAIL, message.c_str()) : nullptr;
+  }
+  Ort::InitApi(api);
+  try {
+    Ort::CustomOpDomain domain{onnxfuse::kDomain};
+    onnxfuse::cpu::AddCpuOps(domain);
+#ifdef ONNXFUSE_WITH_CUDA
+    // Hook for the CUDA provider's op instances (src/cuda/fused_linear_gelu_cuda.h).
+    onnxfuse::RegisterCudaOps(domain);
+#endif
+    Ort::UnownedSessionOptions(options).Add(domain);
+    KeepAlive(std::move(domain));
+    return nullptr;
+  } catch (const Ort::Exception& e) {
+    return api->CreateStatus(e.GetOrtErrorCode(), e.what());
+  } catch (const std::exception& e) {
+    return api->CreateStatus(ORT_FAIL, e.what());
+  }
+}

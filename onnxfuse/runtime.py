@@ -1,0 +1,277 @@
+"""Opening ONNX Runtime sessions with onnxfuse's op library registered.
+
+    get_library_path()      where ``libonnxfuse_ops.so`` is (``ONNXFUSE_LIBRARY`` overrides)
+    session_options()       an ``onnxruntime.SessionOptions`` with the library registered
+    create_session(model)   an ``InferenceSession`` on CUDA when it is usable, else on the CPU
+    resolve_providers(spec) "auto" | "cpu" | "cuda" | explicit ORT provider names -> the providers list
+    cuda_device_count()     how many CUDA devices the driver sees (0 without a driver or a GPU)
+    probe_library(path)     open a tiny session that runs the op: does the library really work here?
+
+Every failure the user can fix (no library, a library that does not load, a missing model, a provider that
+is not usable) is a ``BadInputError`` with one line that says what to do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.metadata
+import os
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from .domain import DOMAIN, OP_TYPE, OP_VERSION
+from .errors import BadInputError
+
+LIBRARY_ENV = "ONNXFUSE_LIBRARY"
+LIBRARY_NAME = "libonnxfuse_ops.so"
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+
+# ORT reads models up to this IR version; onnx's helper writes a newer one by default.
+_IR_VERSION = 10
+_OPSET = 20
+
+ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
+ProviderSpec = Union[None, str, Sequence[Union[str, tuple]]]
+
+_FIX = "build it with `pip install -e .` in the onnxfuse checkout, or point ONNXFUSE_LIBRARY at a built libonnxfuse_ops.so"
+
+
+# --- the library --------------------------------------------------------------------------------------
+
+
+def _installed_library() -> Path | None:
+    """The library inside the installed package: next to this file in a regular install, or in
+    site-packages when the package is an editable install whose Python sources stay in the checkout."""
+    beside = Path(__file__).resolve().parent / "lib" / LIBRARY_NAME
+    if beside.is_file():
+        return beside
+    try:
+        dist = importlib.metadata.distribution("onnxfuse")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in dist.files or ():
+        if f.name == LIBRARY_NAME:
+            located = Path(dist.locate_file(f)).resolve()
+            if located.is_file():
+                return located
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _preload_blas() -> None:
+    """Load the OpenBLAS the CPU kernel links against, globally, before ORT dlopens the library.
+
+    The library's RUNPATH finds it in an installed layout; this makes a library from any other place
+    (a build tree, ``ONNXFUSE_LIBRARY``) load too. Harmless when the BLAS package is absent: the
+    library's own RUNPATH then has the last word and a failure names the missing file."""
+    try:
+        import scipy_openblas32
+    except ImportError:
+        return
+    blas = Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so"
+    if blas.is_file():
+        ctypes.CDLL(str(blas), mode=ctypes.RTLD_GLOBAL)
+
+
+def get_library_path() -> str:
+    """Absolute path of ``libonnxfuse_ops.so``, ready for ``SessionOptions.register_custom_ops_library``.
+
+    ``ONNXFUSE_LIBRARY`` overrides the installed copy. Raises ``BadInputError`` when there is none."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_file():
+            raise BadInputError(f"{LIBRARY_ENV}={override} is not a file; unset it or point it at a built {LIBRARY_NAME}")
+        path = path.resolve()
+    else:
+        found = _installed_library()
+        if found is None:
+            raise BadInputError(f"the onnxfuse op library ({LIBRARY_NAME}) is not installed; {_FIX}")
+        path = found
+    _preload_blas()
+    return str(path)
+
+
+def session_options(
+    library_path: str | None = None,
+    intra_op_num_threads: int | None = None,
+    graph_optimization_level: ort.GraphOptimizationLevel | None = None,
+) -> ort.SessionOptions:
+    """``SessionOptions`` with the op library registered (``BadInputError`` when it will not load)."""
+    so = ort.SessionOptions()
+    if intra_op_num_threads is not None:
+        so.intra_op_num_threads = int(intra_op_num_threads)
+    if graph_optimization_level is not None:
+        so.graph_optimization_level = graph_optimization_level
+    register_library(so, library_path)
+    return so
+
+
+def register_library(so: ort.SessionOptions, library_path: str | None = None) -> None:
+    """Register the op library with existing ``SessionOptions``."""
+    path = library_path or get_library_path()
+    if library_path:
+        _preload_blas()
+    try:
+        so.register_custom_ops_library(path)
+    except Exception as e:  # ORT raises its own Fail/RuntimeError types with the dlopen message
+        raise BadInputError(f"cannot load the op library {path}: {_one_line(e)}") from e
+
+
+# --- providers -----------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_device_count() -> int:
+    """CUDA devices visible through the driver; 0 when there is no libcuda or no GPU.
+
+    Asks libcuda directly: ``onnxruntime-gpu`` lists the CUDA provider as available on any machine, and
+    a session on a machine without a GPU silently falls back to the CPU."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def cuda_usable() -> bool:
+    """True when ORT has the CUDA provider and the driver sees a GPU."""
+    return CUDA in ort.get_available_providers() and cuda_device_count() > 0
+
+
+def resolve_providers(spec: ProviderSpec = None) -> list:
+    """Turn a provider choice into ORT's providers list.
+
+    ``None``/``"auto"``: CUDA (then CPU) when usable, else CPU. ``"cpu"``/``"cuda"``: that one (with CPU
+    after CUDA for the nodes CUDA has no kernel for). A list is passed through after checking the names."""
+    if spec is None or (isinstance(spec, str) and spec.lower() == "auto"):
+        return [CUDA, CPU] if cuda_usable() else [CPU]
+    if isinstance(spec, str):
+        key = spec.lower()
+        if key == "cpu":
+            return [CPU]
+        if key == "cuda":
+            if not cuda_usable():
+                why = "ORT has no CUDA provider" if CUDA not in ort.get_available_providers() else "no CUDA device found"
+                raise BadInputError(f"the CUDA provider was asked for but is not usable here ({why}); use 'cpu' or 'auto'")
+            return [CUDA, CPU]
+        raise BadInputError(f"unknown provider '{spec}': use auto, cpu or cuda")
+    available = set(ort.get_available_providers())
+    out = []
+    for p in spec:
+        name = p[0] if isinstance(p, tuple) else p
+        if name not in available:
+            raise BadInputError(f"provider {name} is not available in this onnxruntime ({', '.join(sorted(available))})")
+        if name == CUDA and cuda_device_count() == 0:
+            raise BadInputError("the CUDA provider was asked for but no CUDA device is found; use CPUExecutionProvider")
+        out.append(p)
+    return out
+
+
+# --- sessions -------------------------------------------------------------------------------------------
+
+
+def _model_source(model: ModelLike) -> str | bytes:
+    if isinstance(model, onnx.ModelProto):
+        return model.SerializeToString()
+    if isinstance(model, (bytes, bytearray)):
+        return bytes(model)
+    path = Path(model)
+    if not path.is_file():
+        raise BadInputError(f"model file not found: {path}")
+    return str(path)
+
+
+def create_session(
+    model: ModelLike,
+    providers: ProviderSpec = None,
+    sess_options: ort.SessionOptions | None = None,
+    provider_options: Sequence[dict] | None = None,
+    intra_op_num_threads: int | None = None,
+    library_path: str | None = None,
+) -> ort.InferenceSession:
+    """An ``InferenceSession`` for ``model`` (path, bytes or ``ModelProto``) with the op library registered.
+
+    ``providers``: see ``resolve_providers`` (default: CUDA when usable, else CPU). ``sess_options`` given
+    by the caller get the library registered into them."""
+    source = _model_source(model)
+    if sess_options is None:
+        so = session_options(library_path, intra_op_num_threads=intra_op_num_threads)
+    else:
+        so = sess_options
+        if intra_op_num_threads is not None:
+            so.intra_op_num_threads = int(intra_op_num_threads)
+        register_library(so, library_path)
+    chosen = resolve_providers(providers)
+    try:
+        return ort.InferenceSession(source, sess_options=so, providers=chosen, provider_options=provider_options)
+    except Exception as e:
+        what = source if isinstance(source, str) else "the model"
+        raise BadInputError(f"onnxruntime cannot open {what}: {_one_line(e)}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:500] + ("…" if len(text) > 500 else "")
+
+
+# --- self test ------------------------------------------------------------------------------------------
+
+
+def probe_model(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """A one-node model that uses the op: X[2,3] · W[4,3]ᵀ + B[4], erf GELU."""
+    node = helper.make_node(OP_TYPE, ["X", "W", "B"], ["Y"], domain=DOMAIN, approximate="none")
+    graph = helper.make_graph(
+        [node],
+        "onnxfuse_probe",
+        [
+            helper.make_tensor_value_info("X", dtype, [2, 3]),
+            helper.make_tensor_value_info("W", dtype, [4, 3]),
+            helper.make_tensor_value_info("B", dtype, [4]),
+        ],
+        [helper.make_tensor_value_info("Y", dtype, [2, 4])],
+    )
+    return helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", _OPSET), helper.make_opsetid(DOMAIN, OP_VERSION)],
+        ir_version=_IR_VERSION,
+    )
+
+
+def probe_library(library_path: str | None = None, providers: ProviderSpec = "cpu") -> dict[str, Any]:
+    """Load the library and run the op once on ``providers``; compare with a float64 reference.
+
+    Returns ``{"ok": bool, "providers": [...], "max_abs_error": float, "error": str | None}``; raises
+    ``BadInputError`` only for a missing library (the caller decides how to report a failed run)."""
+    import math
+
+    path = library_path or get_library_path()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    try:
+        sess = create_session(probe_model(), providers=providers, library_path=path)
+        (y,) = sess.run(None, {"X": x, "W": w, "B": b})
+    except BadInputError as e:
+        return {"ok": False, "providers": [], "max_abs_error": None, "error": str(e)}
+    pre = x.astype(np.float64) @ w.astype(np.float64).T + b
+    ref = 0.5 * pre * (1.0 + np.vectorize(math.erf)(pre / math.sqrt(2.0)))
+    err = float(np.max(np.abs(y - ref)))
+    ok = err < 1e-5
+    return {
+        "ok": ok,
+        "providers": sess.get_providers(),
+        "max_abs_error": err,
+        "error": None if ok else f"the op ran but its result is off by {err:.3g}",
+    }
