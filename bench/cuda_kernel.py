@@ -238,19 +238,19 @@ def rel_l2(y, ref) -> float:
     return ((y.double() - ref).norm() / ref.norm()).item()
 
 
-def run_case(bench: Bench, dt, M, K, N) -> dict:
+def run_case(bench: Bench, dt, M, K, N, approximate="none") -> dict:
     torch = bench.torch
     tt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dt]
     torch.manual_seed(0)
     x = torch.randn(M, K, device="cuda", dtype=tt)
     W = (torch.randn(N, K, device="cuda", dtype=torch.float32) / math.sqrt(K)).to(tt)
     B = (torch.randn(N, device="cuda", dtype=torch.float32) * 0.1).to(tt)
-    ref = torch.nn.functional.gelu(x.double() @ W.double().t() + B.double())
-    r = {"dtype": dt, "M": M, "K": K, "N": N}
+    ref = torch.nn.functional.gelu(x.double() @ W.double().t() + B.double(), approximate=approximate)
+    r = {"dtype": dt, "M": M, "K": K, "N": N, "approximate": approximate}
 
     y = torch.empty(M, N, device="cuda", dtype=tt)
     try:
-        m = bench.ort_measure(build_model("fused", M, K, N, dt, W, B), x, y, wall=True)
+        m = bench.ort_measure(build_model("fused", M, K, N, dt, W, B, approximate), x, y, wall=True)
         r.update({"fused_gpu_us": m["gpu_us"], "fused_wall_us": m["wall_us"]})
         if "wall_device_events_us" in m:
             r["fused_wall_device_events_us"] = m["wall_device_events_us"]
@@ -261,7 +261,7 @@ def run_case(bench: Bench, dt, M, K, N) -> dict:
 
     y.zero_()
     try:
-        m = bench.ort_measure(build_model("unfused", M, K, N, dt, W, B), x, y, wall=True)
+        m = bench.ort_measure(build_model("unfused", M, K, N, dt, W, B, approximate), x, y, wall=True)
         r.update({"ort_unfused_gpu_us": m["gpu_us"], "ort_unfused_wall_us": m["wall_us"]})
         if "wall_device_events_us" in m:
             r["ort_unfused_wall_device_events_us"] = m["wall_device_events_us"]
@@ -288,14 +288,21 @@ def run_case(bench: Bench, dt, M, K, N) -> dict:
 
 # --- verdicts ------------------------------------------------------------------------------------------
 
+def best_gemm_us(r) -> float:
+    """The plain-GEMM bar: the faster of cuBLAS (torch.mm) and ORT's MatMul for fp16/bf16; for fp32 ORT's
+    TF32 MatMul, the GEMM an fp32 model gets from ORT today (torch's TF32 mm is kept in the row for reference)."""
+    if r["dtype"] == "fp32":
+        return r["ort_matmul_gpu_us"]
+    return min(r["cublas_mm_gpu_us"], r["ort_matmul_gpu_us"])
+
+
 def verdicts(r) -> list[str]:
     """The goals of issue #4, for one row; an empty list means every goal is met."""
     miss = []
     where = f"{r['dtype']} {r['M']}x{r['K']}x{r['N']}"
     if "fused_gpu_us" not in r or "ort_unfused_gpu_us" not in r:
         return [f"{where}: error: {r.get('fused_error') or r.get('unfused_error')}"]
-    best_gemm = min(r["cublas_mm_gpu_us"], r["ort_matmul_gpu_us"])
-    rel = r["fused_gpu_us"] / best_gemm
+    rel = r["fused_gpu_us"] / best_gemm_us(r)
     limit = 1.00 if r["M"] <= 1024 else 1.10
     if rel > limit:
         miss.append(f"{where}: GPU time {rel:.2f}x the best plain GEMM (goal <= {limit:.2f}x)")
@@ -325,7 +332,7 @@ def table(rows) -> str:
             lines.append(f"{r['dtype']:5} {r['M']:6} {r['K']:5} {r['N']:6} | ERROR "
                          f"{r.get('fused_error') or r.get('unfused_error')}")
             continue
-        best = min(r["cublas_mm_gpu_us"], r["ort_matmul_gpu_us"])
+        best = best_gemm_us(r)
         lt = r.get("cublaslt_tanh_gpu_us")
         lines.append(
             f"{r['dtype']:5} {r['M']:6} {r['K']:5} {r['N']:6} | {r['fused_wall_us']:8.1f} {r['ort_unfused_wall_us']:8.1f} "
@@ -341,6 +348,8 @@ def main(argv=None) -> int:
                     help="libonnxfuse_ops.so (default: $ONNXFUSE_LIBRARY)")
     ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     ap.add_argument("--shapes", nargs="+", default=None, metavar="MxKxN", help="default: the issue's grid")
+    ap.add_argument("--approximate", default="none", choices=("none", "tanh"),
+                    help="GELU form of the fused and unfused models (the goals are set for none: exact erf)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=50, help="timed CUDA-graph replays per session (median)")
     ap.add_argument("--prof-reps", type=int, default=20, help="profiled calls per GPU-time measurement (mean)")
@@ -379,7 +388,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     for dt in args.dtypes:
         for (M, K, N) in shapes:
-            r = run_case(bench, dt, M, K, N)
+            r = run_case(bench, dt, M, K, N, args.approximate)
             rows.append(r)
             print(json.dumps(r), flush=True)
     misses = [m for r in rows for m in verdicts(r)]

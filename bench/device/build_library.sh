@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Run here (nvcc, no GPU needed): build libonnxfuse_ops.so with its CUDA kernels into .device/build and gather
+# what the GPU machine needs to load it into .device/lib: the library and the OpenBLAS its CPU kernel links.
+#
+#   bash bench/device/build_library.sh            (JOBS=2 by default; CMAKE_ARGS="..." adds configure flags)
+#
+# The whole visit to the H200, in order (each `run` call brings the one folder named; see on_device.sh):
+#   1. here:   bash bench/device/build_library.sh
+#   2. here:   bash ../shared/device/stage.sh     (onnxruntime-gpu in six pieces + pycuda/graphsurgeon wheels)
+#   3. device: bash .device/kit/on-device.sh kit                              carry .device/kit
+#              bash /tmp/onnxfuse-kit/on-device.sh receive 0 ... receive 5   carry .device/ort0 ... .device/ort5
+#              (the last one followed by `&& bash /tmp/onnxfuse-kit/on-device.sh install`)
+#   4. device: bash bench/device/on_device.sh tests                           carry .device/lib
+#   5. device: bash bench/device/on_device.sh bench                           carry .device/lib
+#   6. here:   copy the returned cuda_kernel.json to bench/results/ (bench/device/on_device.sh says how).
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+grep -qxF '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+
+# shellcheck disable=SC2086
+cmake -S custom_ops -B .device/build -DCMAKE_BUILD_TYPE=Release -DONNXFUSE_CUDA=ON ${CMAKE_ARGS:-}
+cmake --build .device/build -j "${JOBS:-2}"
+
+rm -rf .device/lib
+mkdir -p .device/lib
+cp .device/build/libonnxfuse_ops.so .device/lib/
+blas=$(python3 -c "import scipy_openblas32 as s, os; print(os.path.join(s.get_lib_dir(), 'lib' + s.get_library() + '.so'))")
+cp "$blas" .device/lib/
+echo "ready to carry: .device/lib ($(du -sh .device/lib | cut -f1)): $(ls .device/lib | tr '\n' ' ')"

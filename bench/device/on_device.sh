@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs ON the H200 machine, from the project's root there, after the kit is installed into /tmp/site and with
+# .device/lib carried (bench/device/build_library.sh made it here). Everything it makes goes under $OUT.
+#
+#   bash bench/device/on_device.sh tests   GPU tests (pytest tests/test_op_cuda.py), then compute-sanitizer
+#                                          memcheck and racecheck over bench/device/sanitize_sweep.py
+#   bash bench/device/on_device.sh bench   bench/cuda_kernel.py over the issue's shape grid, fp16 bf16 fp32
+#
+# Each fits in one 10-minute call. Back here, the bench's JSON goes to bench/results/:
+#   cp <files_at>/cuda_kernel.json bench/results/cuda_kernel_h200.json
+set -uo pipefail
+OUT=${OUT:-/tmp/onnxfuse-out}
+mkdir -p "$OUT"
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+export ONNXFUSE_LIBRARY=$PWD/.device/lib/libonnxfuse_ops.so
+# The library's OpenBLAS (its CPU kernel) travels beside it.
+export LD_LIBRARY_PATH=$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ -f "$ONNXFUSE_LIBRARY" ] || { echo "no $ONNXFUSE_LIBRARY: carry .device/lib"; exit 2; }
+python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers()" ||
+  { echo "onnxruntime-gpu is not in /tmp/site: install the kit first"; exit 2; }
+
+case "${1:-}" in
+  tests)
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+    rc=0
+    timeout 300 python3 -m pytest tests/test_op_cuda.py -q -rA -p no:cacheprovider \
+      --junitxml="$OUT/test_op_cuda.xml" 2>&1 | tee "$OUT/pytest.log" | tail -n 60
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    for tool in memcheck racecheck; do
+      timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
+        python3 bench/device/sanitize_sweep.py > "$OUT/$tool.log" 2>&1
+      t=$?
+      echo "compute-sanitizer $tool: exit $t ($(grep -c '^FAIL' "$OUT/$tool.log") wrong results)"
+      tail -n 4 "$OUT/$tool.log"
+      [ "$t" -eq 0 ] || rc=1
+    done
+    exit $rc
+    ;;
+  bench)
+    python3 bench/cuda_kernel.py --json "$OUT/cuda_kernel.json" "${@:2}" 2>&1 | tee "$OUT/cuda_kernel.log" | tail -n 60
+    exit "${PIPESTATUS[0]}"
+    ;;
+  *)
+    echo "usage: on_device.sh tests | bench [cuda_kernel.py options]"; exit 2 ;;
+esac
