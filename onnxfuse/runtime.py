@@ -144,6 +144,34 @@ def cuda_device_count() -> int:
     return count.value
 
 
+def cuda_devices() -> list[dict[str, Any]]:
+    """Name, compute capability and memory of each CUDA device, straight from libcuda ([] without one)."""
+    if cuda_device_count() == 0:
+        return []
+    cuda = ctypes.CDLL("libcuda.so.1")
+    out = []
+    for i in range(cuda_device_count()):
+        dev = ctypes.c_int(0)
+        if cuda.cuDeviceGet(ctypes.byref(dev), i) != 0:
+            continue
+        name = ctypes.create_string_buffer(256)
+        cuda.cuDeviceGetName(name, 256, dev)
+        major, minor = ctypes.c_int(0), ctypes.c_int(0)
+        cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)  # ..._MINOR
+        mem = ctypes.c_size_t(0)
+        cuda.cuDeviceTotalMem_v2(ctypes.byref(mem), dev)
+        out.append(
+            {
+                "index": i,
+                "name": name.value.decode(errors="replace"),
+                "compute_capability": f"{major.value}.{minor.value}",
+                "memory_gib": round(mem.value / 2**30, 1),
+            }
+        )
+    return out
+
+
 def cuda_usable() -> bool:
     """True when ORT has the CUDA provider and the driver sees a GPU."""
     return CUDA in ort.get_available_providers() and cuda_device_count() > 0
@@ -256,12 +284,19 @@ def probe_library(library_path: str | None = None, providers: ProviderSpec = "cp
     import math
 
     path = library_path or get_library_path()
+    so = ort.SessionOptions()  # create_session registers the library into it
+    so.log_severity_level = 4  # the failure is reported in the result, not also as ORT log lines
+    chosen = resolve_providers(providers)
+    if CUDA in [p[0] if isinstance(p, tuple) else p for p in chosen]:
+        # The op must run where it was asked to: no quiet fallback of the node to the CPU provider.
+        chosen = [CUDA]
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3)).astype(np.float32)
     w = rng.standard_normal((4, 3)).astype(np.float32)
     b = rng.standard_normal(4).astype(np.float32)
     try:
-        sess = create_session(probe_model(), providers=providers, library_path=path)
+        sess = create_session(probe_model(), providers=chosen, sess_options=so, library_path=path)
         (y,) = sess.run(None, {"X": x, "W": w, "B": b})
     except BadInputError as e:
         return {"ok": False, "providers": [], "max_abs_error": None, "error": str(e)}
