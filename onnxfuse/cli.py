@@ -51,6 +51,100 @@ def main() -> None:
 
 # --- optimize / inspect (rewriter) -----------------------------------------------------------------
 
+
+@main.command("optimize", context_settings={"max_content_width": 110})
+@click.argument("model")
+@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the optimized model.")
+@click.option("--json", "json_path", metavar="REPORT", help="Write the report as JSON ('-' for stdout).")
+@click.option("--approximate", type=click.Choice(["tanh", "sigmoid"]), default=None,
+              help="Make every fused node compute this GELU form, trading exactness on purpose "
+                   "(the report lists the nodes whose math changed). Default: keep each block's own math.")
+def optimize_command(model, output, json_path, approximate):
+    """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node and write OUT.
+
+    Everything else stays as it was; external-data models stay external (OUT.data beside OUT). The
+    input is never modified; OUT is written atomically.
+
+    \b
+    Exit codes: 0 ok · 1 internal error · 2 bad input (unreadable model, missing external data,
+    unwritable output).
+    """
+    from .fuse import optimize_file
+
+    report = optimize_file(model, output, approximate=approximate)
+    if json_path != "-":
+        _render_rewrite(report, title=f"{report.model} → {report.output}")
+    _emit_json(report, json_path)
+    if report.exit_code:
+        sys.exit(report.exit_code)
+
+
+@main.command("inspect", context_settings={"max_content_width": 110})
+@click.argument("model")
+@click.option("--json", "json_out", is_flag=True, help="Print the report as JSON instead of tables.")
+def inspect_command(model, json_out):
+    """List every candidate Linear+GELU block of MODEL: what would be fused, and for every refusal the
+    rule and its reason. Writes nothing."""
+    from .fuse import inspect_file
+
+    report = inspect_file(model)
+    if json_out:
+        _emit_json(report, "-")
+    else:
+        _render_rewrite(report, title=f"{report.model} (inspect: nothing written)", blocks=True)
+
+
+def _emit_json(report, json_path) -> None:
+    if not json_path:
+        return
+    import json
+
+    text = json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
+    if json_path == "-":
+        click.echo(text)
+        return
+    try:
+        with open(json_path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    except OSError as e:
+        from .errors import BadInputError
+
+        raise BadInputError(f"{json_path}: cannot write the JSON report: {e.strerror}") from None
+
+
+def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    forms = Table(title=title, title_justify="left")
+    forms.add_column("fused: source form")
+    forms.add_column("blocks", justify="right")
+    for form, count in report.fused_by_form.items():
+        forms.add_row(form, str(count))
+    forms.add_row("[bold]total fused[/]", f"[bold]{len(report.fused)}[/]")
+    forms.add_row("refused (left as they were)", str(len(report.refused)))
+    console.print(forms)
+    if blocks and report.fused:
+        fused = Table(title="blocks to fuse", title_justify="left")
+        for column in ("fused node", "form", "replaces"):
+            fused.add_column(column)
+        for b in report.fused:
+            fused.add_row(b.name, b.form, ", ".join(b.replaced))
+        console.print(fused)
+    if report.refused:
+        refused = Table(title="refusals", title_justify="left")
+        for column in ("rule", "reason", "nodes"):
+            refused.add_column(column)
+        for r in report.refused:
+            refused.add_row(r.rule, r.reason, ", ".join(r.nodes))
+        console.print(refused)
+    for c in report.math_changed:
+        console.print(f"[yellow]math changed[/] {c.name}: {c.was} → {c.now}", highlight=False)
+    if report.seconds is not None:
+        console.print(f"{len(report.fused)} fused, {len(report.refused)} refused in {report.seconds:.2f} s"
+                      + (f" → {report.output}" if report.output else ""), highlight=False)
+
 # --- compare (accuracy gate) -----------------------------------------------------------------------
 
 

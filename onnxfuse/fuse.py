@@ -298,11 +298,17 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
     return FuseResult(out, report, derived)
 
 
-def inspect_model(model: onnx.ModelProto, *, base_dir=None) -> list[Fusion | Refusal]:
-    """Every candidate block, as the optimizer would see it (for ``onnxfuse inspect``)."""
-    view = GraphView(model.graph, inferred=infer_types(model),
-                     base_dir=None if base_dir is None else os.fspath(base_dir))
-    return find_blocks(view)
+def inspect_file(path) -> Report:
+    """What ``optimize`` would do to the model at ``path``: the blocks it would fuse and every refusal.
+    The rewrite runs in memory (on placeholders: weights are not read); nothing is written."""
+    from . import io
+
+    start = time.perf_counter()
+    model = io.load_model(path)
+    report = fuse_model(model, base_dir=base_dir_of(path)).report
+    report.model = os.fspath(path)
+    report.seconds = time.perf_counter() - start
+    return report
 
 
 def optimize_file(input_path, output_path, *, approximate: str | None = None) -> Report:
