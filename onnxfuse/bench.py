@@ -276,6 +276,17 @@ class Placement:
     def fused_elsewhere(self) -> list[dict[str, str]]:
         return [n for n in self.elsewhere if n["op"] == OP_TYPE]
 
+    def check_fused(self) -> None:
+        """Raise ``ProviderPlacementError`` if any FusedLinearGelu node ran elsewhere than requested."""
+        misplaced = self.fused_elsewhere()
+        if misplaced:
+            where = Counter(_short(n["provider"]) for n in misplaced)
+            raise ProviderPlacementError(
+                f"{len(misplaced)} of {self.fused_nodes} {OP_TYPE} nodes ran on {', '.join(where)} instead of "
+                f"{_short(self.requested)} (e.g. '{misplaced[0]['node']}'): the op library has no "
+                f"{_short(self.requested)} kernel for them"
+            )
+
     def summary(self) -> str:
         """'212 nodes: 200 CUDA, 12 CPU (Shape×6, Gather×4, ...)'"""
         total = sum(self.by_provider.values())
@@ -324,14 +335,7 @@ def profile_placement(model: str | bytes, provider: str, feeds: dict[str, np.nda
         output_shapes(session, feeds)
         profile_file = session.end_profiling()
         placement = read_placement(profile_file, _provider_name(provider))
-    misplaced = placement.fused_elsewhere()
-    if misplaced:
-        where = Counter(_short(n["provider"]) for n in misplaced)
-        raise ProviderPlacementError(
-            f"{len(misplaced)} of {placement.fused_nodes} {OP_TYPE} nodes ran on "
-            f"{', '.join(where)} instead of {_short(placement.requested)} (e.g. '{misplaced[0]['node']}'): "
-            f"the custom-op library has no {_short(placement.requested)} kernel for them"
-        )
+    placement.check_fused()
     return placement
 
 
@@ -555,13 +559,20 @@ _CEILING_COPY_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 
 
 def measure_ceilings(
-    provider: str, dtype: str, policy: TimingPolicy, tflops: float | None = None, gbps: float | None = None
+    provider: str,
+    dtype: str,
+    policy: TimingPolicy,
+    tflops: float | None = None,
+    gbps: float | None = None,
+    *,
+    gemm_size: int | None = None,
+    copy_bytes: int | None = None,
 ) -> Ceilings:
-    """Measure what is not given: GEMM TFLOP/s from one square MatMul through ORT in ``dtype``, and
-    bandwidth from an Identity whose output is a separate bound buffer (ORT copies input to output:
-    bytes read + bytes written)."""
+    """Measure what is not given: GEMM TFLOP/s from one square MatMul (``gemm_size``³) through ORT in
+    ``dtype``, and bandwidth from an Identity whose output is a separate bound buffer (ORT copies
+    ``copy_bytes`` from input to output: bytes read + bytes written)."""
     if tflops is None:
-        c = _CEILING_GEMM[provider]
+        c = gemm_size or _CEILING_GEMM[provider]
         x = helper.make_tensor_value_info("X", DTYPES[dtype], [c, c])
         y = helper.make_tensor_value_info("Y", DTYPES[dtype], [c, c])
         w = _array(np.random.default_rng(1).standard_normal((c, c), dtype=np.float32) / np.sqrt(c), dtype, "W")
@@ -578,7 +589,7 @@ def measure_ceilings(
     else:
         tflops_source = "given (--peak-tflops)"
     if gbps is None:
-        elems = _CEILING_COPY_BYTES[provider] // 4
+        elems = (copy_bytes or _CEILING_COPY_BYTES[provider]) // 4
         x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [elems])
         y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [elems])
         model = helper.make_model(
@@ -590,7 +601,7 @@ def measure_ceilings(
         run = DeviceRun(session, {"X": _random_input((elems,), "fp32", 3)}, {"Y": (elems,)})
         (t,) = measure([run], policy)
         gbps = 2 * elems * 4 / (t.median_ms / 1e3) / 1e9
-        gbps_source = f"measured: copy of {elems * 4 >> 20} MiB through ORT (read + write)"
+        gbps_source = f"measured: copy of {elems * 4 / 2**20:g} MiB through ORT (read + write)"
     else:
         gbps_source = "given (--peak-gbps)"
     return Ceilings(tflops, tflops_source, gbps, gbps_source)
