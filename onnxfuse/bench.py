@@ -727,6 +727,9 @@ def _on_roofline(t: Timing, flops: int, nbytes: int, ceilings: Ceilings) -> OpTi
 # --- plot --------------------------------------------------------------------------------------------------
 
 
+_LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1}  # keeps values legible over lines
+
+
 def write_plot(report: ModelBenchReport, path: str | Path, title: str | None = None) -> Path:
     """PNG: median latency of both models vs batch size (log scale, whiskers to p90, values written
     beside the points) and, with a baseline, the speedup per batch size."""
@@ -746,15 +749,17 @@ def write_plot(report: ModelBenchReport, path: str | Path, title: str | None = N
     series = [(f"optimized: {Path(report.optimized).name}", "optimized", "#1f77b4", "o")]
     if has_baseline:
         series.append((f"baseline: {Path(report.baseline).name}", "baseline", "#ff7f0e", "s"))
+    medians = {role: np.array([getattr(r, role).median_ms for r in report.results]) for _, role, _, _ in series}
+    highest = np.max(np.stack(list(medians.values())), axis=0)
     for label, role, color, marker in series:
-        timings = [getattr(r, role) for r in report.results]
-        med = np.array([t.median_ms for t in timings])
-        p90 = np.array([t.p90_ms for t in timings])
+        med = medians[role]
+        p90 = np.array([getattr(r, role).p90_ms for r in report.results])
         ax.errorbar(xs, med, yerr=[np.zeros_like(med), p90 - med], color=color, marker=marker, capsize=3,
                     linewidth=1.8, label=label)
-        for x, v in zip(xs, med):
-            ax.annotate(f"{v:.3g}", (x, v), textcoords="offset points", xytext=(6, -3 if role == "optimized" else 6),
-                        fontsize=8, color=color)
+        for x, v, top in zip(xs, med, highest):
+            # the slower model's value above its point, the faster one's below: the labels never collide
+            ax.annotate(f"{v:.3g}", (x, v), textcoords="offset points", xytext=(7, 3 if v >= top else -11),
+                        fontsize=8, color=color, bbox=_LABEL_BOX)
     ax.set_yscale("log")  # batch 1 and batch 32 differ by orders of magnitude
     ax.set_xticks(xs, [str(b) for b in batches])
     ax.set_xlabel("batch size")
@@ -768,8 +773,8 @@ def write_plot(report: ModelBenchReport, path: str | Path, title: str | None = N
         speedups = np.array([r.speedup for r in report.results])
         colors = ["#2ca02c" if s >= 1 else "#d62728" for s in speedups]
         bars = ax.bar(xs, speedups, 0.6, color=colors)
-        ax.bar_label(bars, labels=[f"{s:.2f}×" for s in speedups], fontsize=9, padding=2)
-        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        ax.bar_label(bars, labels=[f"{s:.2f}×" for s in speedups], fontsize=9, padding=3, bbox=_LABEL_BOX)
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--", zorder=0)
         ax.set_xticks(xs, [str(b) for b in batches])
         ax.set_xlabel("batch size")
         ax.set_ylabel("speedup = baseline ÷ optimized latency")
