@@ -266,10 +266,12 @@ def _apply(model: onnx.ModelProto, view: GraphView, fusions: list[Fusion], appro
             del graph.initializer[j]
     graph.initializer.extend(new_tensors)
 
-    # value_info only describes tensors that still exist.
-    alive = {o for n in kept for o in n.output} | {i for n in kept for i in n.input}
+    # Drop the value_info of the tensors the rewrite removed (and of nothing else).
+    before = {o for n in view.nodes for o in n.output}
+    alive = {o for n in kept for o in n.output}
+    gone = (before - alive) | dead_inits
     for j in reversed(range(len(graph.value_info))):
-        if graph.value_info[j].name not in alive:
+        if graph.value_info[j].name in gone:
             del graph.value_info[j]
 
     if fusions and not any(o.domain == DOMAIN for o in model.opset_import):

@@ -189,6 +189,7 @@ def check_output_path(input_path, output_path) -> None:
 def _copy_range(src: str, offset: int, length: int, dst) -> None:
     """Copy ``length`` bytes of ``src`` from ``offset`` to the end of ``dst``, without holding them in memory
     (the kernel copies, or moves 64 MiB chunks)."""
+    dst.flush()  # the kernel writes at the descriptor's position: buffered bytes must be there first
     with open(src, "rb") as s:
         done = 0
         try:
@@ -278,9 +279,12 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
                         else:
                             np_dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
                             length = _write_derived(src, offset, length, t, np_dtype, how, out)
-                        saved.append((t, list(t.external_data)))
+                        saved.append((t, [(e.key, e.value) for e in t.external_data]))
                         del t.external_data[:]
-                        onnx.external_data_helper.set_external_data(t, data_name, offset=start, length=length)
+                        # not set_external_data: it refuses tensors without raw_data, i.e. every placeholder
+                        for key, value in (("location", data_name), ("offset", str(start)),
+                                           ("length", str(length))):
+                            t.external_data.add(key=key, value=value)
                     out.flush()
                     os.fsync(out.fileno())
             model_tmp = os.path.join(tmp, base)
@@ -300,7 +304,8 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
     finally:
         for t, entries in saved:
             del t.external_data[:]
-            t.external_data.extend(entries)
+            for key, value in entries:
+                t.external_data.add(key=key, value=value)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -13,20 +13,12 @@ into a non-constant W, so that case is refused.
 
 from __future__ import annotations
 
-import onnx
-
 from ..domain import SUPPORTED_DTYPES
 from .graph import GraphView, attr, is_op
-from .rule import Activation, Fusion, NewTensor, Refusal, operand_orders
+from .rule import Activation, Fusion, NewTensor, Refusal, dtype_name, operand_orders
 
 RULE = "linear"
 _LINEAR_OPS = ("MatMul", "Gemm")
-
-
-def _dtype_name(dtype: int | None) -> str:
-    if dtype is None:
-        return "unknown"
-    return onnx.helper.tensor_dtype_to_string(dtype).removeprefix("TensorProto.").lower()
 
 
 def _is_linear(view: GraphView, name: str) -> int | None:
@@ -97,10 +89,10 @@ def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
 
     dtype = view.dtype(w) or view.dtype(x)
     if dtype not in SUPPORTED_DTYPES:
-        return refuse(f"dtype {_dtype_name(dtype)} is not float, float16 or bfloat16")
+        return refuse(f"dtype {dtype_name(dtype)} is not float, float16 or bfloat16")
     if act.upcast and act.downcast_to != dtype:
-        return refuse(f"the activation is cast back to {_dtype_name(act.downcast_to)} but the Linear computes "
-                      f"in {_dtype_name(dtype)}")
+        return refuse(f"the activation is cast back to {dtype_name(act.downcast_to)} but the Linear computes "
+                      f"in {dtype_name(dtype)}")
 
     w_shape = view.shape(w)
     if w_shape is None:
@@ -132,7 +124,7 @@ def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
         if b_const is None:
             return refuse(f"bias '{b}' is not a constant")
         if b_const.data_type != dtype:
-            return refuse(f"bias '{b}' is {_dtype_name(b_const.data_type)}, the Linear is {_dtype_name(dtype)}")
+            return refuse(f"bias '{b}' is {dtype_name(b_const.data_type)}, the Linear is {dtype_name(dtype)}")
         dims = tuple(b_const.dims)
         out_rank = max(2, len(x_shape)) if x_shape is not None else 2
         if not isinstance(n, int) or not dims or dims[-1] != n or any(d != 1 for d in dims[:-1]) \

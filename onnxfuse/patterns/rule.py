@@ -111,11 +111,17 @@ def close_to(value: float, ref: float, dtype: int, ulps: float = 2.0) -> bool:
     return abs(value - ref) <= ulps * ulp(ref, dtype)
 
 
+def dtype_name(dtype: int | None) -> str:
+    if dtype is None:
+        return "unknown"
+    names = {T.FLOAT: "float32", T.FLOAT16: "float16", T.BFLOAT16: "bfloat16", T.DOUBLE: "float64"}
+    return names.get(dtype) or onnx.helper.tensor_dtype_to_string(dtype).removeprefix("TensorProto.").lower()
+
+
 def describe_miss(what: str, value: float, ref: float, ref_text: str, dtype: int) -> str:
     rel = abs(value - ref) / abs(ref) if ref else abs(value)
-    dtype_name = onnx.helper.tensor_dtype_to_string(dtype).removeprefix("TensorProto.").lower()
     return (f"{what} {value:.9g} is not {ref_text} ({ref:.9g}): off by {rel:.1e} relative, more than the "
-            f"rounding of a {dtype_name} constant")
+            f"rounding of a {dtype_name(dtype)} constant")
 
 
 # --- products --------------------------------------------------------------------------------------

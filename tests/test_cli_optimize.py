@@ -1,0 +1,96 @@
+"""`onnxfuse optimize` and `onnxfuse inspect` as users and CI steps run them: exit codes, one-line
+errors, JSON reports, nothing written on failure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import onnx
+import pytest
+
+from tests.graphs import build, build_mlp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("ONNXFUSE_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "onnxfuse.cli", *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """Two fusable blocks and one near-miss."""
+    model = build_mlp(layers=2)
+    path = tmp_path / "in.onnx"
+    onnx.save(model, str(path))
+    near = tmp_path / "near.onnx"
+    onnx.save(build("erf:pytorch:div", "matmul", perturb={"sqrt2": 1.414}), str(near))
+    return path, near
+
+
+def test_optimize_writes_model_and_json(tmp_path, mixed):
+    src, _ = mixed
+    before = hashlib.sha256(src.read_bytes()).hexdigest()
+    r = cli("optimize", src, "-o", tmp_path / "out.onnx", "--json", tmp_path / "report.json")
+    assert r.returncode == 0, r.stderr
+    assert "erf-GELU+MatMul+Add" in r.stdout and "total fused" in r.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["fused"] == 2 and report["refused"] == 0 and report["exit_code"] == 0
+    assert report["fused_by_form"] == {"erf-GELU+MatMul+Add": 2}
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+    onnx.checker.check_model(str(tmp_path / "out.onnx"), full_check=True)
+
+
+def test_optimize_json_to_stdout_and_approximate(tmp_path, mixed):
+    src, _ = mixed
+    r = cli("optimize", src, "-o", tmp_path / "out.onnx", "--json", "-", "--approximate", "tanh")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["approximate"] == "tanh"
+    assert [c["now"] for c in report["math_changed"]] == ["tanh", "tanh"]
+
+
+def test_inspect_lists_blocks_and_refusals(mixed):
+    src, near = mixed
+    r = cli("inspect", near, "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["fused"] == 0 and report["refused"] == 1
+    (refusal,) = report["refusals"]
+    assert refusal["rule"] == "erf-gelu" and "is not 1/√2" in refusal["reason"]
+    r = cli("inspect", src)
+    assert r.returncode == 0 and "blocks to fuse" in r.stdout and "FusedLinearGelu" in r.stdout
+    r = cli("inspect", near)
+    assert "erf-gelu" in r.stdout and "refusals" in r.stdout
+
+
+@pytest.mark.parametrize("case", ["not_a_model", "missing", "directory", "unwritable_output", "bad_option"])
+def test_bad_input_exit_2_one_line_nothing_written(tmp_path, mixed, case):
+    src, _ = mixed
+    model_arg, out = src, tmp_path / "out.onnx"
+    extra = []
+    if case == "not_a_model":
+        model_arg = tmp_path / "junk.onnx"
+        model_arg.write_text("not a model at all\n")
+    elif case == "missing":
+        model_arg = tmp_path / "nope.onnx"
+    elif case == "directory":
+        model_arg = tmp_path
+    elif case == "unwritable_output":
+        out = tmp_path / "no" / "such" / "dir.onnx"
+    elif case == "bad_option":
+        extra = ["--approximate", "erf"]
+    before = sorted(os.listdir(tmp_path))
+    r = cli("optimize", model_arg, "-o", out, *extra)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    if case != "bad_option":  # click's usage errors have their own two-line format
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("onnxfuse: error:")
+    assert sorted(os.listdir(tmp_path)) == before
