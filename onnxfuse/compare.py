@@ -357,7 +357,7 @@ def _session(model: onnx.ModelProto, label: str, provider: str, *, as_written: b
         elif _uses_fused_op(model):
             from .runtime import create_session
 
-            session = create_session(model, providers=providers)
+            session = create_session(model, providers=provider)
         else:  # nothing was fused (or a plain model is compared): ORT as a user runs it, no library needed
             options = ort.SessionOptions()
             options.log_severity_level = 3
@@ -466,6 +466,11 @@ def compare_models(
         if value is not None and not (value >= 0 and np.isfinite(value)):
             raise BadInputError(f"--{name} must be a finite number ≥ 0, got {value}")
 
+    if provider == "cuda":
+        from .runtime import cuda_usable
+
+        if not cuda_usable():  # say it in one line before ORT logs its own failure and falls back
+            raise BadInputError("--provider cuda: no usable CUDA device here (no GPU or no driver); run with --provider cpu")
     original_model, original_label = _load(original, "original")
     optimized_model, optimized_label = _load(optimized, "optimized")
     _check_correspondence(original_model, optimized_model)
