@@ -14,7 +14,8 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import PurePosixPath, PureWindowsPath
 
 import numpy as np
 import onnx
@@ -245,15 +246,51 @@ def _copy_range(src: str, offset: int, length: int, dst) -> None:
             done += len(chunk)
 
 
-def _write_derived(src: str, offset: int, length: int, t: onnx.TensorProto, source_dtype: np.dtype,
-                   how: Callable[[np.ndarray], np.ndarray], dst) -> int:
-    """Read one source tensor, transform it (transpose, scale), append it to ``dst``; returns its length."""
+def _derive(src: str, offset: int, length: int, t: onnx.TensorProto,
+            how: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Read one source tensor and compute the derived tensor's bytes (transpose, scale)."""
+    source_dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
     flat = np.fromfile(src, dtype=np.uint8, count=length, offset=offset).view(source_dtype)
     data = np.ascontiguousarray(how(flat)).view(np.uint8)
     if data.nbytes != tensor_nbytes(t):
         raise ValueError(f"derived tensor '{t.name}' has {data.nbytes} bytes, its shape needs {tensor_nbytes(t)}")
-    dst.write(data.data)
-    return data.nbytes
+    return data
+
+
+def _write_data_file(out, ext, spans, derived, data_name: str, saved: list) -> None:
+    """Append every external tensor to ``out`` (page-aligned) and point the tensor at its new place.
+
+    Unchanged tensors are copied by the kernel; derived ones are computed by one worker thread, one tensor
+    ahead of the writer, so transposing overlaps the disk writes while at most two derived tensors are in
+    memory. ``saved`` receives the old references so the caller can restore the model."""
+    jobs = iter([(k, t, span) for k, (t, span) in enumerate(zip(ext, spans)) if t.name in derived])
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxfuse-derive") as pool:
+        ahead: dict[int, Future] = {}
+
+        def submit_next() -> None:
+            job = next(jobs, None)
+            if job is not None:
+                k, t, (src, offset, length) = job
+                ahead[k] = pool.submit(_derive, src, offset, length, t, derived[t.name])
+
+        submit_next()
+        for k, (t, (src, offset, length)) in enumerate(zip(ext, spans)):
+            out.write(b"\0" * (-out.tell() % ALIGNMENT))
+            start = out.tell()
+            if k in ahead:
+                data = ahead.pop(k).result()
+                submit_next()
+                out.write(data.data)
+                length = data.nbytes
+                del data
+            else:
+                _copy_range(src, offset, length, out)
+            saved.append((t, [(e.key, e.value) for e in t.external_data]))
+            del t.external_data[:]
+            for key, value in (("location", data_name), ("offset", str(start)), ("length", str(length))):
+                t.external_data.add(key=key, value=value)
+    out.flush()
+    os.fsync(out.fileno())
 
 
 def _fsync_dir(path: str) -> None:
@@ -302,24 +339,7 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
         try:
             if ext:
                 with open(os.path.join(tmp, data_name), "wb") as out:
-                    for t, (src, offset, length) in zip(ext, spans):
-                        pad = -out.tell() % ALIGNMENT
-                        out.write(b"\0" * pad)
-                        start = out.tell()
-                        how = derived.get(t.name)
-                        if how is None:
-                            _copy_range(src, offset, length, out)
-                        else:
-                            np_dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
-                            length = _write_derived(src, offset, length, t, np_dtype, how, out)
-                        saved.append((t, [(e.key, e.value) for e in t.external_data]))
-                        del t.external_data[:]
-                        # not set_external_data: it refuses tensors without raw_data, i.e. every placeholder
-                        for key, value in (("location", data_name), ("offset", str(start)),
-                                           ("length", str(length))):
-                            t.external_data.add(key=key, value=value)
-                    out.flush()
-                    os.fsync(out.fileno())
+                    _write_data_file(out, ext, spans, derived, data_name, saved)
             model_tmp = os.path.join(tmp, base)
             with open(model_tmp, "wb") as f:
                 f.write(model.SerializeToString())
@@ -341,6 +361,3 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
                 t.external_data.add(key=key, value=value)
         shutil.rmtree(tmp, ignore_errors=True)
 
-
-def source_dir_of(path) -> str:
-    return str(Path(os.fspath(path)).resolve().parent)

@@ -211,7 +211,7 @@ def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(io, "_copy_range", fail)
-    monkeypatch.setattr(io, "_write_derived", fail)
+    monkeypatch.setattr(io, "_derive", fail)
     with pytest.raises(BadInputError, match="No space left"):
         io.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path, derived=result.derived)
     assert listing(tmp_path) == ["in.onnx", "in.onnx.data"]
