@@ -198,6 +198,8 @@ def load_model(path, *, load_external_data: bool = False) -> onnx.ModelProto:
         except onnx.checker.ValidationError as e:
             first = str(e).strip().splitlines()[0]
             raise BadInputError(f"{path}: not a valid ONNX model: {first}") from None
+        except UnicodeDecodeError:  # the checker's message quotes a name that is not UTF-8
+            raise BadInputError(f"{path}: not a valid ONNX model: a name or string in it is not valid UTF-8") from None
     if load_external_data:
         onnx.external_data_helper.load_external_data_for_model(model, base_dir)
     return model
