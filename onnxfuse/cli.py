@@ -456,6 +456,10 @@ def _render_doctor(report) -> None:
         table.add_row("cuda devices", "none")
     if report.gpu_details:
         table.add_row("cuda driver", f"{report.gpu_details['driver_version']} (CUDA {report.gpu_details['cuda_version']})")
+        for d in report.gpu_details["devices"]:  # pycuda's view: what the kernels care about
+            table.add_row(f"cuda:{d['index']} (pycuda)",
+                          f"{d['multiprocessors']} SMs at {d['clock_mhz']} MHz, {d['l2_cache_mib']} MiB L2, "
+                          f"{d['peak_memory_bandwidth_gbs']:.0f} GB/s peak; kernels: {d['library_code']}")
     console.print(table)
 
 

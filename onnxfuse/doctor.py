@@ -44,29 +44,76 @@ class DoctorReport:
         return d
 
 
+def _library_code_for(major: int, minor: int) -> str:
+    """Which of the library's CUDA builds a device of this compute capability runs (cmake/cuda.cmake builds
+    sm_90a machine code, sm_80 machine code and compute_80 PTX)."""
+    if (major, minor) == (9, 0):
+        return "sm_90a (Hopper TMA/wgmma kernels)"
+    if major == 8:
+        return "sm_80 (portable Tensor-Core kernels)"
+    if major > 9 or (major == 9 and minor > 0):
+        return "compute_80 PTX, compiled by the driver at load (portable kernels)"
+    return "none: the CUDA kernels need compute capability 8.0 or newer"
+
+
+def _kernel_driver_version() -> str | None:
+    """The NVIDIA kernel driver's version (e.g. 580.159.04); pycuda only knows the CUDA version it supports."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    for word in first.split():
+        if word.count(".") >= 1 and word.replace(".", "").isdigit():
+            return word
+    return None
+
+
 def gpu_details() -> dict[str, Any] | None:
     """Driver-level GPU details from pycuda (the ``[gpu]`` extra); None when pycuda is not installed or
-    cannot initialise (no driver, no GPU)."""
+    cannot initialise (no driver, no GPU).
+
+    Reads device attributes only: no CUDA context is created, so it is cheap and leaves the GPU alone."""
     try:
         import pycuda.driver as drv
     except Exception:
         return None
     try:
         drv.init()
+        a = drv.device_attribute
         devices = []
         for i in range(drv.Device.count()):
             d = drv.Device(i)
             attrs = d.get_attributes()
+            major, minor = d.compute_capability()
+            mem_clock_khz = attrs.get(a.MEMORY_CLOCK_RATE, 0)
+            bus_bits = attrs.get(a.GLOBAL_MEMORY_BUS_WIDTH, 0)
             devices.append(
                 {
+                    "index": i,
                     "name": d.name(),
-                    "compute_capability": "%d.%d" % d.compute_capability(),
-                    "multiprocessors": attrs.get(drv.device_attribute.MULTIPROCESSOR_COUNT),
-                    "clock_mhz": attrs.get(drv.device_attribute.CLOCK_RATE, 0) // 1000,
+                    "compute_capability": f"{major}.{minor}",
+                    "multiprocessors": attrs.get(a.MULTIPROCESSOR_COUNT),
+                    "clock_mhz": attrs.get(a.CLOCK_RATE, 0) // 1000,
                     "memory_gib": round(d.total_memory() / 2**30, 1),
+                    "memory_clock_mhz": mem_clock_khz // 1000,
+                    "memory_bus_bits": bus_bits,
+                    # double data rate: two transfers per memory clock
+                    "peak_memory_bandwidth_gbs": round(2 * mem_clock_khz * 1e3 * bus_bits / 8 / 1e9, 1),
+                    "l2_cache_mib": round(attrs.get(a.L2_CACHE_SIZE, 0) / 2**20, 1),
+                    "pci_bus_id": d.pci_bus_id(),
+                    "library_code": _library_code_for(major, minor),
                 }
             )
-        return {"driver_version": drv.get_driver_version(), "cuda_version": ".".join(map(str, drv.get_version())), "devices": devices}
+        if not devices:
+            return None
+        version = drv.get_driver_version()  # e.g. 13000: the CUDA version the driver supports
+        return {
+            "driver_version": _kernel_driver_version() or f"{version // 1000}.{(version % 1000) // 10}",
+            "cuda_version": f"{version // 1000}.{(version % 1000) // 10}",
+            "pycuda_built_for_cuda": ".".join(map(str, drv.get_version())),
+            "devices": devices,
+        }
     except Exception:
         return None
 
