@@ -324,28 +324,36 @@ def write_atomic(path: str | Path, data: bytes) -> None:
 # --- running the models -----------------------------------------------------------------------------
 
 
-def _load(model: str | Path | onnx.ModelProto, role: str) -> tuple[onnx.ModelProto, str]:
+@dataclass
+class _Loaded:
+    proto: onnx.ModelProto  # the graph (external weights not read: ORT reads them from ``source``)
+    label: str
+    source: str | bytes  # what ORT opens: the path (so external data resolves) or serialized bytes
+
+
+def _load(model: str | Path | onnx.ModelProto, role: str) -> _Loaded:
     if isinstance(model, onnx.ModelProto):
-        return model, f"<{role} model in memory>"
+        return _Loaded(model, f"<{role} model in memory>", model.SerializeToString())
     path = Path(model)
-    if not path.is_file():
-        raise BadInputError(f"{role} model '{path}' does not exist")
-    try:
-        return onnx.load(str(path)), str(path)
-    except Exception as e:
-        raise BadInputError(f"cannot read {role} model '{path}': {type(e).__name__}: {e}") from e
+    from . import io as model_io
+
+    try:  # every way a file can be bad (empty, truncated, a folder, an LFS pointer, external data), one line
+        proto = model_io.load_model(path)
+    except BadInputError as e:
+        raise BadInputError(f"{role} model {e}") from None
+    return _Loaded(proto, str(path), str(path))
 
 
 def _uses_fused_op(model: onnx.ModelProto) -> bool:
     return any(op.domain == DOMAIN for op in model.opset_import) or any(n.domain == DOMAIN for n in model.graph.node)
 
 
-def _session(model: onnx.ModelProto, label: str, provider: str, *, as_written: bool) -> ort.InferenceSession:
+def _session(model: _Loaded, role: str, provider: str, *, as_written: bool) -> ort.InferenceSession:
     """An ORT session on ``provider``. ``as_written``: the reference, with ORT's graph rewrites off."""
     providers = PROVIDERS[provider]
     try:
         if as_written:
-            if _uses_fused_op(model):
+            if _uses_fused_op(model.proto):
                 from .runtime import session_options
 
                 options = session_options()
@@ -353,20 +361,19 @@ def _session(model: onnx.ModelProto, label: str, provider: str, *, as_written: b
                 options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             options.log_severity_level = 3
-            session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
-        elif _uses_fused_op(model):
+            session = ort.InferenceSession(model.source, options, providers=providers)
+        elif _uses_fused_op(model.proto):
             from .runtime import create_session
 
-            session = create_session(model, providers=provider)
+            session = create_session(model.source, providers=provider)
         else:  # nothing was fused (or a plain model is compared): ORT as a user runs it, no library needed
             options = ort.SessionOptions()
             options.log_severity_level = 3
-            session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+            session = ort.InferenceSession(model.source, options, providers=providers)
     except BadInputError:
         raise
     except Exception as e:
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadInputError(f"ONNX Runtime cannot load {label}: {first_line}") from e
+        raise BadInputError(f"ONNX Runtime cannot load the {role} model {model.label}: {_first_line(e)}") from e
     if provider == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
         # ORT falls back to the CPU silently when CUDA cannot start; a gate must not.
         raise BadInputError(
@@ -471,8 +478,8 @@ def compare_models(
 
         if not cuda_usable():  # say it in one line before ORT logs its own failure and falls back
             raise BadInputError("--provider cuda: no usable CUDA device here (no GPU or no driver); run with --provider cpu")
-    original_model, original_label = _load(original, "original")
-    optimized_model, optimized_label = _load(optimized, "optimized")
+    original_loaded, optimized_loaded = _load(original, "original"), _load(optimized, "optimized")
+    original_model, optimized_model = original_loaded.proto, optimized_loaded.proto
     _check_correspondence(original_model, optimized_model)
 
     specs = input_specs(original_model)
@@ -492,8 +499,8 @@ def compare_models(
             raise BadInputError("no input samples given")
         count = len(feeds)
 
-    ref_session = _session(original_model, f"the original model {original_label}", provider, as_written=True)
-    opt_session = _session(optimized_model, f"the optimized model {optimized_label}", provider, as_written=False)
+    ref_session = _session(original_loaded, "original", provider, as_written=True)
+    opt_session = _session(optimized_loaded, "optimized", provider, as_written=False)
 
     output_names = [o.name for o in original_model.graph.output]
     output_types = {o.name: o.type.tensor_type.elem_type for o in original_model.graph.output}
@@ -530,8 +537,8 @@ def compare_models(
             advance()
 
     return CompareReport(
-        original=original_label,
-        optimized=optimized_label,
+        original=original_loaded.label,
+        optimized=optimized_loaded.label,
         provider=provider,
         samples=count,
         inputs=source,
