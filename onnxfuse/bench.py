@@ -428,13 +428,12 @@ def batch_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], bat
 
 
 def _load_for_specs(path: str) -> onnx.ModelProto:
-    """The graph without external weights: enough for input specs and embedding-table sizes."""
-    try:
-        return onnx.load(path, load_external_data=False)
-    except FileNotFoundError:
-        raise BadInputError(f"model '{path}' does not exist") from None
-    except Exception as e:
-        raise BadInputError(f"cannot read model '{path}': {_first_line(e)}") from e
+    """The graph without external weights: enough for input specs and embedding-table sizes. Read and
+    checked by ``io.load_model`` (empty, truncated, a folder, a git-LFS pointer, missing external data:
+    each one line)."""
+    from . import io as model_io
+
+    return model_io.load_model(path)
 
 
 def bench_models(
