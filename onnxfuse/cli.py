@@ -71,6 +71,10 @@ def optimize_command(model, output, json_path, approximate):
     """
     from .fuse import optimize_file
 
+    if json_path and json_path != "-":  # refuse an unwritable report path before writing the model
+        from .io import check_output_path
+
+        check_output_path(None, json_path)
     report = optimize_file(model, output, approximate=approximate)
     if json_path != "-":
         _render_rewrite(report, title=f"{report.model} → {report.output}")
