@@ -22,21 +22,23 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import domain  # noqa: F401  (registers the FusedLinearGelu schema with onnx)
+from . import domain, io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
 from .domain import DEFAULT_SIGMOID_ALPHA, DOMAIN, OP_TYPE, OP_VERSION
 from .errors import BadInputError
 from .patterns import ACTIVATION_RULES, Activation, Fusion, NewTensor, Refusal, casts, linear
-from .patterns.graph import GraphView, base_dir_of, infer_types, subgraph_references
+from .patterns.graph import (SMALL_CONSTANT_ELEMENTS, GraphView, base_dir_of, infer_types,
+                             subgraph_references)
 from .report import FusedBlock, MathChange, RefusedBlock, Report
 
 APPROXIMATIONS = ("tanh", "sigmoid")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Derived:
-    """How a new constant's bytes come from its source's: applied at save time for external sources, one
-    tensor at a time."""
+    """How a new constant's bytes come from its source's: applied by ``io.save_model`` for external
+    sources, one tensor at a time. ``source`` is the source tensor's external reference (no data)."""
 
+    source: onnx.TensorProto
     source_dims: tuple[int, ...]
     transpose: bool = False
     scale: float | None = None
@@ -67,8 +69,15 @@ def transposed(a: np.ndarray) -> np.ndarray:
 class FuseResult:
     model: onnx.ModelProto
     report: Report
-    # New external tensors: name → how to compute its bytes from the bytes its placeholder points at.
+    # New external tensors: name → how to compute their bytes from their source's (see Derived).
     derived: dict[str, Derived] = field(default_factory=dict)
+    # The folder the model's external data lives in (None for inline models).
+    source_dir: str | None = None
+
+    def save(self, path, *, check: bool = True) -> None:
+        """Write the fused model (atomically, external data streamed): the one correct way to save it,
+        since transposed external weights only exist once written."""
+        io.save_model(self.model, path, source_dir=self.source_dir, derived=self.derived, check=check)
 
 
 # --- finding ---------------------------------------------------------------------------------------
@@ -147,15 +156,20 @@ class _Names:
 
 
 def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.TensorProto, Derived | None]:
-    """The TensorProto of a new constant. Inline sources are transformed now; external ones get a
-    placeholder that points at the source bytes, and a Derived that the writer applies while streaming."""
+    """The TensorProto of a new constant. Inline sources are transformed now. External ones are never
+    loaded here: the tensor is a placeholder whose external location is ``io.PENDING`` (so a writer that
+    does not know about it fails loudly instead of writing the untransformed bytes), and the Derived
+    tells ``io.save_model`` how to compute it while streaming."""
     src = view.constant(nt.source)
-    derived = Derived(tuple(src.dims), nt.transpose, nt.scale)
     if src.data_location == onnx.TensorProto.EXTERNAL:
+        ref = onnx.TensorProto(name=src.name, data_type=src.data_type, dims=list(src.dims))
+        ref.data_location = onnx.TensorProto.EXTERNAL
+        ref.external_data.extend(src.external_data)
         t = onnx.TensorProto(name=name, data_type=nt.data_type, dims=list(nt.dims))
         t.data_location = onnx.TensorProto.EXTERNAL
-        t.external_data.extend(src.external_data)
-        return t, derived
+        t.external_data.add(key="location", value=io.PENDING)
+        return t, Derived(ref, tuple(src.dims), nt.transpose, nt.scale)
+    derived = Derived(onnx.TensorProto(), tuple(src.dims), nt.transpose, nt.scale)
     value = derived(numpy_helper.to_array(src).reshape(-1))
     t = numpy_helper.from_array(value.reshape(nt.dims), name)
     return t, None
@@ -300,6 +314,12 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
     small constants are read from it; weights are never loaded)."""
     if approximate is not None and approximate not in APPROXIMATIONS:
         raise BadInputError(f"--approximate must be one of {', '.join(APPROXIMATIONS)}, not {approximate!r}")
+    if base_dir is None and any(t.data_location == onnx.TensorProto.EXTERNAL
+                                and int(np.prod(t.dims, dtype=np.int64)) <= SMALL_CONSTANT_ELEMENTS
+                                for t in model.graph.initializer):
+        # Rules read small constants (√2, 0.5, biases' shapes never); without their folder they would
+        # silently not match.
+        raise ValueError("fuse_model: this model keeps small constants in external data; pass base_dir=")
     view = GraphView(model.graph, inferred=infer_types(model),
                      base_dir=None if base_dir is None else os.fspath(base_dir))
     found = find_blocks(view)
@@ -309,14 +329,12 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
     blocks, changes, derived = _apply(out, view, fusions, approximate)
     report = Report(fused=blocks, math_changed=changes, approximate=approximate,
                     refused=[RefusedBlock(r.rule, r.reason, r.nodes) for r in found if isinstance(r, Refusal)])
-    return FuseResult(out, report, derived)
+    return FuseResult(out, report, derived, None if base_dir is None else os.fspath(base_dir))
 
 
 def inspect_file(path) -> Report:
     """What ``optimize`` would do to the model at ``path``: the blocks it would fuse and every refusal.
     The rewrite runs in memory (on placeholders: weights are not read); nothing is written."""
-    from . import io
-
     start = time.perf_counter()
     model = io.load_model(path)
     report = fuse_model(model, base_dir=base_dir_of(path)).report
@@ -327,16 +345,13 @@ def inspect_file(path) -> Report:
 
 def optimize_file(input_path, output_path, *, approximate: str | None = None) -> Report:
     """Load ``input_path``, fuse, check, and write ``output_path`` atomically (external data streamed)."""
-    from . import io
-
     start = time.perf_counter()
     io.check_output_path(input_path, output_path)
     model = io.load_model(input_path)
     result = fuse_model(model, approximate=approximate, base_dir=base_dir_of(input_path))
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
     # default domain (ORT's transformers optimizer output), which it rejects before we touch them.
-    io.save_model(result.model, output_path, source_dir=base_dir_of(input_path), derived=result.derived,
-                  check=io.checkable(model))
+    result.save(output_path, check=io.checkable(model))
     report = result.report
     report.model, report.output = os.fspath(input_path), os.fspath(output_path)
     report.seconds = time.perf_counter() - start

@@ -26,6 +26,9 @@ from . import domain
 from .errors import BadInputError
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
+# The external location of a tensor that exists only once ``save_model`` computes it (a transposed
+# weight): any other reader fails on it rather than reading the wrong bytes.
+PENDING = "onnxfuse-pending-until-saved"
 # Offsets of tensors in the data file are page-aligned, so runtimes can memory-map them.
 ALIGNMENT = 4096
 _COPY_CHUNK = 64 << 20
@@ -295,6 +298,27 @@ def _write_data_file(out, ext, spans, derived, data_name: str, saved: list) -> N
     os.fsync(out.fileno())
 
 
+def _remove_stale_temps(out_dir: str, base: str) -> None:
+    """Remove the temporary folders that earlier saves to the same target left when their process died
+    (SIGKILL, OOM killer, power loss): ``.<base>.<pid>.*.tmp`` whose pid no longer runs."""
+    prefix = f".{base}."
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split(".", 1)[0] if name.startswith(prefix) and name.endswith(".tmp") else ""
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still running (or not ours to judge)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+        except OSError:
+            continue
+
+
 def _fsync_dir(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -314,7 +338,8 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
     """Write ``model`` to ``path`` atomically; external tensors go to a fresh ``<name>.data`` beside it.
 
     ``source_dir`` is where the external data the model points at lives (the input model's folder).
-    ``derived`` maps a tensor name to how its bytes are computed from the bytes its placeholder points at
+    ``derived`` maps the name of a tensor whose location is ``PENDING`` to how its bytes are computed:
+    a callable on the flat source array with a ``source`` attribute, the source's external reference
     (``fuse.Derived``). Files are written into a temporary folder beside ``path``, fsynced, checked with
     ``onnx.checker`` (full check), then renamed into place — data file first; on any failure nothing is
     left behind. ``model`` is left as it was."""
@@ -327,13 +352,21 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
     if ext:
         if source_dir is None:
             raise ValueError("save_model: the model has external data; pass source_dir")
-        spans = [_external_span(t, os.fspath(source_dir)) for t in ext]
+        spans = []
+        for t in ext:
+            if t.name in derived:
+                spans.append(_external_span(derived[t.name].source, os.fspath(source_dir)))
+            elif ExternalDataInfo(t).location == PENDING:
+                raise ValueError(f"tensor '{t.name}' is computed while saving: pass the FuseResult's derived map")
+            else:
+                spans.append(_external_span(t, os.fspath(source_dir)))
         target = os.path.join(out_dir, data_name)
         if os.path.exists(target) and any(os.path.samefile(target, p) for p, _, _ in spans):
             raise BadInputError(f"{path}: its data file {data_name} is the input's external data; choose "
                                 "another output name")
-    try:
-        tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=out_dir)
+    _remove_stale_temps(out_dir, base)
+    try:  # the pid in the name lets a later save remove it if this process is killed
+        tmp = tempfile.mkdtemp(prefix=f".{base}.{os.getpid()}.", suffix=".tmp", dir=out_dir)
     except OSError as e:
         raise BadInputError(f"{path}: cannot write: {e.strerror}") from None
     saved = []
@@ -353,6 +386,10 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
             domain.register_schema()
             onnx.checker.check_model(model_tmp, full_check=True)
         if ext:
+            # Never an old model beside a new data file (its offsets would point into the wrong bytes):
+            # the old model goes first (the target is then absent), then the data file, then the model.
+            if os.path.lexists(path):
+                os.unlink(path)
             os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
         os.replace(model_tmp, path)
         _fsync_dir(out_dir)
