@@ -1,0 +1,95 @@
+// A C ABI over the kernel dispatch, for run_device.py (ctypes + torch tensors): no ONNX Runtime needed to
+// check and time the kernels on their own.
+#include <cuda_runtime.h>
+
+#include "gemm_gelu.h"
+#include "tactics.cuh"
+
+using namespace onnxfuse::cuda;
+
+namespace {
+DeviceInfo device_info() {
+  DeviceInfo d;
+  cudaGetDevice(&d.device);
+  cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, d.device);
+  cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, d.device);
+  cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, d.device);
+  return d;
+}
+
+GemmGeluArgs make_args(int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M, long long N,
+                       long long K, const void* x, const void* w, const void* bias, void* y) {
+  GemmGeluArgs a{};
+  a.dtype = static_cast<DType>(dtype);
+  a.act = static_cast<onnxfuse::Activation>(act);
+  a.alpha = alpha;
+  a.trans_b = trans_b != 0;
+  a.allow_tf32 = allow_tf32 != 0;
+  a.M = M; a.N = N; a.K = K;
+  a.x = x; a.w = w; a.bias = bias; a.y = y;
+  return a;
+}
+
+// Tiles measured but not in the shipped table: compiled into an exploration build of one (dtype, layout)
+// file (-DOFK_EXPLORE with that file's tile list widened), reachable here by index past the table's end.
+#ifdef OFK_EXPLORE
+template <int TM, int TN, int CM, int CN, Sm90Schedule S>
+Tactic explore(const char* name) {
+  using T = Sm90Tactic<Sm90Config<DType::kBFloat16, false, TM, TN, 64, CM, CN, S>>;
+  return Tactic{name, &T::can_implement, &T::workspace, &T::run};
+}
+const Tactic kExtra[] = {
+    explore<128, 128, 2, 1, Sm90Schedule::kPingpong>("sm90_bf16_nn_pp_128x128_c2"),
+    explore<128, 256, 1, 2, Sm90Schedule::kCooperative>("sm90_bf16_nn_coop_128x256_c1x2"),
+};
+constexpr int kExtraCount = 2;
+#else
+const Tactic* const kExtra = nullptr;
+constexpr int kExtraCount = 0;
+#endif
+
+const Tactic& tactic_at(int i) {
+  return i < gemm_gelu_tactic_count() ? gemm_gelu_tactic_at(i) : kExtra[i - gemm_gelu_tactic_count()];
+}
+}  // namespace
+
+extern "C" {
+
+int ofk_tactic_count() { return gemm_gelu_tactic_count() + kExtraCount; }
+const char* ofk_tactic_name(int i) { return tactic_at(i).name; }
+
+// tactic < 0: the dispatch's own choice. Returns a cudaError_t.
+int ofk_launch(int tactic, int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M, long long N,
+               long long K, const void* x, const void* w, const void* bias, void* y, void* workspace,
+               unsigned long long workspace_bytes, void* stream) {
+  static const DeviceInfo dev = device_info();
+  const GemmGeluArgs a = make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y);
+  auto s = static_cast<cudaStream_t>(stream);
+  if (tactic < 0) return launch_gemm_gelu(a, dev, workspace, workspace_bytes, s);
+  if (tactic < gemm_gelu_tactic_count()) return launch_gemm_gelu_with_tactic(tactic, a, dev, workspace, workspace_bytes, s);
+  if (a.M == 0 || a.N == 0) return cudaSuccess;
+  const Tactic& t = tactic_at(tactic);
+  return t.can_implement(a, dev) ? t.run(a, dev, workspace, workspace_bytes, s) : cudaErrorNotSupported;
+}
+
+// 1 when the tactic takes this problem.
+int ofk_can_implement(int tactic, int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M,
+                      long long N, long long K, const void* x, const void* w, const void* bias, void* y) {
+  static const DeviceInfo dev = device_info();
+  const GemmGeluArgs a = make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y);
+  return tactic_at(tactic).can_implement(a, dev) ? 1 : 0;
+}
+
+unsigned long long ofk_workspace(int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M,
+                                 long long N, long long K, const void* x, const void* w, const void* bias, void* y) {
+  static const DeviceInfo dev = device_info();
+  return gemm_gelu_workspace_size(make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y), dev);
+}
+
+const char* ofk_dispatch_name(int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M, long long N,
+                              long long K, const void* x, const void* w, const void* bias, void* y) {
+  static const DeviceInfo dev = device_info();
+  return gemm_gelu_tactic_name(make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y), dev);
+}
+
+}  // extern "C"

@@ -1,0 +1,281 @@
+"""Checks and times the GEMM+bias+GELU kernels on their own (no ONNX Runtime): bench/kernels/harness.cu
+compiled by build.sh into one .so, called through ctypes on torch CUDA tensors, on torch's current stream.
+
+    python3 bench/kernels/run_device.py LIB.so OUT.json [check] [time] [tactics] [fp16all]
+
+check   : every dtype x activation x transB x bias over aligned, misaligned, odd, tiny and empty shapes;
+          error vs a float64 reference against the unfused path's error (mm in the dtype, bias add, GELU:
+          what ORT runs), with the output poisoned with NaN first.
+tactics : every tactic forced on a shape it takes: same check (a tactic the dispatch never picks still
+          has to be right).
+fp16all : all 65,536 fp16 (and bf16) bit patterns through the GEMM (identity W), every activation: finite
+          wherever float64 is finite.
+time    : GPU kernel time (CUPTI via torch.profiler, mean of 30 calls after 5 warm-up, as
+          shared/anchors/kernel_time.py) of the dispatch and of every sm90 tactic that fits, against cuBLAS
+          (torch.mm) and cuBLASLt's tanh-GELU epilogue (torch._addmm_activation) in the same process.
+"""
+import ctypes
+import json
+import math
+import sys
+import time
+
+import torch
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+LIB = ctypes.CDLL(sys.argv[1])
+OUT = sys.argv[2]
+MODES = set(sys.argv[3:]) or {"check", "tactics", "fp16all", "time"}
+for fn in ("ofk_launch", "ofk_can_implement", "ofk_workspace"):
+    getattr(LIB, fn).restype = ctypes.c_int if fn != "ofk_workspace" else ctypes.c_ulonglong
+LIB.ofk_tactic_name.restype = ctypes.c_char_p
+LIB.ofk_dispatch_name.restype = ctypes.c_char_p
+NTACTICS = LIB.ofk_tactic_count()
+TACTICS = [LIB.ofk_tactic_name(i).decode() for i in range(NTACTICS)]
+DT = {"fp16": (1, torch.float16), "bf16": (2, torch.bfloat16), "fp32": (0, torch.float32)}
+ACTS = {"erf": 0, "tanh": 1, "sigmoid": 2}
+ALPHA = 1.702
+RESULTS = {"tactics": TACTICS, "device": torch.cuda.get_device_name(), "check": [], "tactic_check": [],
+           "fp16all": [], "time": []}
+
+
+def ptr(t):
+    return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
+
+
+def common(dt, act, trans_b, tf32, M, N, K, x, w, b, y):
+    return (DT[dt][0], ACTS[act], ctypes.c_float(ALPHA), int(trans_b), int(tf32), ctypes.c_longlong(M),
+            ctypes.c_longlong(N), ctypes.c_longlong(K), ptr(x), ptr(w), ptr(b), ptr(y))
+
+
+WS = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+
+
+def launch(tactic, dt, act, trans_b, tf32, M, N, K, x, w, b, y):
+    args = common(dt, act, trans_b, tf32, M, N, K, x, w, b, y)
+    need = LIB.ofk_workspace(*args)
+    assert need <= WS.numel(), need
+    rc = LIB.ofk_launch(tactic, *args, ptr(WS), ctypes.c_ulonglong(WS.numel()),
+                        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    return rc
+
+
+def act64(z, act):
+    if act == "erf":
+        return 0.5 * z * (1.0 + torch.special.erf(z / math.sqrt(2.0)))
+    if act == "tanh":
+        return 0.5 * z * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z ** 3)))
+    return z * torch.sigmoid(ALPHA * z)
+
+
+def act_lowp(z, act):
+    if act == "erf":
+        return torch.nn.functional.gelu(z)
+    if act == "tanh":
+        return torch.nn.functional.gelu(z, approximate="tanh")
+    return z * torch.sigmoid(ALPHA * z)
+
+
+def make(dt, M, N, K, trans_b, bias, offset_elems=0):
+    tt = DT[dt][1]
+    g = torch.Generator(device="cuda").manual_seed(1234 + M * 7 + N * 13 + K)
+    x = torch.randn(M * K + offset_elems, device="cuda", generator=g, dtype=torch.float32).to(tt)[offset_elems:].view(M, K)
+    wv = (torch.randn(N * K + offset_elems, device="cuda", generator=g) / math.sqrt(max(K, 1))).to(tt)[offset_elems:]
+    w = wv.view(N, K) if trans_b else wv.view(K, N)
+    b = (torch.randn(N, device="cuda", generator=g) * 0.1).to(tt) if bias else None
+    return x, w, b
+
+
+def errors(y, ref):
+    d = (y.double() - ref)
+    fin = torch.isfinite(ref)
+    rel = (d[fin].norm() / ref[fin].norm().clamp_min(1e-30)).item() if ref.numel() else 0.0
+    return rel, (d[fin].abs().max().item() if ref.numel() else 0.0)
+
+
+def check_one(tactic, dt, act, trans_b, tf32, M, N, K, bias, offset=0):
+    x, w, b = make(dt, M, N, K, trans_b, bias, offset)
+    y = torch.full((M, N), float("nan"), device="cuda", dtype=DT[dt][1])
+    rc = launch(tactic, dt, act, trans_b, tf32, M, N, K, x, w, b, y)
+    torch.cuda.synchronize()
+    wt = w.double().t() if trans_b else w.double()
+    z = x.double() @ wt + (b.double() if b is not None else 0.0)
+    ref = act64(z, act)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = bool(tf32) and dt == "fp32"
+    wl = w.t() if trans_b else w
+    zl = x @ wl
+    if b is not None:
+        zl = zl + b
+    unf = act_lowp(zl, act)
+    torch.backends.cuda.matmul.allow_tf32 = old
+    torch.cuda.synchronize()
+    fused_rel, fused_max = errors(y, ref)
+    unf_rel, unf_max = errors(unf, ref)
+    unwritten = int((~torch.isfinite(y) & torch.isfinite(ref)).sum().item())
+    name = LIB.ofk_dispatch_name(*common(dt, act, trans_b, tf32, M, N, K, x, w, b, y)).decode() if tactic < 0 else TACTICS[tactic]
+    ok = rc == 0 and unwritten == 0 and (M * N == 0 or fused_rel <= 1.05 * unf_rel + 1e-7)
+    return dict(tactic=name, dt=dt, tf32=tf32, act=act, trans_b=trans_b, bias=bias, M=M, N=N, K=K, offset=offset,
+                rc=rc, fused_rel=fused_rel, unfused_rel=unf_rel, fused_max=fused_max, unfused_max=unf_max,
+                ratio=fused_rel / unf_rel if unf_rel > 0 else 0.0, unwritten=unwritten, ok=ok)
+
+
+def run_check():
+    shapes = [(1, 3072, 768), (7, 136, 64), (4097, 3072, 768), (128, 4096, 1024), (33, 3074, 770),
+              (5, 131, 77), (3, 40, 0), (0, 64, 64), (64, 0, 64), (300, 1000, 17)]
+    bad = 0
+    for dt, tf32 in (("fp16", 1), ("bf16", 1), ("fp32", 1), ("fp32", 0)):
+        for trans_b in (1, 0):
+            for act in ACTS:
+                for bias in (True, False):
+                    for (M, N, K) in shapes:
+                        r = check_one(-1, dt, act, trans_b, tf32, M, N, K, bias)
+                        RESULTS["check"].append(r)
+                        bad += not r["ok"]
+                        if not r["ok"]:
+                            print("FAIL", r)
+    # views at odd element offsets: 16-byte-unaligned pointers must fall back, not fault
+    for dt in ("fp16", "fp32"):
+        r = check_one(-1, dt, "erf", 1, 1, 100, 256, 128, True, offset=1)
+        RESULTS["check"].append(r)
+        bad += not r["ok"]
+        if not r["ok"]:
+            print("FAIL", r)
+    worst = {}
+    for r in RESULTS["check"]:
+        if r["M"] * r["N"] and r["unfused_rel"] > 0:
+            k = (r["dt"], r["tf32"])
+            worst[k] = max(worst.get(k, 0), r["ratio"])
+    print(f"check: {len(RESULTS['check'])} cases, {bad} failed; worst fused/unfused rel-L2 ratio per dtype:",
+          {f"{k[0]}{'' if k[1] else '-strict'}": round(v, 3) for k, v in worst.items()})
+
+
+def run_tactics():
+    bad = 0
+    for i, name in enumerate(TACTICS):
+        for dt, tf32 in (("fp16", 1), ("bf16", 1), ("fp32", 1), ("fp32", 0)):
+            for trans_b in (1, 0):
+                M, N, K = 1000, 1032, 776
+                x, w, b = make(dt, M, N, K, trans_b, True)
+                y = torch.empty(M, N, device="cuda", dtype=DT[dt][1])
+                if not LIB.ofk_can_implement(i, *common(dt, "erf", trans_b, tf32, M, N, K, x, w, b, y)):
+                    continue
+                for act in ACTS:
+                    for (MM, bias) in ((M, True), (1, False), (129, True)):
+                        r = check_one(i, dt, act, trans_b, tf32, MM, N, K, bias)
+                        RESULTS["tactic_check"].append(r)
+                        bad += not r["ok"]
+                        if not r["ok"]:
+                            print("FAIL", r)
+    print(f"tactics: {len(RESULTS['tactic_check'])} cases over {len(set(r['tactic'] for r in RESULTS['tactic_check']))} tactics, {bad} failed")
+
+
+def run_fp16all():
+    for dt in ("fp16", "bf16"):
+        tt = DT[dt][1]
+        vals = torch.arange(-32768, 32768, dtype=torch.int32, device="cuda").to(torch.int16).view(tt)
+        M, K, N = vals.numel(), 8, 8
+        x = torch.zeros(M, K, dtype=tt, device="cuda")
+        x[:, 0] = vals
+        w = torch.eye(N, K, dtype=tt, device="cuda")
+        for act in ACTS:
+            y = torch.full((M, N), float("nan"), dtype=tt, device="cuda")
+            rc = launch(-1, dt, act, 1, 1, M, N, K, x, w, None, y)
+            torch.cuda.synchronize()
+            ref = act64(vals.double(), act)
+            got = y[:, 0].double()
+            fin = torch.isfinite(ref)
+            nonfinite = int((~torch.isfinite(got) & fin).sum().item())
+            # error in units of the output dtype's rounding: |got - ref| / ulp(ref)
+            err = (got[fin] - ref[fin]).abs()
+            tol = ref[fin].abs().to(tt).double().abs().clamp_min(torch.finfo(tt).tiny) * torch.finfo(tt).eps
+            nan_in = torch.isnan(vals.double())
+            nan_ok = bool(torch.isnan(got[nan_in]).all().item())
+            r = dict(dt=dt, act=act, rc=rc, nonfinite_where_ref_finite=nonfinite, max_err_in_eps=(err / tol).max().item(),
+                     nan_propagates=nan_ok, other_columns_zero=bool((y[:, 1:] == 0).all().item()) if act != "erf" or True else None)
+            RESULTS["fp16all"].append(r)
+            print("all-values", r)
+
+
+def gpu_us(fn, n=30):
+    from torch.profiler import profile, ProfilerActivity
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    tot = 0.0
+    for e in p.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            tot += getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0
+    return tot / n
+
+
+SHAPES = [(128, 768, 3072), (1024, 768, 3072), (4096, 768, 3072), (16384, 768, 3072), (128, 1024, 4096),
+          (4096, 1024, 4096), (16384, 1024, 4096), (128, 4096, 16384), (2048, 4096, 16384), (8192, 4096, 16384)]
+
+
+def run_time():
+    rows = []
+    for dt in ("fp16", "bf16", "fp32"):
+        tt = DT[dt][1]
+        for (M, K, N) in SHAPES:
+            x, w, b = make(dt, M, N, K, True, True)
+            y = torch.empty(M, N, device="cuda", dtype=tt)
+            r = {"dt": dt, "M": M, "K": K, "N": N}
+            torch.backends.cuda.matmul.allow_tf32 = dt == "fp32"
+            r["cublas_mm"] = gpu_us(lambda: torch.mm(x, w.t()))
+            if dt != "fp32":
+                r["cublaslt_tanh"] = gpu_us(lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True))
+            torch.backends.cuda.matmul.allow_tf32 = False
+            r["dispatch_name"] = LIB.ofk_dispatch_name(*common(dt, "erf", 1, 1, M, N, K, x, w, b, y)).decode()
+            r["fused"] = gpu_us(lambda: launch(-1, dt, "erf", 1, 1, M, N, K, x, w, b, y))
+            r["tactics"] = {}
+            if "all" in MODES or dt != "fp32" or True:
+                for i, name in enumerate(TACTICS):
+                    if not name.startswith("sm90") and not name.startswith("sm80"):
+                        continue
+                    if LIB.ofk_can_implement(i, *common(dt, "erf", 1, 1, M, N, K, x, w, b, y)):
+                        r["tactics"][name] = gpu_us(lambda: launch(i, dt, "erf", 1, 1, M, N, K, x, w, b, y))
+            if (M, K, N) in ((4096, 768, 3072), (128, 4096, 16384)):
+                for act in ("tanh", "sigmoid"):
+                    r["fused_" + act] = gpu_us(lambda: launch(-1, dt, act, 1, 1, M, N, K, x, w, b, y))
+                r["fused_nobias"] = gpu_us(lambda: launch(-1, dt, "erf", 1, 1, M, N, K, x, w, None, y))
+                xn, wn, bn = make(dt, M, N, K, False, True)
+                r["fused_transb0"] = gpu_us(lambda: launch(-1, dt, "erf", 0, 1, M, N, K, xn, wn, bn, y))
+                r["fused_transb0_name"] = LIB.ofk_dispatch_name(*common(dt, "erf", 0, 1, M, N, K, xn, wn, bn, y)).decode()
+            best = min([r["cublas_mm"]] + ([r["cublaslt_tanh"]] if "cublaslt_tanh" in r else []))
+            r["best_tactic"] = min(r["tactics"], key=r["tactics"].get) if r["tactics"] else None
+            r["fused_over_mm"] = r["fused"] / r["cublas_mm"]
+            rows.append(r)
+            RESULTS["time"].append(r)
+            del x, w, b, y
+            torch.cuda.empty_cache()
+    print(f"{'dt':5} {'M':>6} {'K':>5} {'N':>6} {'mm':>8} {'lt_tanh':>8} {'fused':>8} {'f/mm':>6} {'f/lt':>6}  dispatch -> best tactic (us)")
+    for r in rows:
+        lt = r.get("cublaslt_tanh")
+        bt = r["best_tactic"]
+        print(f"{r['dt']:5} {r['M']:6} {r['K']:5} {r['N']:6} {r['cublas_mm']:8.1f} {lt if lt else float('nan'):8.1f} "
+              f"{r['fused']:8.1f} {r['fused_over_mm']:6.3f} {(r['fused'] / lt) if lt else float('nan'):6.3f}  "
+              f"{r['dispatch_name'].replace('sm90_', '')} -> {bt.replace('sm90_', '') if bt else '-'} "
+              f"{r['tactics'].get(bt, float('nan')):.1f}")
+
+
+t0 = time.time()
+try:
+    if "check" in MODES:
+        run_check()
+    if "tactics" in MODES:
+        run_tactics()
+    if "fp16all" in MODES:
+        run_fp16all()
+    if "time" in MODES:
+        run_time()
+finally:
+    RESULTS["seconds"] = time.time() - t0
+    with open(OUT, "w") as f:
+        json.dump(RESULTS, f, indent=1)

@@ -1,0 +1,53 @@
+// The activation as a CUTLASS epilogue functor. One functor serves both CUTLASS generations:
+//  - CUTLASS 3 (sm90) Sm90Compute<CutlassActivation, ...> instantiates it with T = float (to find
+//    `Arguments`) and with T = Array<float, N> (to apply it), passing the runtime ActivationParams;
+//  - CUTLASS 2 (sm80) LinearCombinationGeneric<CutlassActivation, ...> does the same with its Params, which
+//    derive from `Arguments`.
+// The activation kind is a runtime argument, uniform over the launch: one kernel serves all three forms.
+#pragma once
+
+#include <cutlass/array.h>
+#include <cutlass/cutlass.h>
+
+#include "activation_math.cuh"
+
+namespace onnxfuse::cuda {
+
+template <class T>
+struct CutlassActivation;
+
+template <>
+struct CutlassActivation<float> {
+  using Arguments = ActivationParams;
+  static const bool kIsHeavy = true;
+  CUTLASS_HOST_DEVICE float operator()(float x, Arguments const& p) const {
+#if defined(__CUDA_ARCH__)
+    return apply_activation(x, p);
+#else
+    return x;  // never called on the host; present so host-device callers compile
+#endif
+  }
+};
+
+template <int N>
+struct CutlassActivation<cutlass::Array<float, N>> {
+  using Arguments = ActivationParams;
+  static const bool kIsHeavy = true;
+  CUTLASS_HOST_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& x,
+                                                         Arguments const& p) const {
+    cutlass::Array<float, N> y;
+#if defined(__CUDA_ARCH__)
+    float v[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = x[i];
+    apply_activation(v, p);
+#pragma unroll
+    for (int i = 0; i < N; ++i) y[i] = v[i];
+#else
+    y = x;
+#endif
+    return y;
+  }
+};
+
+}  // namespace onnxfuse::cuda

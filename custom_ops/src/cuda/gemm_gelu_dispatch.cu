@@ -1,0 +1,130 @@
+// launch_gemm_gelu: picks a tactic for (dtype, layout, shape, device) from a small ordered table and launches
+// it. Order of preference: the sm90 tile the shape table names, the other sm90 tiles, the sm80 kernel, the
+// any-alignment fallback. Each tactic's can_implement decides whether it takes the problem; one that refuses
+// passes to the next, so an unusual shape costs speed, never a crash. Nothing here allocates, synchronizes or
+// keeps mutable state: concurrent calls from several ORT sessions are safe.
+#include <cstring>
+
+#include "tactics.cuh"
+
+namespace onnxfuse::cuda {
+namespace {
+
+template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S>
+constexpr Tactic sm90_tactic(const char* name) {
+  using T = Sm90Tactic<Sm90Config<D, TransB, TM, TN, TK, CM, CN, S>>;
+  return Tactic{name, &T::can_implement, &T::workspace, &T::run};
+}
+
+template <DType D, bool TransB, Sm80Math Math>
+constexpr Tactic sm80_tactic(const char* name) {
+  using T = Sm80Tactic<Sm80Config<D, TransB, Math>>;
+  return Tactic{name, &T::can_implement, &T::workspace, &T::run};
+}
+
+size_t no_workspace(const GemmGeluArgs&, const DeviceInfo&) { return 0; }
+
+#define SM90_16BIT(D, DN, TB, LN, name, TM, TN, TK, CM, CN, SCHED) \
+  sm90_tactic<DType::D, TB, TM, TN, TK, CM, CN, Sm90Schedule::SCHED>("sm90_" DN "_" LN "_" #name),
+
+// The whole table. Index order matters only inside one (dtype, layout): the first that fits wins unless
+// the shape table below names a better one.
+#define F16_TN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kFloat16, "f16", true, "tn", name, TM, TN, TK, CM, CN, SCHED)
+#define F16_NN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kFloat16, "f16", false, "nn", name, TM, TN, TK, CM, CN, SCHED)
+#define BF16_TN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kBFloat16, "bf16", true, "tn", name, TM, TN, TK, CM, CN, SCHED)
+#define BF16_NN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kBFloat16, "bf16", false, "nn", name, TM, TN, TK, CM, CN, SCHED)
+#define TF32_TN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kFloat32, "tf32", true, "tn", name, TM, TN, TK, CM, CN, SCHED)
+
+const Tactic kTactics[] = {
+    ONNXFUSE_SM90_TILES_16BIT(F16_TN)   //
+    ONNXFUSE_SM90_TILES_16BIT(F16_NN)   //
+    ONNXFUSE_SM90_TILES_16BIT(BF16_TN)  //
+    ONNXFUSE_SM90_TILES_16BIT(BF16_NN)  //
+    ONNXFUSE_SM90_TILES_TF32(TF32_TN)   //
+    sm80_tactic<DType::kFloat16, true, Sm80Math::kTensorOp>("sm80_f16_tn_128x128x32"),
+    sm80_tactic<DType::kFloat16, false, Sm80Math::kTensorOp>("sm80_f16_nn_128x128x32"),
+    sm80_tactic<DType::kBFloat16, true, Sm80Math::kTensorOp>("sm80_bf16_tn_128x128x32"),
+    sm80_tactic<DType::kBFloat16, false, Sm80Math::kTensorOp>("sm80_bf16_nn_128x128x32"),
+    sm80_tactic<DType::kFloat32, true, Sm80Math::kTensorOp>("sm80_tf32_tn_128x128x16"),
+    sm80_tactic<DType::kFloat32, false, Sm80Math::kTensorOp>("sm80_tf32_nn_128x128x16"),
+    sm80_tactic<DType::kFloat32, true, Sm80Math::kFastF32>("sm80_3xtf32_tn_128x128x16"),
+    sm80_tactic<DType::kFloat32, false, Sm80Math::kFastF32>("sm80_3xtf32_nn_128x128x16"),
+    Tactic{"fallback_wmma_64x64", &fallback_can_implement, &no_workspace, &fallback_run},
+};
+constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics[0]));
+
+// The shape table: which sm90 tile to try first, by how many 128x128 output tiles the problem has relative
+// to the number of SMs. A tuner can rewrite these rows; the measurements behind them are in
+// bench/kernels/NOTES.md. A row names the tile by its suffix in the tactic name.
+struct ShapeRule {
+  double max_waves;  // (M/128)·(N/128) / SMs at most this
+  const char* tile;  // preferred tile for 16-bit dtypes
+  const char* tile_tf32;
+};
+constexpr ShapeRule kShapeTable[] = {
+    {1.0, "pp_128x64_c1", "pp_128x64_c1"},          // under one wave of 128x128 tiles: twice the CTAs
+    {8.0, "pp_128x128_c1", "pp_128x128_c1"},        // a few waves: ping-pong hides the epilogue
+    {1e300, "coop_256x128_c2", "coop_256x128_c2"},  // many waves: the biggest tile, least traffic
+};
+
+bool ends_with(const char* s, const char* suffix) {
+  const size_t ls = std::strlen(s), lx = std::strlen(suffix);
+  return ls >= lx && std::strcmp(s + ls - lx, suffix) == 0;
+}
+
+int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
+  if (dev.cc_major == 9 && dev.cc_minor == 0 && dev.sm_count > 0) {
+    const double tiles = static_cast<double>((a.M + 127) / 128) * static_cast<double>((a.N + 127) / 128);
+    const double waves = tiles / dev.sm_count;
+    for (const ShapeRule& rule : kShapeTable) {
+      if (waves > rule.max_waves) continue;
+      const char* tile = a.dtype == DType::kFloat32 ? rule.tile_tf32 : rule.tile;
+      for (int i = 0; i < kTacticCount; ++i)
+        if (std::strncmp(kTactics[i].name, "sm90_", 5) == 0 && ends_with(kTactics[i].name, tile) &&
+            kTactics[i].can_implement(a, dev))
+          return i;
+      break;
+    }
+  }
+  for (int i = 0; i < kTacticCount; ++i)
+    if (kTactics[i].can_implement(a, dev)) return i;
+  return -1;
+}
+
+bool empty_problem(const GemmGeluArgs& a) { return a.M == 0 || a.N == 0; }
+
+}  // namespace
+
+int gemm_gelu_tactic_count() { return kTacticCount; }
+const Tactic& gemm_gelu_tactic_at(int index) { return kTactics[index]; }
+
+size_t gemm_gelu_workspace_size(const GemmGeluArgs& args, const DeviceInfo& dev) {
+  if (empty_problem(args)) return 0;
+  const int i = pick(args, dev);
+  return i < 0 ? 0 : kTactics[i].workspace(args, dev);
+}
+
+cudaError_t launch_gemm_gelu(const GemmGeluArgs& args, const DeviceInfo& dev, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream) {
+  if (args.M < 0 || args.N < 0 || args.K < 0) return cudaErrorInvalidValue;
+  if (empty_problem(args)) return cudaSuccess;  // nothing to write; K = 0 alone still writes act(bias)
+  const int i = pick(args, dev);
+  if (i < 0) return cudaErrorNotSupported;
+  return kTactics[i].run(args, dev, workspace, workspace_bytes, stream);
+}
+
+const char* gemm_gelu_tactic_name(const GemmGeluArgs& args, const DeviceInfo& dev) {
+  if (empty_problem(args)) return "none (empty output)";
+  const int i = pick(args, dev);
+  return i < 0 ? "none (unsupported)" : kTactics[i].name;
+}
+
+cudaError_t launch_gemm_gelu_with_tactic(int index, const GemmGeluArgs& args, const DeviceInfo& dev,
+                                         void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (index < 0 || index >= kTacticCount) return cudaErrorInvalidValue;
+  if (empty_problem(args)) return cudaSuccess;
+  if (!kTactics[index].can_implement(args, dev)) return cudaErrorNotSupported;
+  return kTactics[index].run(args, dev, workspace, workspace_bytes, stream);
+}
+
+}  // namespace onnxfuse::cuda

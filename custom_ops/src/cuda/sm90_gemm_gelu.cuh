@@ -1,0 +1,169 @@
+// Hopper GEMM + bias + activation on CUTLASS 3: TMA loads into a multistage smem ring, a warp-specialized
+// GMMA main loop (ping-pong or cooperative), and an epilogue visitor tree that computes
+//     D = act(acc + bias[n])
+// in registers on the fp32 accumulator: the pre-activation never reaches global memory, and there is no C
+// operand load (ElementC = void). The bias is a row broadcast whose null pointer means "no bias" (it then
+// broadcasts the null default 0), so one instantiation serves bias and no-bias.
+//
+// Included only by the sm90_*.cu instantiation files (compiled for sm_90a).
+#pragma once
+
+// Device-side asserts inside CUTLASS/CuTe become calls that make ptxas serialize the wgmma pipeline
+// (warning C7510): the kernels are always built without them, whatever the build type.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+
+#include <climits>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/util/packed_stride.hpp>
+
+#include "cutlass_activation.cuh"
+#include "tactics.cuh"
+
+namespace onnxfuse::cuda {
+
+template <DType D>
+struct Sm90Element;
+template <>
+struct Sm90Element<DType::kFloat16> { using type = cutlass::half_t; };
+template <>
+struct Sm90Element<DType::kBFloat16> { using type = cutlass::bfloat16_t; };
+template <>
+struct Sm90Element<DType::kFloat32> { using type = float; };  // float operands run on TF32 GMMA
+
+template <class Config>
+struct Sm90Kernel;
+
+template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S>
+struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN, S>> {
+  using Element = typename Sm90Element<D>::type;
+  using ElementAccumulator = float;
+  using ElementCompute = float;
+  static constexpr int kAlignment = 16 / sizeof(Element);  // TMA: 16-byte rows and base addresses
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+  // X [M, K] row-major = K-major A. W [N, K] (trans_b) = K-major B = CUTLASS ColumnMajor B;
+  // W [K, N] = N-major B = RowMajor B. Y [M, N] row-major.
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = std::conditional_t<TransB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutD = cutlass::layout::RowMajor;
+
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  using MainloopSchedule =
+      std::conditional_t<S == Sm90Schedule::kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                         cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule =
+      std::conditional_t<S == Sm90Schedule::kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                         cutlass::epilogue::TmaWarpSpecializedCooperative>;
+
+  // Epilogue visitor tree: act(acc + bias_row[n]).
+  using BiasRow = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, ElementCompute,
+                                                              cute::Stride<cute::_0, cute::_1, int64_t>,
+                                                              kAlignment, /*EnableNullptr=*/true>;
+  using AddBias = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, kRound>,
+      cutlass::epilogue::fusion::Sm90AccFetch, BiasRow>;
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<CutlassActivation, Element, ElementCompute, kRound>, AddBias>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute,
+      void, LayoutD, kAlignment,  // no C operand
+      Element, LayoutD, kAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB,
+      kAlignment, ElementAccumulator, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                          CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  static bool shape_fits(const GemmGeluArgs& a, const DeviceInfo& dev) {
+    const int64_t ldb = TransB ? a.K : a.N;
+    return dev.cc_major == 9 && dev.cc_minor == 0 && a.dtype == D && a.trans_b == TransB &&
+           (D != DType::kFloat32 || a.allow_tf32) && a.M > 0 && a.N > 0 && a.K > 0 && a.M <= INT_MAX &&
+           a.N <= INT_MAX && a.K <= INT_MAX && a.K % kAlignment == 0 && a.N % kAlignment == 0 &&
+           ldb % kAlignment == 0 && aligned_to(a.x, 16) && aligned_to(a.w, 16) && aligned_to(a.y, 16) &&
+           (a.bias == nullptr || aligned_to(a.bias, 16));
+  }
+
+  static typename Gemm::Arguments make_arguments(const GemmGeluArgs& a, const DeviceInfo& dev) {
+    const int M = static_cast<int>(a.M), N = static_cast<int>(a.N), K = static_cast<int>(a.K);
+    using StrideA = typename Gemm::GemmKernel::StrideA;
+    using StrideB = typename Gemm::GemmKernel::StrideB;
+    using StrideD = typename Gemm::GemmKernel::StrideD;
+    using StrideC = typename Gemm::GemmKernel::StrideC;
+    const StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
+    const StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
+    const StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(M, N, 1));
+
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {M, N, K, 1};
+    args.mainloop = {static_cast<const Element*>(a.x), stride_a, static_cast<const Element*>(a.w), stride_b};
+    auto& fusion = args.epilogue.thread;
+    // Sm90EVT arguments are {children..., node}: {{acc, bias, plus}, activation}.
+    fusion = {{{}, {static_cast<const Element*>(a.bias), Element(0), {}}, {}}, activation_params(a)};
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = StrideC{};
+    args.epilogue.ptr_D = static_cast<Element*>(a.y);
+    args.epilogue.dD = stride_d;
+    args.hw_info.device_id = dev.device;
+    args.hw_info.sm_count = dev.sm_count;
+    return args;
+  }
+};
+
+template <class Config>
+bool Sm90Tactic<Config>::can_implement(const GemmGeluArgs& a, const DeviceInfo& dev) {
+  using K = Sm90Kernel<Config>;
+  if (!K::shape_fits(a, dev)) return false;
+  return K::Gemm::can_implement(K::make_arguments(a, dev)) == cutlass::Status::kSuccess;
+}
+
+template <class Config>
+size_t Sm90Tactic<Config>::workspace(const GemmGeluArgs& a, const DeviceInfo& dev) {
+  using K = Sm90Kernel<Config>;
+  if (!K::shape_fits(a, dev)) return 0;
+  return K::Gemm::get_workspace_size(K::make_arguments(a, dev));
+}
+
+template <class Config>
+cudaError_t Sm90Tactic<Config>::run(const GemmGeluArgs& a, const DeviceInfo& dev, void* workspace,
+                                    size_t workspace_bytes, cudaStream_t stream) {
+  using K = Sm90Kernel<Config>;
+  if (!K::shape_fits(a, dev)) return cudaErrorNotSupported;
+  const auto args = K::make_arguments(a, dev);
+  typename K::Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
+  if (K::Gemm::get_workspace_size(args) > workspace_bytes) return cudaErrorInvalidValue;
+  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return cudaErrorUnknown;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) {
+    const cudaError_t err = cudaGetLastError();
+    return err != cudaSuccess ? err : cudaErrorLaunchFailure;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace onnxfuse::cuda
+
+// One line per tactic in the sm90_*.cu files.
+#define ONNXFUSE_SM90_TACTIC(D, TRANS_B, TM, TN, TK, CM, CN, SCHED) \
+  template struct onnxfuse::cuda::Sm90Tactic<                       \
+      onnxfuse::cuda::Sm90Config<D, TRANS_B, TM, TN, TK, CM, CN, onnxfuse::cuda::Sm90Schedule::SCHED>>;
