@@ -118,6 +118,8 @@ def find_blocks(view: GraphView) -> list[Fusion | Refusal]:
     results: list[Fusion | Refusal] = []
     claimed: set[int] = set()
     for i, node in enumerate(view.nodes):
+        if not node.input or not node.input[0] or not node.output or not node.output[0]:
+            continue  # every anchor reads a tensor and writes one; a malformed node is no candidate
         for rule in _RULES.get(_anchor_key(node), ()):
             result = rule.match(view, i)
             if result is None:

@@ -35,6 +35,8 @@ class GeluOp:
 
     def match(self, view: GraphView, i: int) -> Activation | Refusal | None:
         node = view.nodes[i]
+        if not node.input or not node.input[0] or len(node.output) != 1:
+            return None  # malformed (onnx.checker cannot judge com.microsoft ops): not ours to touch
         approximate = self.approximate
         if approximate is None:  # ONNX Gelu: the attribute decides
             approximate = attr(node, "approximate", b"none")

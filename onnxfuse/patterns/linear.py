@@ -63,6 +63,8 @@ def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
     node = view.nodes[linear]
     if not any(is_op(node, op) for op in _LINEAR_OPS):
         return refuse(f"{act.form} follows a {node.op_type}, not a Linear (MatMul/Gemm)")
+    if len(node.input) < 2 or not node.input[1]:
+        return refuse(f"{node.op_type} '{view.node_name(linear)}' has no weight input")
     nodes.add(linear)
     if act.bias:
         biases.append((act.bias, 1.0))

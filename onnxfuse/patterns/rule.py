@@ -169,7 +169,8 @@ def product(view: GraphView, name: str) -> Product:
             return
         i = view.producer.get(t)
         node = view.nodes[i] if i is not None else None
-        expandable = node is not None and (top or view.single_consumer(t) is not None)
+        # (a malformed node of another arity is a factor like any tensor, never an IndexError)
+        expandable = node is not None and len(node.input) == 2 and (top or view.single_consumer(t) is not None)
         if expandable and is_op(node, "Mul"):
             out.nodes.add(i)
             for operand in node.input:
@@ -199,6 +200,8 @@ def product(view: GraphView, name: str) -> Product:
 
 def operand_orders(node: onnx.NodeProto):
     """Both operand orders of a binary commutative node: rules are written once, for one order."""
+    if len(node.input) != 2:
+        return
     a, b = node.input[0], node.input[1]
     yield a, b
     if a != b:

@@ -1,0 +1,41 @@
+"""Cast wrappers of fp16/bf16 graphs: Cast(to=float) → GELU → Cast back is one activation."""
+
+from __future__ import annotations
+
+import onnx
+
+from onnxfuse.fuse import fuse_model
+from tests.graphs import Builder, build
+
+
+def test_cast_wrapped_activation_is_absorbed_with_its_casts():
+    model = build("onnx:none", "matmul", dtype="float16", cast_wrap=True)
+    result = fuse_model(model)
+    (block,) = result.report.fused
+    assert block.form == "Cast(Gelu(erf))+MatMul+Add"
+    assert [n.op_type for n in result.model.graph.node] == ["FusedLinearGelu"]
+
+
+def test_upcast_without_a_cast_back_is_refused():
+    b = Builder(dtype="float16")
+    pre = b.node("MatMul", ["x", b.tensor("W", (8, 8))])
+    y = b.node("Gelu", [b.node("Cast", [pre], to=onnx.TensorProto.FLOAT)])
+    model = b.model([("x", [4, 8])], [])
+    model.graph.output.append(onnx.helper.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [4, 8]))
+    result = fuse_model(model)
+    (refusal,) = result.report.refused
+    assert refusal.rule == "cast-wrapper" and "not cast back" in refusal.reason
+    assert result.model.SerializeToString() == model.SerializeToString()
+
+
+def test_per_consumer_upcasts_of_a_decomposition():
+    """ORT's converter may cast x once per consumer: x is still the same tensor."""
+    model = build("erf:pytorch:div", "matmul", dtype="float16", cast_wrap=True)
+    upcast = next(n for n in model.graph.node if n.op_type == "Cast" and n.attribute[0].i == 1)
+    second = onnx.helper.make_node("Cast", upcast.input, ["x_again"], to=onnx.TensorProto.FLOAT, name="Cast_again")
+    model.graph.node.insert(list(model.graph.node).index(upcast) + 1, second)
+    mul = next(n for n in model.graph.node if n.op_type == "Mul" and upcast.output[0] in n.input)
+    mul.input[list(mul.input).index(upcast.output[0])] = "x_again"
+    result = fuse_model(model)
+    assert len(result.report.fused) == 1, result.report.refused
+    assert [n.op_type for n in result.model.graph.node] == ["FusedLinearGelu"]
