@@ -1,0 +1,370 @@
+"""End-to-end benchmark: full-size BERT-base, GPT-2 small and ViT-B/16 (random weights, exported by
+torch.onnx), optimized by ONNX Runtime's transformers optimizer + fp16 converter ("ORT opt"), then by
+onnxfuse ("+ onnxfuse"), timed against each other in the same process with ``onnxfuse.bench`` at
+B×S ∈ {1×128, 8×128, 32×128} (images: batch 1, 8, 32), CUDA graphs off and on.
+
+Goals (issue #6): at B=32 the onnxfuse model is ≥ 10 % faster than ORT opt alone (latency ≤ 0.9×), and it
+is never slower at any batch size. The script prints the verdicts; it never fails on them.
+
+Everything happens on the machine that runs it, from configs (no downloads): export (TorchScript
+exporter, opset 17, dynamic batch and sequence), ORT's optimizer, fp16, onnxfuse, one accuracy check
+per model (onnxfuse.compare, batch 1), then timing. Writes to OUT (default ``$OUT``, else
+``bench/results``): ``e2e.json`` (every number, the command and the environment), ``e2e.md`` (the table),
+``e2e_<model>.png`` (latency and speedup vs batch, graphs off) and prints the table last.
+
+On the H200, in one device call of < 9 minutes (``--time-limit``, default 420 s, stops starting new work
+so that the results are always written), after the ORT-GPU kit has been installed into /tmp/site on the
+same warm machine (shared/device/README.md) and with the CUDA-enabled library built here carried along
+(``carry: ["build/libonnxfuse_ops.so"]``):
+
+    export PYTHONPATH=/tmp/site:$PWD ONNXFUSE_LIBRARY=$PWD/build/libonnxfuse_ops.so && \\
+        python3 bench/e2e.py --provider cuda --out $OUT
+
+then copy ``e2e.json``, ``e2e.md`` and the PNGs from the fetched files into ``bench/results/`` (named
+``e2e_h200.*``) with the command line, which e2e.json records.
+
+Here, on CPU, at toy size (checks that the whole chain works; the numbers mean nothing):
+
+    PYTHONPATH=$PWD python3 bench/e2e.py --tiny --provider cpu --out /tmp/e2e
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import shlex
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from onnxfuse import bench
+from onnxfuse.compare import compare_models
+from onnxfuse.fuse import optimize_file
+
+SEQUENCE = 128
+BATCHES = (1, 8, 32)
+GOAL_B32_LATENCY_CUT = 0.10  # onnxfuse ≥ 10 % lower latency than ORT opt alone at B=32
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One model family: how to build it with transformers and what ORT's optimizer calls it."""
+
+    name: str
+    hf_model: str
+    hf_config: str
+    full: dict  # full-size config (library defaults are already the published sizes; listed for the record)
+    tiny: dict  # toy size for the CPU check
+    inputs: tuple[str, ...]
+    ort_type: str
+    images: bool = False
+
+    def config(self, tiny: bool) -> dict:
+        return self.tiny if tiny else self.full
+
+
+SPECS = (
+    Spec("bert-base", "BertModel", "BertConfig",
+         dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, hidden_act="gelu"),
+         dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, hidden_act="gelu",
+              vocab_size=512, max_position_embeddings=64),
+         ("input_ids", "attention_mask"), "bert"),
+    Spec("gpt2-small", "GPT2Model", "GPT2Config",
+         dict(n_embd=768, n_layer=12, n_head=12, activation_function="gelu_new", use_cache=False),
+         dict(n_embd=64, n_layer=2, n_head=4, n_inner=256, activation_function="gelu_new", use_cache=False,
+              vocab_size=512, n_positions=64, bos_token_id=0, eos_token_id=0),
+         ("input_ids", "attention_mask"), "gpt2"),
+    Spec("vit-b16", "ViTModel", "ViTConfig",
+         dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+              image_size=224, patch_size=16, hidden_act="gelu"),
+         dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+              image_size=32, patch_size=8, hidden_act="gelu"),
+         ("pixel_values",), "vit", images=True),
+)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- building the models ----------------------------------------------------------------------------------
+
+
+def export(spec: Spec, tiny: bool, path: Path) -> None:
+    """Random-weight model from its config, exported by torch.onnx's TorchScript exporter (the graphs ORT's
+    transformers optimizer was written for), dynamic batch (and sequence)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, spec.hf_config)(**spec.config(tiny), attn_implementation="eager")
+    model = getattr(transformers, spec.hf_model)(config).eval()
+    names = list(spec.inputs)
+
+    class Positional(torch.nn.Module):  # exporters want positional inputs and a tuple of outputs
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            return (self.model(**dict(zip(names, args))).last_hidden_state,)
+
+    if spec.images:
+        size = config.image_size
+        args = (torch.randn(1, 3, size, size),)
+        dynamic = {"pixel_values": {0: "batch"}}
+    else:
+        ids = torch.randint(0, config.vocab_size, (1, 16))
+        args = (ids, torch.ones_like(ids))
+        dynamic = {n: {0: "batch", 1: "sequence"} for n in names}
+    dynamic["last_hidden_state"] = {0: "batch"} if spec.images else {0: "batch", 1: "sequence"}
+    with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Positional().eval(), args, str(path), dynamo=False, opset_version=17,
+                          input_names=names, output_names=["last_hidden_state"], dynamic_axes=dynamic,
+                          do_constant_folding=True)
+
+
+def ort_optimize(spec: Spec, tiny: bool, src: Path, dst: Path, fp16: bool, use_gpu: bool) -> None:
+    """ONNX Runtime's transformers optimizer (attention, layer-norm, bias-GELU fusions), then its fp16
+    converter (``keep_io_types``: fp32 pixels in, fp32 hidden states out, as an application would)."""
+    from onnxruntime.transformers import optimizer
+
+    cfg = spec.config(tiny)
+    heads = cfg.get("num_attention_heads", cfg.get("n_head"))
+    hidden = cfg.get("hidden_size", cfg.get("n_embd"))
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    with contextlib.redirect_stdout(io.StringIO()):
+        opt = optimizer.optimize_model(str(src), model_type=spec.ort_type, num_heads=heads, hidden_size=hidden,
+                                       opt_level=0, use_gpu=use_gpu)
+        if fp16:
+            opt.convert_float_to_float16(keep_io_types=True)
+        opt.save_model_to_file(str(dst))
+
+
+def op_counts(path: Path) -> dict[str, int]:
+    model = onnx.load(str(path), load_external_data=False)
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+# --- one model ------------------------------------------------------------------------------------------
+
+
+class Deadline:
+    """The device call has a hard limit: stop starting new work in time to write what was measured."""
+
+    def __init__(self, seconds: float):
+        self.end = time.perf_counter() + seconds
+
+    def passed(self) -> bool:
+        return time.perf_counter() > self.end
+
+
+@contextlib.contextmanager
+def stage(record: dict, name: str, what: str):
+    """Time one step of a model's pipeline into ``record["seconds"]`` and log it."""
+    start = time.perf_counter()
+    yield
+    record["seconds"][name] = round(time.perf_counter() - start, 1)
+    log(f"{record['model']}: {what} in {record['seconds'][name]} s")
+
+
+def run_model(spec: Spec, args, workdir: Path, out: Path, deadline: Deadline) -> dict:
+    raw, base, fused = (workdir / f"{spec.name}.{kind}.onnx" for kind in ("raw", "ortopt", "onnxfuse"))
+    record = {"model": spec.name, "config": spec.config(args.tiny), "dtype": args.dtype, "seconds": {}, "runs": {}}
+    with stage(record, "export", "exported (torch.onnx, TorchScript exporter, opset 17)"):
+        export(spec, args.tiny, raw)
+    with stage(record, "ort_optimizer", f"ORT transformers optimizer{' + fp16' if args.dtype == 'fp16' else ''}"):
+        ort_optimize(spec, args.tiny, raw, base, fp16=args.dtype == "fp16", use_gpu=args.provider == "cuda")
+    raw.unlink()
+    with stage(record, "onnxfuse", "onnxfuse optimize"):
+        fuse_report = optimize_file(str(base), str(fused))
+    record |= {
+        "fused_blocks": len(fuse_report.fused),
+        "fused_by_form": fuse_report.fused_by_form,
+        "refused": len(fuse_report.refused),
+        "ops_ortopt": op_counts(base),
+        "ops_onnxfuse": op_counts(fused),
+    }
+    log(f"{spec.name}: {len(fuse_report.fused)} blocks fused, {len(fuse_report.refused)} refused")
+
+    shapes = {} if spec.images else {name: (1, args.sequence) for name in spec.inputs}
+    with stage(record, "accuracy", "accuracy check (batch 1)"):
+        accuracy = compare_models(str(base), str(fused), provider=args.provider, shapes=shapes, progress=False)
+    record["accuracy"] = {"passed": accuracy.passed, "summary": accuracy.summary()}
+    log(f"{spec.name}: accuracy vs ORT opt: {accuracy.summary()}")
+
+    for graph in ([False, True] if args.provider == "cuda" and not args.no_graph else [False]):
+        label = "cuda_graph" if graph else "default"
+        if deadline.passed():
+            record["runs"][label] = {"error": "skipped: the time limit was reached"}
+            continue
+        try:
+            with stage(record, f"bench_{label}", f"timed [{label}]"):
+                report = bench.bench_models(str(fused), str(base), provider=args.provider, shapes=shapes,
+                                            batches=args.batches, cuda_graph=graph,
+                                            policy=bench.TimingPolicy(budget_s=args.budget))
+        except Exception as e:  # one configuration failing (e.g. a graph that cannot be captured) must not lose the rest
+            record["runs"][label] = {"error": f"{type(e).__name__}: {_first_line(e)}"}
+            log(f"{spec.name} [{label}]: FAILED: {record['runs'][label]['error']}")
+            continue
+        record["runs"][label] = report.to_dict()
+        if not graph:
+            bench.write_plot(report, out / f"e2e_{spec.name}.png",
+                             title=f"{spec.name} {args.dtype}, {args.provider}: ORT opt (baseline) vs + onnxfuse")
+    for path in (base, fused):
+        path.unlink()
+        Path(f"{path}.data").unlink(missing_ok=True)
+    return record
+
+
+def _first_line(e: Exception) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+# --- the table and the verdicts -----------------------------------------------------------------------------
+
+
+def table(records: list[dict], sequence: int) -> list[str]:
+    lines = [
+        "| model | B×S | CUDA graph | ORT opt ms (median / p90) | + onnxfuse ms (median / p90) | speedup | latency cut |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        for label, run in rec["runs"].items():
+            graph = "on" if label == "cuda_graph" else "off"
+            if "error" in run:
+                lines.append(f"| {rec['model']} | – | {graph} | not measured: {run['error']} | | | |")
+                continue
+            for r in run["results"]:
+                shape = f"{r['batch']} images" if rec["model"].startswith("vit") else f"{r['batch']}×{sequence}"
+                b, o = r["baseline"], r["optimized"]
+                flag = "" if b["stable"] and o["stable"] else " *"
+                lines.append(
+                    f"| {rec['model']} | {shape} | {graph} | {b['median_ms']:.3f} / {b['p90_ms']:.3f} | "
+                    f"{o['median_ms']:.3f} / {o['p90_ms']:.3f} | {r['speedup']:.3f}×{flag} | "
+                    f"{1 - 1 / r['speedup']:+.1%} |"
+                )
+    return lines
+
+
+def verdicts(records: list[dict]) -> list[str]:
+    """Goal verdicts per model and graph mode: B=32 latency cut ≥ 10 %; never slower."""
+    lines = []
+    for rec in records:
+        for label, run in rec["runs"].items():
+            if "error" in run:
+                continue
+            results = run["results"]
+            by_batch = {r["batch"]: r for r in results}
+            worst = min(results, key=lambda r: r["speedup"])
+            never = "PASS" if worst["speedup"] >= 1.0 else "FAIL"
+            line = f"{rec['model']} [{label}]: never slower: {never} (worst {worst['speedup']:.3f}× at B={worst['batch']})"
+            if 32 in by_batch:
+                cut = 1 - 1 / by_batch[32]["speedup"]
+                ok = "PASS" if cut >= GOAL_B32_LATENCY_CUT else "FAIL"
+                line += f"; B=32 latency cut {cut:+.1%} (goal ≥ {GOAL_B32_LATENCY_CUT:.0%}): {ok}"
+            lines.append(line)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--provider", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--tiny", action="store_true", help="toy-size models (checks the chain on a CPU; numbers mean nothing)")
+    parser.add_argument("--models", default=",".join(s.name for s in SPECS), help="comma-separated subset of: %(default)s")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--sequence", type=int, default=None, help=f"sequence length (default {SEQUENCE}; 16 with --tiny)")
+    parser.add_argument("--dtype", choices=["fp16", "fp32"], default=None, help="default: fp16 on cuda, fp32 on cpu")
+    parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed runs per batch size, at most")
+    parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph runs")
+    parser.add_argument("--time-limit", type=float, default=420.0,
+                        help="seconds after which no new model or timing run starts (the device call's limit is 9 min)")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "bench/results")
+    args = parser.parse_args(argv)
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.sequence = args.sequence or (16 if args.tiny else SEQUENCE)
+    args.dtype = args.dtype or ("fp16" if args.provider == "cuda" else "fp32")
+    wanted = args.models.split(",")
+    unknown = sorted(set(wanted) - {s.name for s in SPECS})
+    if unknown:
+        parser.error(f"unknown models: {', '.join(unknown)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
+
+    if args.provider == "cuda":
+        bench.preload_cuda_libraries()  # before any CUDA session, the accuracy check's included
+    started = time.perf_counter()
+    deadline = Deadline(args.time_limit)
+    records: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="onnxfuse-e2e-") as tmp:
+        for spec in (s for s in SPECS if s.name in wanted):
+            if deadline.passed():
+                records.append({"model": spec.name, "runs": {"default": {"error": "skipped: the time limit was reached"}}})
+            else:
+                try:
+                    records.append(run_model(spec, args, Path(tmp), out, deadline))
+                except Exception as e:  # a model that cannot be built or optimized: say so, go on with the others
+                    error = f"{type(e).__name__}: {_first_line(e)}"
+                    log(f"{spec.name}: FAILED: {error}")
+                    records.append({"model": spec.name, "runs": {"default": {"error": error}}})
+            # written after each model: a run cut short still leaves everything measured so far
+            lines = write_results(records, args, command, out, time.perf_counter() - started)
+    print("\n".join(lines))
+    return 0
+
+
+def write_results(records: list[dict], args, command: str, out: Path, seconds: float) -> list[str]:
+    """Write e2e.json and e2e.md; return the table and the verdicts."""
+    environment = bench.environment() | _gpu_name(args.provider)
+    result = {
+        "schema": "onnxfuse.e2e/1",
+        "command": command,
+        "tiny": args.tiny,
+        "provider": args.provider,
+        "dtype": args.dtype,
+        "sequence": args.sequence,
+        "batches": args.batches,
+        "seconds": round(seconds, 1),
+        "environment": environment,
+        "models": records,
+        "verdicts": verdicts(records),
+    }
+    bench.write_json(result, out / "e2e.json")
+    lines = table(records, args.sequence)
+    gpu = f", {environment['gpu']}" if "gpu" in environment else ""
+    header = [f"# onnxfuse end to end ({'TINY models: the chain only, not a measurement' if args.tiny else 'full size'})",
+              "", f"`{command}`", "", f"{args.provider}, {args.dtype}, ORT {environment['onnxruntime']}{gpu}", ""]
+    notes = ["", "speedup = ORT-opt latency ÷ onnxfuse latency (medians, same process, interleaved); "
+             "latency cut = 1 − 1/speedup; * = median not stable within the budget.", ""]
+    (out / "e2e.md").write_text("\n".join(header + lines + notes + result["verdicts"]) + "\n")
+    return lines + [""] + result["verdicts"]
+
+
+def _gpu_name(provider: str) -> dict:
+    if provider != "cuda":
+        return {}
+    try:
+        import torch
+
+        return {"gpu": torch.cuda.get_device_name(0)}
+    except Exception:
+        return {}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
