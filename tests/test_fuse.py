@@ -252,3 +252,30 @@ def test_several_forms_in_one_model_counted_by_form():
         "com.microsoft.BiasGelu+MatMul": 1, "com.microsoft.BiasGelu+Reshape→Gemm→Reshape": 1,
         "tanh-GELU+MatMul+Add": 1, "tanh-GELU+Reshape→Gemm→Reshape": 1}
     assert_same_outputs(model, result.model)
+
+
+@pytest.fixture(scope="module")
+def ort_cpu_session():
+    """A factory of CPU sessions with the op library, or a skip where the library is not built."""
+    from onnxfuse.runtime import create_session, get_library_path
+
+    try:
+        get_library_path()
+    except BadInputError as e:
+        pytest.skip(f"op library not built: {e}")
+    return lambda model: create_session(model.SerializeToString(), providers="cpu")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("gelu,linear", [
+    ("erf:pytorch:div", "matmul"), ("tanh:bloom", "gemm:transB0"), ("sigmoid", "gemm:transB1"),
+    ("ms:FastGelu+bias", "reshape_gemm"), ("onnx:tanh", "matmul"),
+])
+def test_fused_models_run_in_onnxruntime(ort_cpu_session, gelu, linear, dtype):
+    model = build(gelu, linear, dtype=dtype, cast_wrap=dtype == "float16" and gelu.startswith("erf"))
+    fused = fuse_model(model).model
+    feeds = feeds_for(model, dtype)
+    (want,) = run(model, feeds)
+    (got,) = ort_cpu_session(fused).run(None, feeds)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=TOL[dtype] * 5,
+                               atol=TOL[dtype] * 5)
