@@ -121,7 +121,8 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     from rich.table import Table
 
     console = Console() if sys.stdout.isatty() else Console(width=200)
-    forms = Table(title=title, title_justify="left")
+    console.print(title, highlight=False)
+    forms = Table()
     forms.add_column("fused: source form")
     forms.add_column("blocks", justify="right")
     for form, count in report.fused_by_form.items():
