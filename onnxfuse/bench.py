@@ -156,9 +156,11 @@ def _provider_name(provider: str) -> str:
         raise BadInputError(f"--provider {provider!r}: choose one of {', '.join(PROVIDERS)}") from None
 
 
-def open_session(model: str | bytes, provider: str, *, cuda_graph: bool = False, profile_dir: str | None = None):
+def open_session(model: str | bytes, provider: str, *, cuda_graph: bool = False, profile_dir: str | None = None,
+                 label: str | None = None):
     """An InferenceSession with onnxfuse's custom ops, on ``provider`` ('cuda' or 'cpu'). Raises
-    ``BadInputError`` when ORT cannot use that provider here (rather than quietly running on CPU)."""
+    ``BadInputError`` when ORT cannot use that provider here (rather than quietly running on CPU);
+    ``label`` names a model given as bytes in that message."""
     from .runtime import create_session, cuda_usable
 
     wanted = _provider_name(provider)
@@ -174,14 +176,19 @@ def open_session(model: str | bytes, provider: str, *, cuda_graph: bool = False,
                 "--provider cuda: ONNX Runtime cannot use the CUDA execution provider here (no GPU or no CUDA "
                 "driver found); run with --provider cpu"
             )
-        _preload_cuda_libraries()
+        preload_cuda_libraries()
         cuda_options = {"device_id": "0"}
         if cuda_graph:
             cuda_options["enable_cuda_graph"] = "1"
         providers = [(wanted, cuda_options), "CPUExecutionProvider"]  # CPU only for what CUDA cannot run
     else:
         providers = [wanted]
-    session = create_session(model, providers=providers, sess_options=options)
+    try:
+        session = create_session(model, providers=providers, sess_options=options)
+    except BadInputError as e:
+        if label is None:
+            raise
+        raise BadInputError(f"{label}: {e}") from e
     if wanted not in session.get_providers():
         raise BadInputError(
             f"--provider {provider}: ONNX Runtime cannot use {wanted} here (no GPU, or its CUDA/cuDNN "
@@ -190,7 +197,7 @@ def open_session(model: str | bytes, provider: str, *, cuda_graph: bool = False,
     return session
 
 
-def _preload_cuda_libraries() -> None:
+def preload_cuda_libraries() -> None:
     """Let ORT find the CUDA/cuDNN libraries that ship as pip packages (e.g. with torch). Quiet: a
     failure here shows up, more clearly, as the provider missing from the session."""
     preload = getattr(ort, "preload_dlls", None)
@@ -327,11 +334,11 @@ def read_placement(profile_file: str, requested: str) -> Placement:
     return Placement(requested, dict(by_provider), by_op, elsewhere)
 
 
-def profile_placement(model: str | bytes, provider: str, feeds: dict[str, np.ndarray]) -> Placement:
+def profile_placement(model: str | bytes, provider: str, feeds: dict[str, np.ndarray], label: str | None = None) -> Placement:
     """Run the model once under ORT's profiler and report where each node ran. Fails with
     ``ProviderPlacementError`` if a FusedLinearGelu node ran on another provider than requested."""
     with tempfile.TemporaryDirectory(prefix="onnxfuse-profile-") as tmp:
-        session = open_session(model, provider, profile_dir=tmp)
+        session = open_session(model, provider, profile_dir=tmp, label=label)
         output_shapes(session, feeds)
         profile_file = session.end_profiling()
         placement = read_placement(profile_file, _provider_name(provider))
@@ -689,11 +696,14 @@ def bench_op(
     fused, unfused = (mp.SerializeToString() for mp in op_models(m, k, n, dtype, approximate))
     x = {"X": _random_input((m, k), dtype, seed=4)}
     step = _Steps(progress, ["placement", "fused vs unfused", "ceilings"])
-    placement = profile_placement(fused, provider, x)
+    placement = profile_placement(fused, provider, x, label=f"the fused {OP_TYPE} model")
     if placement.fused_nodes != 1:
         raise ProviderPlacementError(f"the profiler saw {placement.fused_nodes} {OP_TYPE} nodes run, expected 1")
     step()
-    runs = [DeviceRun(open_session(model, provider, cuda_graph=cuda_graph), x, {"Y": (m, n)}) for model in (fused, unfused)]
+    runs = [
+        DeviceRun(open_session(model, provider, cuda_graph=cuda_graph, label=label), x, {"Y": (m, n)})
+        for model, label in ((fused, f"the fused {OP_TYPE} model"), (unfused, "the unfused MatMul+Add+Gelu model"))
+    ]
     t_fused, t_unfused = measure(runs, policy)
     step()
     ceilings = measure_ceilings(provider, dtype, policy, peak_tflops, peak_gbps)
