@@ -277,7 +277,7 @@ def test_cuda_missing_is_exit_2_with_one_line(models):
     "args, message",
     [
         ([], "give the OPTIMIZED model"),
-        (["missing.onnx", "--provider", "cpu"], "does not exist"),
+        (["missing.onnx", "--provider", "cpu"], "missing.onnx: no such file"),
         (["--op", "16,32"], "expected M,K,N"),
         (["--op", "16,0,8"], "expected M,K,N"),
         (["MODEL", "--op", "16,32,8"], "--op builds its own model"),
@@ -289,6 +289,7 @@ def test_cuda_missing_is_exit_2_with_one_line(models):
         (["MODEL", "--provider", "cpu", "--peak-gbps", "10"], "op-level mode"),
         (["FIXED", "--provider", "cpu", "--batch", "1,2"], "no input of the model has a dynamic axis 0"),
         (["MODEL", "--baseline", "OTHER", "--provider", "cpu"], "other inputs"),
+        (["MODEL", "--baseline", "EMPTY", "--provider", "cpu"], "empty file"),
     ],
 )
 def test_bad_input_is_exit_2_with_one_line(args, message, models, tmp_path):
@@ -298,7 +299,8 @@ def test_bad_input_is_exit_2_with_one_line(args, message, models, tmp_path):
     renamed.graph.input[0].name = "z"
     renamed.graph.node[0].input[0] = "z"
     onnx.save(renamed, other)
-    names = {"MODEL": models[1], "FIXED": str(fixed), "OTHER": str(other)}
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    names = {"MODEL": models[1], "FIXED": str(fixed), "OTHER": str(other), "EMPTY": str(tmp_path / "empty.onnx")}
     code, out, err = run_cli(*[names.get(a, a) for a in args], *QUICK)
     assert code == 2, (out, err)
     assert err.count("\n") == 1 and err.startswith("onnxfuse: error: ") and message in err
