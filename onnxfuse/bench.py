@@ -10,10 +10,10 @@ How a number is made (the same for every model, provider and mode):
   stream at the end of every ``Run`` unless the run option ``disable_synchronize_execution_providers``
   is set; we set it to ``"0"`` explicitly, so a call returns only when the GPU is done and the time is
   the latency a caller sees.
-* Warm-up runs are excluded. The models being compared run interleaved (A, B, A, B, ...), so clock
-  boost or a noisy neighbour shifts both alike, and repetitions continue until the median of the
-  first half of the samples and that of the second half agree within ``rel_tol`` (or the time budget
-  runs out; the report then says the median was not stable).
+* Warm-up runs are excluded. The models being compared take turns in short blocks (~50 ms each, A, B,
+  A, B, ...), so clock boost or a noisy neighbour shifts both alike, and repetitions continue until the
+  median of the first half of the samples and that of the second half agree within ``rel_tol`` (or the
+  time budget runs out; the report then says the median was not stable).
 * Which provider really ran each node is read from one profiled run (ORT's profiler records the
   provider per node). A ``FusedLinearGelu`` node on another provider than the one asked for raises
   ``ProviderPlacementError``: a silent CPU fallback would make every number here a lie.
@@ -226,6 +226,15 @@ def _to_device(array: np.ndarray, device: str) -> ort.OrtValue:
     return value
 
 
+def _bind_inputs(binding, feeds: dict[str, np.ndarray], device: str) -> list[ort.OrtValue]:
+    """Copy each input to ``device`` once and bind it; returns the OrtValues, which the caller keeps."""
+    values = []
+    for name, array in feeds.items():
+        values.append(_to_device(array, device))
+        binding.bind_ortvalue_input(name, values[-1])
+    return values
+
+
 class DeviceRun:
     """One session with its inputs and outputs bound on its device; calling it runs the model once."""
 
@@ -233,11 +242,7 @@ class DeviceRun:
         device = "cuda" if session.get_providers()[0] == PROVIDERS["cuda"] else "cpu"
         self.session = session
         self.binding = session.io_binding()
-        self._keep = []  # OrtValues must outlive the binding
-        for name, array in feeds.items():
-            value = _to_device(array, device)
-            self._keep.append(value)
-            self.binding.bind_ortvalue_input(name, value)
+        self._keep = _bind_inputs(self.binding, feeds, device)  # OrtValues must outlive the binding
         for out in session.get_outputs():
             value = ort.OrtValue.ortvalue_from_shape_and_type(list(output_shapes[out.name]), _elem_type(out.type), device, 0)
             self._keep.append(value)
@@ -253,10 +258,7 @@ def output_shapes(session, feeds: dict[str, np.ndarray]) -> dict[str, tuple[int,
     """Run once with outputs allocated by ORT, to learn their shapes for these inputs."""
     device = "cuda" if session.get_providers()[0] == PROVIDERS["cuda"] else "cpu"
     binding = session.io_binding()
-    keep = []
-    for name, array in feeds.items():
-        keep.append(_to_device(array, device))
-        binding.bind_ortvalue_input(name, keep[-1])
+    keep = _bind_inputs(binding, feeds, device)  # noqa: F841  (alive until the run is over)
     names = [o.name for o in session.get_outputs()]
     for name in names:
         binding.bind_output(name, device)
@@ -320,11 +322,11 @@ def read_placement(profile_file: str, requested: str) -> Placement:
         events = json.load(f)
     seen: dict[str, tuple[str, str]] = {}
     for event in events:
-        args = event.get("args") or {}
-        if event.get("cat") != "Node" or "provider" not in args:
+        args, name = event.get("args") or {}, event.get("name", "")
+        # one "<node>_kernel_time" event per node run; fence events, if any, would count a node twice
+        if event.get("cat") != "Node" or not name.endswith("_kernel_time") or "provider" not in args:
             continue
-        node = event.get("name", "").removesuffix("_kernel_time")
-        seen[node] = (args.get("op_name", "?"), args["provider"])
+        seen[name.removesuffix("_kernel_time")] = (args.get("op_name", "?"), args["provider"])
     by_provider = Counter(p for _, p in seen.values())
     by_op: dict[str, dict[str, int]] = {}
     for op, provider in seen.values():
