@@ -180,7 +180,8 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
     no NaN/Inf differs.
 
     \b
-    Default tolerances (rtol = atol):
+    Default tolerances (rtol = atol), by the type an output is computed in
+    (a float32 output of a float16 body is judged as float16):
       float32 on CPU  1e-4    float32 on CUDA  5e-3 (TF32 Tensor Cores, as ORT's MatMul)
       float16         1e-2    bfloat16         5e-2
       float64         1e-7    integers, bool   exact
@@ -226,7 +227,7 @@ def _render_compare(report) -> None:
         table.add_column(column, justify="left" if column in ("output", "dtype", "verdict") else "right")
     for o in report.outputs:
         table.add_row(
-            o.name, o.dtype, f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.mean_abs:.3g}", f"{o.p50_abs:.3g}",
+            o.name, o.dtype + (f" ({o.compute_dtype} math)" if o.compute_dtype else ""), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.mean_abs:.3g}", f"{o.p50_abs:.3g}",
             f"{o.p99_abs:.3g}", f"{o.p999_abs:.3g}", f"{o.cosine:.8f}", str(o.nonfinite_mismatches),
             f"{o.tolerance.rtol:g} / {o.tolerance.atol:g}",
             "[green]pass[/]" if o.passed else f"[red]FAIL[/] ({o.violations} over)",

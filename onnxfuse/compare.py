@@ -20,8 +20,9 @@ finite value:
 Verdict: an output passes when it has the same shape as the reference in every sample, no violation and
 no NaN/Inf mismatch; the comparison passes when every output does (exit code 0, else 3).
 
-Default tolerances, by the output's element type (``--rtol`` / ``--atol`` override them for every
-floating output):
+Default tolerances, by the type an output is computed in (``compute_type``: its own type, or a narrower
+float type it passes through, as in a float16 model with float32 inputs/outputs); ``--rtol`` / ``--atol``
+override them for every floating output:
 
 ==================  ======  ======  =====================================================================
 type                 rtol    atol   why
@@ -97,6 +98,44 @@ def dtype_name(elem_type: int) -> str:
         return TensorProto.DataType.Name(elem_type).lower()
 
 
+# Float types from the loosest default tolerance to the tightest.
+_FLOAT_TYPES_LOOSEST_FIRST = (TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
+
+
+def compute_type(model: onnx.ModelProto, output: str) -> int:
+    """The narrowest float type ``output`` is computed in: the output's own type, or a narrower one met on
+    the way from the graph inputs (initializers, Cast targets, Constants, inputs). ORT's float16 converter
+    keeps float32 inputs/outputs around a float16 body (``keep_io_types``): such an output is float32 but
+    carries float16 error, and is judged by the float16 tolerance."""
+    graph = model.graph
+    declared = {o.name: o.type.tensor_type.elem_type for o in graph.output}
+    own = declared.get(output, TensorProto.FLOAT)
+    if own not in _FLOAT_TYPES_LOOSEST_FIRST:
+        return own  # integers and bools stay exact whatever was computed on the way
+    producer = {name: node for node in graph.node for name in node.output}
+    known = {t.name: t.data_type for t in graph.initializer}
+    known.update({i.name: i.type.tensor_type.elem_type for i in graph.input})
+    seen_types, stack, visited = {own}, [output], set()
+    while stack:
+        name = stack.pop()
+        if name in visited or not name:
+            continue
+        visited.add(name)
+        if name in known:
+            seen_types.add(known[name])
+            continue
+        node = producer.get(name)
+        if node is None:
+            continue
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to":
+                seen_types.add(attr.i)
+            elif node.op_type == "Constant" and attr.name == "value":
+                seen_types.add(attr.t.data_type)
+        stack.extend(node.input)
+    return next(t for t in _FLOAT_TYPES_LOOSEST_FIRST if t in seen_types)
+
+
 # --- per-output statistics ---------------------------------------------------------------------------
 
 
@@ -108,6 +147,7 @@ class OutputStats:
     dtype: str
     shape: list[int]
     tolerance: Tolerance
+    compute_dtype: str = ""  # the type whose tolerance applies (see compute_type); "" = same as dtype
     elements: int = 0
     max_abs: float = 0.0
     max_rel: float = 0.0
@@ -132,6 +172,7 @@ class OutputStats:
         return {
             "name": self.name,
             "dtype": self.dtype,
+            "compute_dtype": self.compute_dtype or self.dtype,
             "shape": self.shape,
             "elements": self.elements,
             "max_abs": self.max_abs,
@@ -154,8 +195,8 @@ class OutputStats:
 class _ErrorAccumulator:
     """Collects one output's errors sample by sample; ``finish`` turns them into ``OutputStats``."""
 
-    def __init__(self, name: str, dtype: str, tolerance: Tolerance):
-        self.name, self.dtype, self.tol = name, dtype, tolerance
+    def __init__(self, name: str, dtype: str, tolerance: Tolerance, compute_dtype: str = ""):
+        self.name, self.dtype, self.tol, self.compute_dtype = name, dtype, tolerance, compute_dtype
         self.shape: list[int] | None = None
         self.errors: list[np.ndarray] = []
         self.max_rel = 0.0
@@ -208,6 +249,7 @@ class _ErrorAccumulator:
             dtype=self.dtype,
             shape=self.shape or [],
             tolerance=self.tol,
+            compute_dtype=self.compute_dtype if self.compute_dtype != self.dtype else "",
             elements=self.elements,
             max_rel=self.max_rel,
             cosine=self.cosine,
@@ -506,7 +548,10 @@ def compare_models(
     output_types = {o.name: o.type.tensor_type.elem_type for o in original_model.graph.output}
     accumulators = {
         name: _ErrorAccumulator(
-            name, dtype_name(output_types[name]), tolerance_for(output_types[name], provider, rtol, atol)
+            name,
+            dtype_name(output_types[name]),
+            tolerance_for(compute_type(original_model, name), provider, rtol, atol),
+            dtype_name(compute_type(original_model, name)),
         )
         for name in output_names
     }

@@ -4,7 +4,8 @@ Log-x bins (errors span decades), log-y counts (the tail matters most and has th
 p99 / p99.9 / max marked, and the tolerance drawn as a band: an element's bound is ``atol + rtol·|ref|``,
 so it runs from ``atol`` (where |ref| = 0) to ``atol + rtol·max|ref|``. Errors left of the band pass
 whatever their reference; errors inside it pass or fail depending on |ref|; errors right of it fail.
-Exact zeros cannot sit on a log axis: their count is written in the panel.
+Exact zeros cannot sit on a log axis, and errors more than ``DECADES`` decades below the largest error or
+tolerance (denormal noise) would squash the rest: both are counted in the panel instead of drawn.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .compare import CompareReport, OutputStats, write_atomic
 from .errors import BadInputError
 
 MAX_PANELS = 12
+DECADES = 8
 
 
 def plot_error_histograms(report: CompareReport, path: str | Path) -> None:
@@ -68,11 +70,16 @@ def _panel(ax, stats: OutputStats) -> None:
                  color="black" if stats.passed else "tab:red")
     ax.set_xlabel("absolute error")
     ax.set_ylabel("elements")
+    tiny = 0
     if nonzero.size:
-        low = float(nonzero.min())
-        high = max(float(nonzero.max()), tol_high if tol_high > 0 else 0.0, low * 10)
+        high = max(float(nonzero.max()), tol_high)
+        # Errors far below what matters (denormal noise near zero outputs) would stretch the axis over
+        # dozens of decades: show DECADES below the largest of error and tolerance, count the rest.
+        low = max(float(nonzero.min()), high * 10.0**-DECADES)
+        tiny = int(np.count_nonzero(nonzero < low))
+        high = max(high, low * 10)
         bins = np.logspace(math.log10(low), math.log10(high), 60)
-        ax.hist(nonzero, bins=bins, color="tab:blue", alpha=0.8)
+        ax.hist(nonzero[nonzero >= low], bins=bins, color="tab:blue", alpha=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
         for value, label, color, style in (
@@ -93,7 +100,9 @@ def _panel(ax, stats: OutputStats) -> None:
             ax.axvline(tol_low, color="tab:green", linewidth=1.4)
     ax.text(
         0.02, 0.97,
-        f"{stats.elements:,} elements\n{zeros:,} exactly 0 (not drawn)\ncosine {stats.cosine:.8f}",
+        f"{stats.elements:,} elements\n{zeros:,} exactly 0 (not drawn)\n"
+        + (f"{tiny:,} below {low:.0e} (not drawn)\n" if tiny else "")
+        + f"cosine {stats.cosine:.8f}",
         transform=ax.transAxes, ha="left", va="top", fontsize=8,
         bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "0.8"},
     )

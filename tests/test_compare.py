@@ -438,3 +438,32 @@ def test_models_with_external_weights_run_from_their_folder(tmp_path, files):
     assert (folder / "big.onnx.data").stat().st_size >= W.nbytes
     report = compare_models(files["erf"], folder / "big.onnx", progress=False)
     assert report.passed and report.outputs[0].max_abs < 1e-5
+
+
+def _keep_io_types(model: onnx.ModelProto) -> onnx.ModelProto:
+    """What ORT's float16 converter does with keep_io_types=True: float32 in and out, float16 inside."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    graph.node.insert(0, helper.make_node("Cast", ["x32"], ["x"], to=TensorProto.FLOAT16))
+    graph.node.append(helper.make_node("Cast", ["y"], ["y32"], to=TensorProto.FLOAT))
+    graph.input[0].name, graph.output[0].name = "x32", "y32"
+    graph.input[0].type.tensor_type.elem_type = graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    return out
+
+
+def test_float32_outputs_of_a_float16_body_get_the_float16_tolerance():
+    from onnxfuse.compare import compute_type
+
+    original, optimized = (_keep_io_types(linear_gelu(f, dtype=TensorProto.FLOAT16)) for f in ("erf", "op"))
+    assert compute_type(original, "y32") == TensorProto.FLOAT16
+    assert compute_type(linear_gelu("erf"), "y") == TensorProto.FLOAT
+    report = compare_models(original, optimized, samples=2, progress=False)
+    (y,) = report.outputs
+    assert y.dtype == "float32" and y.compute_dtype == "float16"
+    assert y.tolerance == DEFAULT_TOLERANCES["float16"]
+    assert report.to_dict()["outputs"][0]["compute_dtype"] == "float16"
+    assert report.passed, report.summary()
+    # a plain float32 model reports no separate compute type
+    plain = compare_models(linear_gelu("erf"), linear_gelu("op"), progress=False).outputs[0]
+    assert plain.compute_dtype == "" and plain.to_dict()["compute_dtype"] == "float32"

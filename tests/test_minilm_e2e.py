@@ -168,6 +168,16 @@ def test_fp32_token_states_pass_the_gate(minilm):
     assert report.exit_code == 0
 
 
+def test_fp16_token_states_pass_the_gate(minilm):
+    """float32 in and out, float16 inside: the gate judges it by the float16 tolerance."""
+    paths = minilm["paths"]
+    report = compare_models(paths["fp16"], paths["fp16_fused"], inputs=minilm["samples"], progress=False)
+    (states,) = report.outputs
+    print(f"fp16 last_hidden_state: max abs {states.max_abs:.3g}, p99.9 {states.p999_abs:.3g}, worst {states.worst_ratio:.2f}× tolerance")
+    assert states.compute_dtype == "float16"
+    assert report.passed, report.summary()
+
+
 def test_fp16_sentence_embeddings_match(minilm):
     paths = minilm["paths"]
     for sample in minilm["samples"]:
