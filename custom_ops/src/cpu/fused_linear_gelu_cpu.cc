@@ -21,6 +21,7 @@
 #include "../domain.h"
 #include "../fused_linear_gelu_common.h"
 #include "gemm.h"
+#include "packed_gemm.h"
 #include "vector_kernels.h"
 
 namespace onnxfuse::cpu {
@@ -53,10 +54,11 @@ void FromFloat(const VectorKernels& vk, const float* in, T* out, size_t n) {
   }
 }
 
-// Output tiling. A tile's fp32 block (kTileM x tile_n) stays within a core's L2 so the epilogue reads
-// what the GEMM just wrote; tiles are many enough to balance the thread pool and big enough that the
-// BLAS's per-call packing stays a small fraction of the tile's math.
-constexpr int64_t kTileM = 128;
+// Output tiling: tiles run in parallel on ORT's pool. A tile's rows of X (packed per K slice) and its
+// block of Y stay within a core's L2; tiles are many enough to balance the pool and big enough that
+// packing X (once per tile and K slice) stays a small fraction of the tile's math. kTileN is a multiple
+// of the packed weight's panel width.
+constexpr int64_t kTileM = 144;
 constexpr int64_t kTileN = 512;
 
 struct TilePlan {
@@ -106,8 +108,8 @@ template <typename T>
 class FusedLinearGeluCpuKernel {
  public:
   explicit FusedLinearGeluCpuKernel(const OrtKernelInfo* info)
-      : attrs_(ReadAttributes(info)), vk_(CpuVectorKernels()) {
-    if constexpr (!std::is_same_v<T, float>) WidenConstantWeight(info);
+      : attrs_(ReadAttributes(info)), vk_(CpuVectorKernels()), packed_path_(PackedGemmAvailable()) {
+    PrepareConstantWeight(info);
   }
 
   OrtStatus* ComputeV2(OrtKernelContext* raw_ctx) {
@@ -115,17 +117,39 @@ class FusedLinearGeluCpuKernel {
   }
 
  private:
-  void WidenConstantWeight(const OrtKernelInfo* info) {
+  // A constant W (an initializer) is prepared once: packed for the AVX2 GEMM, or widened to float32
+  // for the BLAS path. Compute checks the shape it was prepared for against the call's W.
+  void PrepareConstantWeight(const OrtKernelInfo* info) {
     int is_constant = 0;
     Ort::ConstValue w = Ort::ConstKernelInfo(info).GetTensorConstantInput(1, &is_constant);
     if (!is_constant || !w) return;
     auto shape_info = w.GetTensorTypeAndShapeInfo();
-    if (shape_info.GetElementType() != kElementType<T>) return;  // Compute reports the mismatch
-    const size_t n = shape_info.GetElementCount();
-    constant_w_.resize(n);
-    ToFloat(vk_, w.GetTensorData<T>(), constant_w_.data(), n);
-    has_constant_w_ = true;
+    const std::vector<int64_t> shape = shape_info.GetShape();
+    if (shape_info.GetElementType() != kElementType<T> || shape.size() != 2) return;  // Compute reports it
+    const int64_t K = attrs_.trans_b ? shape[1] : shape[0];
+    const int64_t N = attrs_.trans_b ? shape[0] : shape[1];
+    if (K == 0 || N == 0) return;
+    const size_t count = shape_info.GetElementCount();
+    std::vector<float> wide;
+    const float* wf;
+    if constexpr (std::is_same_v<T, float>) {
+      wf = w.GetTensorData<float>();
+    } else {
+      wide.resize(count);
+      ToFloat(vk_, w.GetTensorData<T>(), wide.data(), count);
+      wf = wide.data();
+    }
+    if (packed_path_) {
+      constant_packed_ = AllocateAligned(PackedWeightFloats(K, N));
+      PackWeightPanels(wf, attrs_.trans_b, K, N, 0, (N + kPanelWidth - 1) / kPanelWidth, constant_packed_.get());
+    } else if constexpr (!std::is_same_v<T, float>) {
+      constant_wide_ = std::move(wide);
+    }
+    constant_k_ = K;
+    constant_n_ = N;
   }
+
+  bool HasConstantWeight(int64_t K, int64_t N) const { return constant_k_ == K && constant_n_ == N && K > 0; }
 
   void Compute(Ort::KernelContext ctx) {
     Ort::ConstValue x = ctx.GetInput(0);
@@ -149,29 +173,20 @@ class FusedLinearGeluCpuKernel {
     if (s.M == 0 || s.N == 0) return;
 
     const int64_t M = s.M, K = s.K, N = s.N;
-    const T* x_data = x.GetTensorData<T>();
     T* y_data = y.GetTensorMutableData<T>();
 
-    // Operands as float32: the inputs themselves for float, widened copies otherwise.
-    const float* xf;
-    const float* wf;
-    std::vector<float> x_wide, w_wide, bias_wide;
+    // X as float32: the input itself, or a widened copy.
+    const float* xf = nullptr;
+    std::vector<float> x_wide;
     if constexpr (std::is_same_v<T, float>) {
-      xf = x_data;
-      wf = w.GetTensorData<float>();
+      xf = x.GetTensorData<float>();
     } else {
       x_wide.resize(static_cast<size_t>(M * K));
-      WidenParallel(ctx, x_data, x_wide.data(), M * K);
+      WidenParallel(ctx, x.GetTensorData<T>(), x_wide.data(), M * K);
       xf = x_wide.data();
-      if (has_constant_w_ && static_cast<int64_t>(constant_w_.size()) == K * N) {
-        wf = constant_w_.data();
-      } else {
-        w_wide.resize(static_cast<size_t>(K * N));
-        WidenParallel(ctx, w.GetTensorData<T>(), w_wide.data(), K * N);
-        wf = w_wide.data();
-      }
     }
     const float* bias = nullptr;
+    std::vector<float> bias_wide;
     if (has_bias) {
       if constexpr (std::is_same_v<T, float>) {
         bias = b.GetTensorData<float>();
@@ -182,27 +197,65 @@ class FusedLinearGeluCpuKernel {
       }
     }
 
+    // W in the form the GEMM path wants: packed panels (AVX2) or a plain float32 matrix (BLAS).
+    const float* packed_w = nullptr;
+    const float* wf = nullptr;
+    AlignedFloats packed_now;
+    std::vector<float> w_wide;
+    if (K > 0) {
+      const bool constant = HasConstantWeight(K, N);
+      if (packed_path_ && constant) {
+        packed_w = constant_packed_.get();
+      } else if (!packed_path_ && constant && !std::is_same_v<T, float>) {
+        wf = constant_wide_.data();
+      } else {
+        if constexpr (std::is_same_v<T, float>) {
+          wf = w.GetTensorData<float>();
+        } else {
+          w_wide.resize(static_cast<size_t>(K * N));
+          WidenParallel(ctx, w.GetTensorData<T>(), w_wide.data(), K * N);
+          wf = w_wide.data();
+        }
+        if (packed_path_) {
+          packed_now = AllocateAligned(PackedWeightFloats(K, N));
+          PackParallel(ctx, wf, K, N, packed_now.get());
+          packed_w = packed_now.get();
+        }
+      }
+    }
+
     const TilePlan plan = PlanTiles(M, N);
-    const int64_t ldb = attrs_.trans_b ? K : N;
     ParallelFor(ctx, plan.tiles_m * plan.tiles_n, [&](int64_t t) {
       const int64_t m0 = (t / plan.tiles_n) * plan.tile_m;
       const int64_t n0 = (t % plan.tiles_n) * plan.tile_n;
       const int64_t m = std::min(plan.tile_m, M - m0);
       const int64_t n = std::min(plan.tile_n, N - n0);
-      const float* a = xf + m0 * K;
-      const float* bt = attrs_.trans_b ? wf + n0 * K : wf + n0;
-      const float* tile_bias = bias ? bias + n0 : nullptr;
+      // float32 writes Y in place; float16/bfloat16 accumulate in a per-thread float32 block that is
+      // narrowed into Y once, after the activation.
+      float* c;
+      int64_t ldc;
+      thread_local std::vector<float> block;
       if constexpr (std::is_same_v<T, float>) {
-        float* c = y_data + m0 * N + n0;
-        SgemmTile(attrs_.trans_b, m, n, K, a, K, bt, ldb, c, N);
-        vk_.bias_activation(c, N, m, n, tile_bias, attrs_.activation, attrs_.alpha);
+        c = y_data + m0 * N + n0;
+        ldc = N;
       } else {
-        // The tile accumulates in a per-thread float32 block, then is narrowed into Y once.
-        thread_local std::vector<float> block;
         block.resize(static_cast<size_t>(plan.tile_m * plan.tile_n));
-        SgemmTile(attrs_.trans_b, m, n, K, a, K, bt, ldb, block.data(), n);
-        vk_.bias_activation(block.data(), n, m, n, tile_bias, attrs_.activation, attrs_.alpha);
-        for (int64_t r = 0; r < m; ++r) FromFloat(vk_, block.data() + r * n, y_data + (m0 + r) * N + n0, n);
+        c = block.data();
+        ldc = n;
+      }
+      const float* a = xf + m0 * K;
+      if (K == 0) {  // an empty product: Y = act(B)
+        for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
+        vk_.bias_activation(c, ldc, m, n, bias ? bias + n0 : nullptr, attrs_.activation, attrs_.alpha);
+      } else if (packed_path_) {
+        FusedGemmTile({a, K, packed_w, K, N, m, n0, n, c, ldc, bias, attrs_.activation, attrs_.alpha});
+      } else {
+        const float* bt = attrs_.trans_b ? wf + n0 * K : wf + n0;
+        SgemmTile(attrs_.trans_b, m, n, K, a, K, bt, attrs_.trans_b ? K : N, c, ldc);
+        vk_.bias_activation(c, ldc, m, n, bias ? bias + n0 : nullptr, attrs_.activation, attrs_.alpha);
+      }
+      if constexpr (!std::is_same_v<T, float>) {
+        for (int64_t r = 0; r < m; ++r) FromFloat(vk_, c + r * ldc, y_data + (m0 + r) * N + n0, n);
       }
     });
   }
@@ -216,10 +269,22 @@ class FusedLinearGeluCpuKernel {
     });
   }
 
+  void PackParallel(const Ort::KernelContext& ctx, const float* wf, int64_t K, int64_t N, float* packed) {
+    const int64_t panels = (N + kPanelWidth - 1) / kPanelWidth;
+    constexpr int64_t kPanelsPerTask = 8;
+    ParallelFor(ctx, (panels + kPanelsPerTask - 1) / kPanelsPerTask, [&](int64_t i) {
+      const int64_t begin = i * kPanelsPerTask;
+      PackWeightPanels(wf, attrs_.trans_b, K, N, begin, std::min(panels, begin + kPanelsPerTask), packed);
+    });
+  }
+
   const FusedLinearGeluAttributes attrs_;
   const VectorKernels& vk_;
-  std::vector<float> constant_w_;  // float16/bfloat16 only: a constant W, widened once
-  bool has_constant_w_ = false;
+  const bool packed_path_;  // AVX2 GEMM with the fused epilogue; else BLAS + block epilogue
+  // A constant W prepared at creation (for K = constant_k_, N = constant_n_).
+  AlignedFloats constant_packed_;     // AVX2 path
+  std::vector<float> constant_wide_;  // BLAS path, float16/bfloat16
+  int64_t constant_k_ = -1, constant_n_ = -1;
 };
 
 template <typename T>
