@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -42,6 +42,9 @@ from . import __version__
 from .domain import DOMAIN, OP_TYPE, OP_VERSION
 from .errors import BadInputError, ProviderPlacementError
 from .inputs import input_specs, random_inputs, resolve_shapes
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 SCHEMA = "onnxfuse.bench/1"
 PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
@@ -455,7 +458,7 @@ def bench_models(
     cuda_graph: bool = False,
     policy: TimingPolicy = TimingPolicy(),
     seed: int = 0,
-    progress: "Progress | None" = None,
+    progress: Progress | None = None,
 ) -> ModelBenchReport:
     """Latency of ``optimized`` (and ``baseline``, interleaved with it) at each batch size, on
     ``provider``. Both models get the same inputs, which must fit both."""
@@ -691,7 +694,7 @@ def bench_op(
     policy: TimingPolicy = TimingPolicy(),
     peak_tflops: float | None = None,
     peak_gbps: float | None = None,
-    progress: "Progress | None" = None,
+    progress: Progress | None = None,
 ) -> OpBenchReport:
     """Time one FusedLinearGelu [M,K]×[K,N] against ORT's unfused MatMul+Add+Gelu, and place both on
     the roofline of the measured (or given) ceilings."""
