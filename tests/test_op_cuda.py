@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
-from onnxfuse.runtime import CUDA, cuda_device_count, get_library_path
+from onnxfuse.runtime import CUDA, cuda_device_count
 
 
 def _why_no_cuda() -> str | None:
@@ -52,8 +52,8 @@ def _cuda_libraries():
 
 
 @pytest.fixture(scope="module")
-def library() -> str:
-    return get_library_path()
+def library(library_path) -> str:
+    return library_path
 
 
 # --- models -------------------------------------------------------------------------------------------
