@@ -10,7 +10,8 @@ Everything happens on the machine that runs it, from configs (no downloads): exp
 exporter, opset 17, dynamic batch and sequence), ORT's optimizer, fp16, onnxfuse, one accuracy check
 per model (onnxfuse.compare, batch 1), then timing. Writes to OUT (default ``$OUT``, else
 ``bench/results``): ``e2e.json`` (every number, the command and the environment), ``e2e.md`` (the table),
-``e2e_<model>.png`` (latency and speedup vs batch, graphs off) and prints the table last.
+``e2e_<model>.png`` and ``e2e_<model>_cudagraph.png`` (latency and speedup vs batch) and prints the
+table last.
 
 On the H200, in one device call of < 9 minutes (``--time-limit``, default 420 s, stops starting new work
 so that the results are always written), after the ORT-GPU kit has been installed into /tmp/site on the
@@ -220,9 +221,9 @@ def run_model(spec: Spec, args, workdir: Path, out: Path, deadline: Deadline) ->
             log(f"{spec.name} [{label}]: FAILED: {record['runs'][label]['error']}")
             continue
         record["runs"][label] = report.to_dict()
-        if not graph:
-            bench.write_plot(report, out / f"e2e_{spec.name}.png",
-                             title=f"{spec.name} {args.dtype}, {args.provider}: ORT opt (baseline) vs + onnxfuse")
+        mode = ", CUDA graph" if graph else ""
+        bench.write_plot(report, out / f"e2e_{spec.name}{'_cudagraph' if graph else ''}.png",
+                         title=f"{spec.name} {args.dtype}, {args.provider}{mode}: ORT opt (baseline) vs + onnxfuse")
     for path in (base, fused):
         path.unlink()
         Path(f"{path}.data").unlink(missing_ok=True)

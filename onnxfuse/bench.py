@@ -61,8 +61,8 @@ class TimingPolicy:
     """How long and how often to run. The defaults give medians that repeat within ~1-2 % on an idle
     machine; tests shrink the budget."""
 
-    warmup_runs: int = 10
-    warmup_s: float = 0.25  # at least this long too, so GPU clocks have ramped up before we time
+    warmup_runs: int = 2  # at least this many untimed runs of each model ...
+    warmup_s: float = 0.25  # ... and at least this long, so GPU clocks have ramped up before we time
     min_reps: int = 30
     max_reps: int = 100_000
     budget_s: float = 3.0  # per group of interleaved models, warm-up excluded
@@ -101,7 +101,7 @@ def measure(runs: Sequence[Callable[[], object]], policy: TimingPolicy, items: i
     clock = time.perf_counter
     warm_end = clock() + policy.warmup_s
     warm: list[list[float]] = [[] for _ in runs]
-    while len(warm[0]) < policy.warmup_runs or (clock() < warm_end and len(warm[0]) < 100 * policy.warmup_runs):
+    while len(warm[0]) < policy.warmup_runs or clock() < warm_end:
         for run, out in zip(runs, warm):
             start = clock()
             run()
