@@ -94,3 +94,16 @@ def test_bad_input_exit_2_one_line_nothing_written(tmp_path, mixed, case):
     if case != "bad_option":  # click's usage errors have their own two-line format
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("onnxfuse: error:")
     assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_output_bytes_do_not_depend_on_hash_seed(tmp_path, mixed):
+    src, _ = mixed
+    digests = set()
+    for seed in ("1", "2"):
+        out = tmp_path / f"out{seed}.onnx"
+        env = {**os.environ, "PYTHONHASHSEED": seed,
+               "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        subprocess.run([sys.executable, "-m", "onnxfuse.cli", "optimize", str(src), "-o", str(out)],
+                       check=True, capture_output=True, env=env, timeout=120)
+        digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
+    assert len(digests) == 1

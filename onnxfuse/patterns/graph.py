@@ -159,15 +159,6 @@ class GraphView:
             return _constant_node_tensor(node)
         return None
 
-    def constant_source(self, name: str) -> str | None:
-        """'initializer' or 'Constant' for a constant tensor, else None."""
-        if name in self.initializers and name not in self.graph_inputs:
-            return "initializer"
-        node = self.producer_of(name)
-        if node is not None and is_op(node, "Constant"):
-            return "Constant"
-        return None
-
     def small_value(self, name: str, max_elements: int = SMALL_CONSTANT_ELEMENTS) -> np.ndarray | None:
         """A small constant's value (float64 for floating types), or None if not constant or too big."""
         t = self.constant(name)
