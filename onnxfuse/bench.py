@@ -21,6 +21,7 @@ How a number is made (the same for every model, provider and mode):
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import platform
@@ -40,6 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from . import __version__
 from .domain import DOMAIN, OP_TYPE, OP_VERSION
+from .compare import write_atomic
 from .errors import BadInputError, ProviderPlacementError
 from .inputs import input_specs, random_inputs, resolve_shapes
 
@@ -798,19 +800,17 @@ def write_plot(report: ModelBenchReport, path: str | Path, title: str | None = N
     provider = _short(PROVIDERS[report.provider]) + (" + CUDA graph" if report.cuda_graph else "")
     fig.suptitle(title or f"{Path(report.optimized).name} on {provider}")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=120, format="png")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format="png")
     plt.close(fig)
-    tmp.replace(path)  # atomic: a reader never sees half a PNG
+    write_atomic(path, buffer.getvalue())  # a reader never sees half a PNG
     return path
 
 
 def write_json(data: dict, path: str | Path) -> Path:
     """Atomically write ``data`` as indented JSON."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
-    tmp.replace(path)
+    write_atomic(path, (json.dumps(data, indent=2, default=_jsonable) + "\n").encode())
     return path
 
 

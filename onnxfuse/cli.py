@@ -288,6 +288,10 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     from .inputs import parse_shape_option
 
     policy = bench.TimingPolicy(budget_s=budget)
+    for option, path in (("--json", json_path), ("--plot", plot_path)):
+        if path and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            # say so now, not after minutes of timing
+            raise BadInputError(f"{option} {path}: folder '{os.path.dirname(path)}' does not exist")
     if op_shape is not None:
         if optimized or baseline or shape_options or batch_list or plot_path:
             raise BadInputError("--op builds its own model: drop OPTIMIZED, --baseline, --shape, --batch and --plot")
