@@ -567,7 +567,11 @@ def compare_models(
             try:
                 ref = run_session(ref_session, sample, output_names)
             except Exception as e:
-                raise BadInputError(f"the original model cannot run on sample {i}: {_first_line(e)}") from e
+                shapes_text = ", ".join(f"{k}{list(v.shape)}" for k, v in sample.items())
+                hint = "; give dynamic dims with --shape" if feeds is None else ""
+                raise BadInputError(
+                    f"the original model cannot run on sample {i} ({shapes_text}{hint}): {_first_line(e)}"
+                ) from e
             t1 = time.perf_counter()
             try:
                 opt = run_session(opt_session, sample, output_names)

@@ -467,3 +467,17 @@ def test_float32_outputs_of_a_float16_body_get_the_float16_tolerance():
     # a plain float32 model reports no separate compute type
     plain = compare_models(linear_gelu("erf"), linear_gelu("op"), progress=False).outputs[0]
     assert plain.compute_dtype == "" and plain.to_dict()["compute_dtype"] == "float32"
+
+
+def test_inputs_the_original_rejects_are_bad_input_with_the_shapes(tmp_path):
+    """A default shape the model cannot take (here a Reshape to a fixed size) says which shapes it tried."""
+    shape = numpy_helper.from_array(np.array([4, 4], np.int64), "shape")
+    model = _model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+        [shape],
+    )
+    with pytest.raises(BadInputError, match=r"original model cannot run on sample 0 \(x\[1\]; give dynamic dims with --shape\)"):
+        compare_models(model, model, progress=False)
+    assert compare_models(model, model, shapes={"x": (16,)}, progress=False).passed

@@ -1,0 +1,41 @@
+"""The gate on every committed exporter model (tests/models/: BERT and GPT-2 from torch.onnx's TorchScript
+and dynamo exporters, ORT's transformers optimizer and float16 converter): optimize, then compare with the
+default inputs and tolerances. Each must pass, with the tolerance the output's compute type calls for, and
+the default inputs must be ones the models accept (token ids inside the vocabulary, masks of ones)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxfuse.compare import DEFAULT_TOLERANCES, verify_optimized
+from onnxfuse.fuse import optimize_file
+from onnxfuse.inputs import gather_bounds, random_inputs
+
+MODELS = sorted((Path(__file__).parent / "models").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
+def test_optimized_exporter_model_passes_the_gate(path, tmp_path, library_path):
+    fused = tmp_path / f"{path.stem}_fused.onnx"
+    assert optimize_file(path, fused).fused, "nothing fused: the gate would compare a model with itself"
+    report = verify_optimized(path, fused, samples=2, progress=False)
+    assert report.exit_code == 0, report.summary()
+    for stats in report.outputs:
+        assert stats.elements > 0 and stats.cosine > 0.9999
+        expected = "float16" if "fp16" in path.stem else "float32"
+        assert (stats.compute_dtype or stats.dtype) == expected
+        assert stats.tolerance == DEFAULT_TOLERANCES[expected]
+
+
+@pytest.mark.parametrize("path", MODELS[:1] + [p for p in MODELS if p.stem.startswith("gpt2")][:1], ids=lambda p: p.stem)
+def test_default_token_ids_stay_inside_the_vocabulary(path):
+    model = onnx.load(str(path), load_external_data=False)
+    bounds = gather_bounds(model)
+    assert bounds.get("input_ids", 0) > 100  # the word-embedding table was found
+    sample = random_inputs(model, seed=1)
+    assert sample["input_ids"].max() < bounds["input_ids"]
+    assert np.all(sample["attention_mask"] == 1)
