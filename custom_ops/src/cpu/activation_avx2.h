@@ -19,7 +19,7 @@
 
 namespace onnxfuse::cpu::avx2 {
 
-inline __m256 Exp(__m256 x) {
+[[gnu::always_inline]] inline __m256 Exp(__m256 x) {
   // exp(x) = 2^n · exp(r), n = round(x / ln2), r = x - n·ln2 in [-ln2/2, ln2/2].
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -44,18 +44,18 @@ inline __m256 Exp(__m256 x) {
 }
 
 // x / (1 + exp(-t)): the sigmoid form with t = alpha·x, and the tanh form with t = 2·√(2/π)(x + 0.044715x³).
-inline __m256 XSigmoid(__m256 x, __m256 t) {
+[[gnu::always_inline]] inline __m256 XSigmoid(__m256 x, __m256 t) {
   const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), t));
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
-inline __m256 GeluTanh(__m256 x) {
+[[gnu::always_inline]] inline __m256 GeluTanh(__m256 x) {
   const __m256 x2 = _mm256_mul_ps(x, x);
   const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(x2, _mm256_set1_ps(0.044715f)), x, x);
   return XSigmoid(x, _mm256_mul_ps(inner, _mm256_set1_ps(2.0f * 0.7978845608028654f)));
 }
 
-inline __m256 GeluErf(__m256 x) {
+[[gnu::always_inline]] inline __m256 GeluErf(__m256 x) {
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
   const __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f));
   const __m256 az = _mm256_andnot_ps(sign_mask, z);
@@ -93,7 +93,7 @@ inline __m256 GeluErf(__m256 x) {
 }
 
 template <Activation kAct>
-inline __m256 Activate(__m256 x, __m256 alpha) {
+[[gnu::always_inline]] inline __m256 Activate(__m256 x, __m256 alpha) {
   if constexpr (kAct == Activation::kGeluErf) return GeluErf(x);
   if constexpr (kAct == Activation::kGeluTanh) return GeluTanh(x);
   if constexpr (kAct == Activation::kSigmoid) return XSigmoid(x, _mm256_mul_ps(alpha, x));
