@@ -14,15 +14,15 @@ per model (onnxfuse.compare, batch 1), then timing. Writes to OUT (default ``$OU
 table last.
 
 On the H200, in one device call of < 9 minutes (``--time-limit``, default 420 s, stops starting new work
-so that the results are always written), after the ORT-GPU kit has been installed into /tmp/site on the
-same warm machine (shared/device/README.md) and with the CUDA-enabled library built here carried along
-(``carry: ["build/libonnxfuse_ops.so"]``):
+so that the results are always written). First steps 1-3 of bench/device/build_library.sh (the library
+with its CUDA kernels and its OpenBLAS in .device/lib; ORT-GPU installed into /tmp/site on the same warm
+machine), then, carrying ``.device/lib``:
 
-    export PYTHONPATH=/tmp/site:$PWD ONNXFUSE_LIBRARY=$PWD/build/libonnxfuse_ops.so && \\
-        python3 bench/e2e.py --provider cuda --out $OUT
+    export PYTHONPATH=/tmp/site:$PWD ONNXFUSE_LIBRARY=$PWD/.device/lib/libonnxfuse_ops.so \\
+        LD_LIBRARY_PATH=$PWD/.device/lib PYTHONUNBUFFERED=1 && python3 bench/e2e.py --provider cuda --out $OUT
 
 then copy ``e2e.json``, ``e2e.md`` and the PNGs from the fetched files into ``bench/results/`` (named
-``e2e_h200.*``) with the command line, which e2e.json records.
+``e2e_h200.*``); e2e.json records the command line.
 
 Here, on CPU, at toy size (checks that the whole chain works; the numbers mean nothing):
 
