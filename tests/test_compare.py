@@ -481,3 +481,55 @@ def test_inputs_the_original_rejects_are_bad_input_with_the_shapes(tmp_path):
     with pytest.raises(BadInputError, match=r"original model cannot run on sample 0 \(x\[1\]; give dynamic dims with --shape\)"):
         compare_models(model, model, progress=False)
     assert compare_models(model, model, shapes={"x": (16,)}, progress=False).passed
+
+
+@pytest.mark.parametrize("provider", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16], ids=["fp32", "fp16", "bf16"])
+def test_gate_passes_the_fused_op_at_bert_base_size(dtype, provider):
+    """The default tolerances hold for the fused op at a real FFN size (K=768, N=3072). On the GPU, float32
+    runs on TF32 Tensor Cores in both ORT's MatMul and the fused kernel: the float32/cuda tolerance is the
+    one that must hold there. bfloat16's reference is the float32 subgraph between Casts (ORT has few
+    bfloat16 kernels), fed the same bfloat16 weights."""
+    from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+    from onnxfuse.runtime import cuda_usable
+
+    if provider == "cuda" and not cuda_usable():
+        pytest.skip("no usable CUDA device")
+    _library_or_skip()
+    k, n = 768, 3072
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    b = (rng.standard_normal(n) * 0.1).astype(np.float32)
+    np_type = np.dtype(ml_dtypes.bfloat16) if dtype == TensorProto.BFLOAT16 else helper.tensor_dtype_to_np_dtype(dtype)
+    x_info = helper.make_tensor_value_info("x", dtype, ["batch", "sequence", k])
+    y_info = helper.make_tensor_value_info("y", dtype, ["batch", "sequence", n])
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, OP_VERSION)]
+    fused = helper.make_model(
+        helper.make_graph(
+            [helper.make_node(OP_TYPE, ["x", "W", "B"], ["y"], domain=DOMAIN, approximate="none")],
+            "fused", [x_info], [y_info],
+            [numpy_helper.from_array(w.astype(np_type), "W"), numpy_helper.from_array(b.astype(np_type), "B")],
+        ),
+        opset_imports=opsets, ir_version=10,
+    )
+    compute = TensorProto.FLOAT if dtype == TensorProto.BFLOAT16 else dtype
+    c_type = helper.tensor_dtype_to_np_dtype(compute)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xc"], to=compute),
+        helper.make_node("MatMul", ["xc", "Wt"], ["mm"]),
+        helper.make_node("Add", ["mm", "B"], ["pre"]),
+        helper.make_node("Gelu", ["pre"], ["act"]),
+        helper.make_node("Cast", ["act"], ["y"], to=dtype),
+    ]
+    unfused = helper.make_model(
+        helper.make_graph(
+            nodes, "unfused", [x_info], [y_info],
+            [numpy_helper.from_array(np.ascontiguousarray(w.T).astype(np_type).astype(c_type), "Wt"),
+             numpy_helper.from_array(b.astype(np_type).astype(c_type), "B")],
+        ),
+        opset_imports=opsets[:1], ir_version=10,
+    )
+    report = compare_models(unfused, fused, provider=provider, samples=2, shapes={"x": (4, 128, k)}, progress=False)
+    (y,) = report.outputs
+    print(f"{provider} {y.dtype}: max abs {y.max_abs:.3g}, p99.9 {y.p999_abs:.3g}, worst {y.worst_ratio:.3f}x tolerance")
+    assert report.passed, report.summary()

@@ -18,17 +18,29 @@ from onnxfuse.inputs import gather_bounds, random_inputs
 MODELS = sorted((Path(__file__).parent / "models").glob("*.onnx"))
 
 
+PROVIDERS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
-def test_optimized_exporter_model_passes_the_gate(path, tmp_path, library_path):
+def test_optimized_exporter_model_passes_the_gate(path, provider, tmp_path, library_path):
+    if provider == "cuda":
+        from onnxfuse.runtime import cuda_usable
+
+        if not cuda_usable():
+            pytest.skip("no usable CUDA device")
     fused = tmp_path / f"{path.stem}_fused.onnx"
     assert optimize_file(path, fused).fused, "nothing fused: the gate would compare a model with itself"
-    report = verify_optimized(path, fused, samples=2, progress=False)
+    report = verify_optimized(path, fused, provider=provider, samples=2, progress=False)
+    print(f"{path.stem} {provider}: " + "; ".join(
+        f"{o.name} max abs {o.max_abs:.3g} worst {o.worst_ratio:.3f}x tol" for o in report.outputs))
     assert report.exit_code == 0, report.summary()
     for stats in report.outputs:
         assert stats.elements > 0 and stats.cosine > 0.9999
         expected = "float16" if "fp16" in path.stem else "float32"
         assert (stats.compute_dtype or stats.dtype) == expected
-        assert stats.tolerance == DEFAULT_TOLERANCES[expected]
+        key = f"{expected}/{provider}" if f"{expected}/{provider}" in DEFAULT_TOLERANCES else expected
+        assert stats.tolerance == DEFAULT_TOLERANCES[key]
 
 
 @pytest.mark.parametrize("path", MODELS[:1] + [p for p in MODELS if p.stem.startswith("gpt2")][:1], ids=lambda p: p.stem)
