@@ -76,7 +76,10 @@ def tensor_nbytes(t: onnx.TensorProto) -> int:
 def _external_span(t: onnx.TensorProto, base_dir: str) -> tuple[str, int, int]:
     """(file, offset, length) of an external tensor, checked: a relative path inside ``base_dir`` to a
     regular file long enough to hold it."""
-    info = ExternalDataInfo(t)
+    try:
+        info = ExternalDataInfo(t)
+    except (ValueError, TypeError) as e:  # offset/length that are not integers, keys that are not text
+        raise BadInputError(f"tensor '{t.name}': unreadable external data reference ({e})") from None
     loc = info.location
     if not loc:
         raise BadInputError(f"tensor '{t.name}' is marked external but names no data file")
@@ -153,6 +156,66 @@ def ops_onnx_does_not_know(model: onnx.ModelProto) -> set[str]:
     return unknown
 
 
+_KNOWN_DTYPES = {v for v in onnx.TensorProto.DataType.values() if v not in (onnx.TensorProto.UNDEFINED,)}
+
+
+def _not_utf8(msg, where: str = "") -> str | None:
+    """The first string field under ``msg`` that is not valid UTF-8 (protobuf hands those back as bytes,
+    which every later step trips over), as a dotted path; tensors' bytes are not walked."""
+    if isinstance(msg, onnx.TensorProto):
+        strings = [("name", msg.name), ("doc_string", msg.doc_string)]
+        strings += [(f"external_data.{e.key!r}", s) for e in msg.external_data for s in (e.key, e.value)]
+        return next((f"{where}{name}" for name, s in strings if not isinstance(s, str)), None)
+    for fd, value in msg.ListFields():
+        items = value if fd.label == fd.LABEL_REPEATED else [value]
+        if fd.type == fd.TYPE_STRING:
+            if any(not isinstance(v, str) for v in items):
+                return f"{where}{fd.name}"
+        elif fd.type == fd.TYPE_MESSAGE:
+            for item in items:
+                bad = _not_utf8(item, f"{where}{fd.name}.")
+                if bad:
+                    return bad
+    return None
+
+
+def _check_well_formed(model: onnx.ModelProto, path: str) -> None:
+    """What ``onnx.checker`` does not look at (or cannot, for ops it has no schema of), and every later
+    step relies on: UTF-8 strings, known tensor types, inline data as long as the dims say, and a main
+    graph whose nodes only read tensors defined before them (no cycles, one producer per tensor)."""
+    bad = _not_utf8(model)
+    if bad:
+        raise BadInputError(f"{path}: not a valid ONNX model: {bad} is not valid UTF-8")
+    for t in all_tensors(model):
+        if t.data_type not in _KNOWN_DTYPES:
+            raise BadInputError(f"{path}: tensor '{t.name}' has an unknown data type ({t.data_type})")
+        if any(d < 0 for d in t.dims):
+            raise BadInputError(f"{path}: tensor '{t.name}' has a negative dimension {list(t.dims)}")
+        if t.data_location == EXTERNAL or t.data_type == onnx.TensorProto.STRING:
+            continue
+        if t.HasField("raw_data"):
+            if len(t.raw_data) != tensor_nbytes(t):
+                raise BadInputError(f"{path}: tensor '{t.name}' holds {len(t.raw_data)} bytes, its shape "
+                                    f"{list(t.dims)} needs {tensor_nbytes(t)}")
+        elif int(np.prod(t.dims, dtype=np.int64)) <= 4096:
+            try:
+                onnx.numpy_helper.to_array(t)
+            except Exception:  # noqa: BLE001 - any way the typed fields disagree with the dims
+                raise BadInputError(f"{path}: tensor '{t.name}' does not hold the {list(t.dims)} values its "
+                                    "shape says") from None
+    defined = {v.name for v in model.graph.input} | {t.name for t in model.graph.initializer}
+    defined |= {t.name for t in model.graph.sparse_initializer if t.values.name}
+    for node in model.graph.node:
+        for name in node.input:
+            if name and name not in defined:
+                raise BadInputError(f"{path}: node '{node.name or node.op_type}' reads '{name}' before any "
+                                    "node computes it (not topologically sorted, a cycle, or undefined)")
+        for name in node.output:
+            if name and name in defined:
+                raise BadInputError(f"{path}: tensor '{name}' is computed twice (node '{node.name or node.op_type}')")
+            defined.add(name)
+
+
 def checkable(model: onnx.ModelProto) -> bool:
     """Whether ``onnx.checker`` can judge this model (see :func:`ops_onnx_does_not_know`). Models it
     cannot judge are still read and rewritten; their output is as checkable as their input was."""
@@ -191,14 +254,16 @@ def load_model(path, *, load_external_data: bool = False) -> onnx.ModelProto:
     if model.ir_version > onnx.IR_VERSION:
         raise BadInputError(f"{path}: IR version {model.ir_version} is newer than this onnx supports "
                             f"({onnx.IR_VERSION})")
+    _check_well_formed(model, path)
     _check_opsets(model, path)
     base_dir = os.path.dirname(os.path.abspath(path))
     for t in external_tensors(model):
         _external_span(t, base_dir)
     if checkable(model):
         try:
-            onnx.checker.check_model(path)
-        except onnx.checker.ValidationError as e:
+            # full: the output is checked with shape inference, so an input that fails it is refused now
+            onnx.checker.check_model(path, full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
             first = str(e).strip().splitlines()[0]
             raise BadInputError(f"{path}: not a valid ONNX model: {first}") from None
         except UnicodeDecodeError:  # the checker's message quotes a name that is not UTF-8
@@ -360,6 +425,8 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
                 raise ValueError(f"tensor '{t.name}' is computed while saving: pass the FuseResult's derived map")
             else:
                 spans.append(_external_span(t, os.fspath(source_dir)))
+        if os.path.exists(path) and any(os.path.samefile(path, p) for p, _, _ in spans):
+            raise BadInputError(f"{path}: is the input's external data file; choose another output name")
         target = os.path.join(out_dir, data_name)
         if os.path.exists(target) and any(os.path.samefile(target, p) for p, _, _ in spans):
             raise BadInputError(f"{path}: its data file {data_name} is the input's external data; choose "

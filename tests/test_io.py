@@ -179,16 +179,20 @@ def test_stale_data_file_is_replaced_not_appended(tmp_path):
     assert os.path.getsize(tmp_path / "out.onnx.data") < 100_000
 
 
-@pytest.mark.parametrize("case", ["directory", "missing_folder", "same_file", "data_collision", "read_only"])
+@pytest.mark.parametrize("case", ["directory", "missing_folder", "same_file", "data_collision", "read_only",
+                                  "over_input_data"])
 def test_bad_outputs_write_nothing(tmp_path, case):
     src = tmp_path / "in.onnx"
     model = build_mlp(layers=1)
     if case == "data_collision":  # the input's data file is what OUT.data would be
         save_external(model, src, "out.onnx.data")
+    elif case == "over_input_data":  # OUT itself is the input's data file
+        save_external(model, src, "out.onnx")
     else:
         onnx.save(model, str(src))
     out = {"directory": tmp_path, "missing_folder": tmp_path / "nope" / "o.onnx", "same_file": src,
-           "data_collision": tmp_path / "out.onnx", "read_only": tmp_path / "ro" / "o.onnx"}[case]
+           "data_collision": tmp_path / "out.onnx", "read_only": tmp_path / "ro" / "o.onnx",
+           "over_input_data": tmp_path / "out.onnx"}[case]
     if case == "read_only":
         (tmp_path / "ro").mkdir()
         os.chmod(tmp_path / "ro", 0o500)
