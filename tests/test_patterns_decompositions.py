@@ -3,6 +3,8 @@ that only nearly match are refused with their value, and the block is left bit-i
 
 from __future__ import annotations
 
+import numpy as np
+import onnx
 import pytest
 
 from onnxfuse.fuse import fuse_model
@@ -89,3 +91,17 @@ def test_product_with_an_extra_factor_is_not_gelu():
     model = b.model([("x", [5, 16]), ("g", [5, 24])], [(y, [5, 24])])
     (refusal,) = fuse_model(model).report.refused
     assert "not multiplied by exactly x and 0.5" in refusal.reason
+
+
+def test_a_constant_that_broadcasts_the_rank_is_not_a_scalar():
+    """0.5 of shape [1, 1, 1, 1] makes a 3-D block's output 4-D: fusing would change the output shape."""
+    b = Builder()
+    pre = b.node("MatMul", ["x", b.tensor("W", (16, 24))])
+    half = b.fresh("half")
+    b.initializers.append(onnx.numpy_helper.from_array(np.full((1, 1, 1, 1), 0.5, np.float32), half))
+    e = b.node("Erf", [b.node("Div", [pre, b.const("sqrt2")])])
+    y = b.node("Mul", [b.node("Mul", [pre, b.node("Add", [e, b.const("one")])]), half])
+    model = b.model([("x", [2, 5, 16])], [(y, [1, 2, 5, 24])])
+    result = fuse_model(model)
+    assert not result.report.fused
+    assert result.model.SerializeToString() == model.SerializeToString()

@@ -177,9 +177,13 @@ class GraphView:
         return value
 
     def scalar(self, name: str) -> tuple[float, int] | None:
-        """(value, dtype) of a one-element floating constant (a scalar or any shape of one element)."""
+        """(value, dtype) of a one-element floating constant of shape ``[]`` or ``[1]``.
+
+        A one-element constant of higher rank (``[1, 1, 1]``) also broadcasts the *rank* of what it
+        multiplies: replacing its product by the fused node would change the output's shape, so it is
+        not a scalar here."""
         t = self.constant(name)
-        if t is None or int(np.prod(t.dims, dtype=np.int64)) != 1:
+        if t is None or len(t.dims) > 1 or int(np.prod(t.dims, dtype=np.int64)) != 1:
             return None
         value = self.small_value(name)
         if value is None or value.dtype.kind != "f":
