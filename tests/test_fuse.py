@@ -279,3 +279,17 @@ def test_fused_models_run_in_onnxruntime(ort_cpu_session, gelu, linear, dtype):
     (got,) = ort_cpu_session(fused).run(None, feeds)
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=TOL[dtype] * 5,
                                atol=TOL[dtype] * 5)
+
+
+@pytest.mark.parametrize("linear,transposed", [("matmul", True), ("gemm:transB1", False)])
+def test_weight_from_a_constant_node(linear, transposed):
+    model = build("onnx:none", linear, w_as_node=True)
+    result = fuse_model(model)
+    (node,) = fused_nodes(result.model)
+    if transposed:  # stored [N, K] as a new initializer; the Constant node went with the block
+        assert node.input[1].endswith(".T")
+        assert not any(n.op_type == "Constant" for n in result.model.graph.node)
+    else:  # already [N, K]: read from its Constant node as it is
+        assert any(n.op_type == "Constant" and n.output[0] == node.input[1] for n in result.model.graph.node)
+    assert attrs(node)["transB"] == 1
+    assert_same_outputs(model, result.model)
