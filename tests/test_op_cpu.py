@@ -209,7 +209,8 @@ def test_activation_accuracy_over_the_real_line(form):
 
 
 def test_portable_path_matches_reference(tmp_path):
-    """ONNXFUSE_CPU_ISA=scalar forces the portable kernels (chosen once per process, hence a subprocess)."""
+    """ONNXFUSE_CPU_ISA=scalar forces the portable path, OpenBLAS + scalar epilogue (chosen once per
+    process, hence a subprocess): one tile, several tiles with transB=0 and no bias, and K=0."""
     script = tmp_path / "scalar.py"
     script.write_text(
         "import json, sys\n"
@@ -218,11 +219,14 @@ def test_portable_path_matches_reference(tmp_path):
         "import test_op_cpu as t\n"
         "rng = np.random.default_rng(1)\n"
         "worst = 0.0\n"
+        "cases = [((37, 29), 45, 1, True), ((2, 150, 20), 530, 0, False), ((5, 0), 7, 1, True)]\n"
         "for dtype in t.DTYPES:\n"
         "    for form in t.FORMS:\n"
-        "        x, w, b = t.make_inputs(rng, dtype, (37, 29), 29, 45, 1, True)\n"
-        "        s = t.create_session(t.op_model(dtype, x.shape, w.shape, True, form, 1), providers='cpu')\n"
-        "        t.assert_close(t.run(s, x, w, b), t.reference(x, w, b, form, 1), dtype, 29)\n"
+        "        for x_shape, n, trans_b, bias in cases:\n"
+        "            k = x_shape[-1]\n"
+        "            x, w, b = t.make_inputs(rng, dtype, x_shape, k, n, trans_b, bias)\n"
+        "            s = t.create_session(t.op_model(dtype, x.shape, w.shape, bias, form, trans_b), providers='cpu')\n"
+        "            t.assert_close(t.run(s, x, w, b), t.reference(x, w, b, form, trans_b), dtype, k)\n"
         "print(json.dumps('ok'))\n" % os.path.dirname(__file__)
     )
     env = dict(os.environ, ONNXFUSE_CPU_ISA="scalar")

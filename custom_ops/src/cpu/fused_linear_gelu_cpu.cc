@@ -54,12 +54,15 @@ void FromFloat(const VectorKernels& vk, const float* in, T* out, size_t n) {
   }
 }
 
-// Output tiling: tiles run in parallel on ORT's pool. A tile's rows of X (packed per K slice) and its
-// block of Y stay within a core's L2; tiles are many enough to balance the pool and big enough that
-// packing X (once per tile and K slice) stays a small fraction of the tile's math. kTileN is a multiple
-// of the packed weight's panel width.
+// Output tiling: tiles run in parallel on ORT's pool. A tile's rows of X (one K slice at a time) and its
+// block of Y stay within a core's L2, and tiles are big enough that re-reading X per tile stays a small
+// fraction of the math. Small problems get narrower tiles, so there are enough of them to keep every
+// thread busy to the end (the pool hands tiles out dynamically). Tile widths are multiples of the
+// packed weight's panel width.
 constexpr int64_t kTileM = 144;
 constexpr int64_t kTileN = 512;
+constexpr int64_t kMinTileN = 256;
+constexpr int64_t kMinTiles = 12;
 
 struct TilePlan {
   int64_t tile_m, tile_n, tiles_m, tiles_n;
@@ -68,8 +71,10 @@ struct TilePlan {
 TilePlan PlanTiles(int64_t M, int64_t N) {
   TilePlan p;
   p.tile_m = std::min<int64_t>(kTileM, M);
-  p.tile_n = std::min<int64_t>(kTileN, N);
   p.tiles_m = (M + p.tile_m - 1) / p.tile_m;
+  int64_t tile_n = kTileN;
+  while (tile_n > kMinTileN && p.tiles_m * ((N + tile_n - 1) / tile_n) < kMinTiles) tile_n /= 2;
+  p.tile_n = std::min<int64_t>(tile_n, N);
   p.tiles_n = (N + p.tile_n - 1) / p.tile_n;
   return p;
 }
