@@ -339,10 +339,11 @@ def _parse_batches(text: str) -> list[int]:
 
 
 def _bench_progress(enabled: bool, label: str):
-    """A rich progress bar on stderr (so --json - stays clean), or nothing."""
+    """A rich progress bar on stderr (so --json - stays clean), or nothing. Only on a terminal: into a
+    pipe or a log it would add a blank line to the one-line errors."""
     import contextlib
 
-    if not enabled:
+    if not enabled or not sys.stderr.isatty():
         return contextlib.nullcontext(None)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
