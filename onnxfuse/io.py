@@ -167,7 +167,8 @@ def _not_utf8(msg, where: str = "") -> str | None:
         strings += [(f"external_data.{e.key!r}", s) for e in msg.external_data for s in (e.key, e.value)]
         return next((f"{where}{name}" for name, s in strings if not isinstance(s, str)), None)
     for fd, value in msg.ListFields():
-        items = value if fd.label == fd.LABEL_REPEATED else [value]
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+        items = value if repeated else [value]
         if fd.type == fd.TYPE_STRING:
             if any(not isinstance(v, str) for v in items):
                 return f"{where}{fd.name}"
@@ -208,12 +209,26 @@ def _check_well_formed(model: onnx.ModelProto, path: str) -> None:
     for node in model.graph.node:
         for name in node.input:
             if name and name not in defined:
-                raise BadInputError(f"{path}: node '{node.name or node.op_type}' reads '{name}' before any "
+                raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads '{name}' "
+                                    "before any "
                                     "node computes it (not topologically sorted, a cycle, or undefined)")
         for name in node.output:
             if name and name in defined:
-                raise BadInputError(f"{path}: tensor '{name}' is computed twice (node '{node.name or node.op_type}')")
+                raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
+                                    f"(node '{node.name or node.op_type}')")
             defined.add(name)
+
+
+def check_file(path: str) -> None:
+    """``onnx.checker`` with shape inference; where shape inference needs the value of an external tensor
+    (a Reshape's target shape saved as external data) it cannot read it, and the structure is checked
+    without it."""
+    try:
+        onnx.checker.check_model(path, full_check=True)
+    except onnx.shape_inference.InferenceError as e:
+        if "external tensors" not in str(e):
+            raise
+        onnx.checker.check_model(path)
 
 
 def checkable(model: onnx.ModelProto) -> bool:
@@ -261,8 +276,8 @@ def load_model(path, *, load_external_data: bool = False) -> onnx.ModelProto:
         _external_span(t, base_dir)
     if checkable(model):
         try:
-            # full: the output is checked with shape inference, so an input that fails it is refused now
-            onnx.checker.check_model(path, full_check=True)
+            # full (shape inference) as the output will be, so an input that fails it is refused now
+            check_file(path)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
             first = str(e).strip().splitlines()[0]
             raise BadInputError(f"{path}: not a valid ONNX model: {first}") from None
@@ -451,7 +466,7 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
             raise BadInputError(f"{path}: cannot write: {e.strerror or e}") from None
         if check:
             domain.register_schema()
-            onnx.checker.check_model(model_tmp, full_check=True)
+            check_file(model_tmp)
         if ext:
             # Never an old model beside a new data file (its offsets would point into the wrong bytes):
             # the old model goes first (the target is then absent), then the data file, then the model.
