@@ -203,8 +203,14 @@ APPROXIMATE = {"onnx:none": "none", "onnx:tanh": "tanh", "ms:Gelu": "none", "ms:
 
 
 # --- Linear forms: (Builder, x, K, N, bias) -> pre-activation ----------------------------------------
+def _weight(b: Builder, shape, k: int, kw: dict) -> str:
+    """A weight constant; ``w_dynamic=True`` makes it a run-time value (Identity of the constant)."""
+    w = b.tensor("W", shape, 1 / math.sqrt(k), as_node=kw.get("w_as_node", False))
+    return b.node("Identity", [w]) if kw.get("w_dynamic") else w
+
+
 def _matmul(b: Builder, x: str, k: int, n: int, bias: bool, **kw) -> str:
-    y = b.node("MatMul", [x, b.tensor("W", (k, n), 1 / math.sqrt(k), as_node=kw.get("w_as_node", False))],
+    y = b.node("MatMul", [x, _weight(b, (k, n), k, kw)],
                role="linear_out")
     if bias:
         y = b.comm("Add", y, b.tensor("B", kw.get("bias_shape", (n,)), 0.1), role="bias_out")
@@ -213,7 +219,7 @@ def _matmul(b: Builder, x: str, k: int, n: int, bias: bool, **kw) -> str:
 
 def _gemm(trans_b: int):
     def build(b: Builder, x: str, k: int, n: int, bias: bool, **kw) -> str:
-        w = b.tensor("W", (n, k) if trans_b else (k, n), 1 / math.sqrt(k), as_node=kw.get("w_as_node", False))
+        w = _weight(b, (n, k) if trans_b else (k, n), k, kw)
         inputs = [x, w] + ([b.tensor("C", kw.get("bias_shape", (n,)), 0.1)] if bias else [])
         attrs = {"transB": trans_b}
         if "alpha" in kw:
