@@ -613,7 +613,8 @@ def _first_line(e: Exception) -> str:
 
 
 class _progress:
-    """A rich progress bar on stderr while samples run (only when asked and there is more than one)."""
+    """A rich progress bar on stderr while samples run (when asked, with more than one sample, and stderr
+    is a terminal)."""
 
     def __init__(self, enabled: bool, total: int):
         self.enabled, self.total = enabled, total
@@ -625,9 +626,12 @@ class _progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+        console = Console(stderr=True)
+        if not console.is_terminal:  # into a pipe or a CI log a bar is noise (and rich leaves a blank line)
+            return lambda: None
         self._bar = Progress(
             TextColumn("comparing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            console=Console(stderr=True), transient=True,
+            console=console, transient=True,
         )
         self._bar.__enter__()
         task = self._bar.add_task("samples", total=self.total)
