@@ -297,8 +297,20 @@ def gpt_neox_fast() -> Family:
     )
 
 
+def gpt_neox_tanh() -> Family:
+    """GPT-NeoX with hidden_act gelu_pytorch_tanh, i.e. F.gelu(approximate="tanh"): ONNX Gelu(tanh) at opset 20."""
+    fam = gpt_neox()
+    cfg = dict(fam.config, hidden_act="gelu_pytorch_tanh")
+    return dataclasses.replace(
+        fam, name="gpt_neox_tanh", family="gpt_neox", variant="hidden_act gelu_pytorch_tanh (F.gelu approximate='tanh')",
+        config=cfg, build=_hf("GPTNeoXModel", "GPTNeoXConfig", cfg, SEED + 10),
+        approximate=TANH, gelu_form="F.gelu(x, approximate='tanh')",
+        blocks_why="2 layers x 1 dense_h_to_4h + gelu_pytorch_tanh",
+    )
+
+
 FAMILIES: dict[str, Callable[[], Family]] = {
-    f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast)
+    f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast, gpt_neox_tanh)
 }
 
 
@@ -339,10 +351,10 @@ EXPORTS: list[Export] = [
     Export("convnext", "torchscript", 14),
     Export("convnext", "dynamo", 18),
     Export("t5", "torchscript", 15),
-    Export("t5", "torchscript", 20, note="no dynamo export: see t5().dynamo_unsupported"),
     Export("gpt_neox", "torchscript", 16),
     Export("gpt_neox", "dynamo", 20, note="ONNX Gelu (opset 20)"),
     Export("gpt_neox_fast", "torchscript", 18),
+    Export("gpt_neox_tanh", "dynamo", 20, note="ONNX Gelu(approximate='tanh') (opset 20)"),
 ]
 
 @dataclasses.dataclass(frozen=True)
@@ -355,6 +367,8 @@ class OrtPost:
     fp16: bool = False  # then convert_float_to_float16(keep_io_types=keep_io_types)
     keep_io_types: bool = True
     options: tuple[tuple[str, bool], ...] = ()  # FusionOptions attributes changed from the defaults
+    op_block_list: tuple[str, ...] = ()  # float16 converter: op types left in float32 (Cast-wrapped)
+    force_fp16_initializers: bool = False  # float16 converter: blocked ops' constants stored as float16 too
     approximate: str | None = None  # when the options change the activation the graph computes
     why: str = ""
 
@@ -381,6 +395,13 @@ ORT_POST: list[OrtPost] = [
             approximate=TANH, why="--use_gelu_approximation: erf GELU rewritten to FastGelu (tanh)"),
     OrtPost("vit_torchscript_op15", "ortfp16io", fp16=True, keep_io_types=False,
             why="float16 inputs and outputs (keep_io_types=False)"),
+    OrtPost("gpt2_torchscript_op14", "ortfp16_keepfastgelu", fp16=True, op_block_list=("FastGelu",),
+            why="op_block_list=['FastGelu']: float16 MatMul, then Cast to float32, FastGelu with its float32 "
+                "bias, Cast back to float16"),
+    OrtPost("bert_torchscript_op14", "ortfp16_keepbiasgelu", fp16=True, op_block_list=("BiasGelu",),
+            force_fp16_initializers=True,
+            why="op_block_list=['BiasGelu'], force_fp16_initializers: float16 MatMul, Cast to float32, BiasGelu "
+                "whose float16 bias is Cast to float32, Cast back to float16"),
 ]
 
 # Samples for users (copied from the raw exports under a friendlier name).
@@ -495,7 +516,12 @@ def ort_optimize(src: Path, fam: Family, post: OrtPost, out: Path) -> None:
     with contextlib.redirect_stdout(io.StringIO()):
         opt = optimizer.optimize_model(str(src), opt_level=0, use_gpu=False, optimization_options=options, **fam.ort)
         if post.fp16:
-            opt.convert_float_to_float16(keep_io_types=post.keep_io_types)
+            kw: dict[str, Any] = {"keep_io_types": post.keep_io_types}
+            if post.op_block_list:
+                kw["op_block_list"] = list(post.op_block_list)
+            if post.force_fp16_initializers:
+                kw["force_fp16_initializers"] = True
+            opt.convert_float_to_float16(**kw)
         opt.save_model_to_file(str(out))
     onnx.save_model(_strip(onnx.load(str(out))), str(out))
 
@@ -584,6 +610,9 @@ def main(argv: list[str] | None = None) -> int:
             e["ort_optimizer"] = dict(fam.ort, opt_level=0, **dict(post.options))
             if post.fp16:
                 e["ort_fp16"] = {"keep_io_types": post.keep_io_types}
+                if post.op_block_list:
+                    e["ort_fp16"].update(op_block_list=list(post.op_block_list),
+                                         force_fp16_initializers=post.force_fp16_initializers)
             if post.why:
                 e["post_why"] = post.why
             if post.approximate:
