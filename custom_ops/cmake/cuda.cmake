@@ -49,6 +49,8 @@ if(NOT CUTLASS_INCLUDE_DIR)
     message(STATUS "Fetching CUTLASS headers: pip download nvidia-cutlass==${ONNXFUSE_CUTLASS_VERSION}")
     file(MAKE_DIRECTORY "${_cutlass_root}/wheel")
     execute_process(
+      # Under pip's build isolation the interpreter sees only the build requirements, so pip itself is one
+      # of them (pyproject.toml); without isolation the environment's own pip answers.
       COMMAND "${_py}" -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check
               --dest "${_cutlass_root}/wheel" "nvidia-cutlass==${ONNXFUSE_CUTLASS_VERSION}"
       RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)

@@ -10,34 +10,31 @@
 set(ONNXFUSE_OPENBLAS_INCLUDE_DIR "" CACHE PATH "scipy-openblas32 include folder (empty: ask the Python package)")
 set(ONNXFUSE_OPENBLAS_LIBRARY "" CACHE FILEPATH "scipy-openblas32 shared library (empty: ask the Python package)")
 
-if(NOT ONNXFUSE_OPENBLAS_INCLUDE_DIR OR NOT ONNXFUSE_OPENBLAS_LIBRARY)
-  if(DEFINED Python_EXECUTABLE)  # scikit-build-core passes the interpreter that drives the build
-    set(_py "${Python_EXECUTABLE}")
-  else()
-    find_package(Python3 REQUIRED COMPONENTS Interpreter)
-    set(_py "${Python3_EXECUTABLE}")
-  endif()
+# Asked again at every configure, never cached: under pip's build isolation the package lives in a
+# temporary build environment that is gone by the next build.
+if(ONNXFUSE_OPENBLAS_INCLUDE_DIR AND ONNXFUSE_OPENBLAS_LIBRARY)
+  set(_openblas_include "${ONNXFUSE_OPENBLAS_INCLUDE_DIR}")
+  set(_openblas_library "${ONNXFUSE_OPENBLAS_LIBRARY}")
+else()
   execute_process(
-    COMMAND "${_py}" -c "import scipy_openblas32 as s, os; print(s.get_include_dir()); print(os.path.join(s.get_lib_dir(), 'lib' + s.get_library() + '.so'))"
+    COMMAND "${ONNXFUSE_PYTHON}" -c "import scipy_openblas32 as s, os; print(s.get_include_dir()); print(os.path.join(s.get_lib_dir(), 'lib' + s.get_library() + '.so'))"
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT _rc EQUAL 0)
-    message(FATAL_ERROR "OpenBLAS: `import scipy_openblas32` failed with ${_py} (${_err}). "
+    message(FATAL_ERROR "OpenBLAS: `import scipy_openblas32` failed with ${ONNXFUSE_PYTHON} (${_err}). "
                         "Install it (`pip install scipy-openblas32`) or set -DONNXFUSE_OPENBLAS_INCLUDE_DIR "
                         "and -DONNXFUSE_OPENBLAS_LIBRARY.")
   endif()
   string(REPLACE "\n" ";" _out "${_out}")
-  list(GET _out 0 _inc)
-  list(GET _out 1 _lib)
-  set(ONNXFUSE_OPENBLAS_INCLUDE_DIR "${_inc}" CACHE PATH "scipy-openblas32 include folder" FORCE)
-  set(ONNXFUSE_OPENBLAS_LIBRARY "${_lib}" CACHE FILEPATH "scipy-openblas32 shared library" FORCE)
+  list(GET _out 0 _openblas_include)
+  list(GET _out 1 _openblas_library)
 endif()
-if(NOT EXISTS "${ONNXFUSE_OPENBLAS_INCLUDE_DIR}/cblas.h" OR NOT EXISTS "${ONNXFUSE_OPENBLAS_LIBRARY}")
-  message(FATAL_ERROR "OpenBLAS: no cblas.h in ${ONNXFUSE_OPENBLAS_INCLUDE_DIR} or no ${ONNXFUSE_OPENBLAS_LIBRARY}")
+if(NOT EXISTS "${_openblas_include}/cblas.h" OR NOT EXISTS "${_openblas_library}")
+  message(FATAL_ERROR "OpenBLAS: no cblas.h in ${_openblas_include} or no ${_openblas_library}")
 endif()
-message(STATUS "OpenBLAS: ${ONNXFUSE_OPENBLAS_LIBRARY}")
+message(STATUS "OpenBLAS: ${_openblas_library}")
 
 add_library(onnxfuse::openblas SHARED IMPORTED)
 set_target_properties(onnxfuse::openblas PROPERTIES
-  IMPORTED_LOCATION "${ONNXFUSE_OPENBLAS_LIBRARY}"
-  INTERFACE_INCLUDE_DIRECTORIES "${ONNXFUSE_OPENBLAS_INCLUDE_DIR}")
+  IMPORTED_LOCATION "${_openblas_library}"
+  INTERFACE_INCLUDE_DIRECTORIES "${_openblas_include}")
 set(ONNXFUSE_OPENBLAS_RPATH "$ORIGIN/../../scipy_openblas32/lib")
