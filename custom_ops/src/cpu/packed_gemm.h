@@ -1,6 +1,6 @@
-// The CPU kernel's fast path on x86-64 with AVX2+FMA: a cache-blocked GEMM whose weight is packed once
-// into the micro-kernel's layout and whose bias + activation run on the 6x16 register tile after its
-// last K block, before the tile is ever stored (packed_gemm_avx2.cc).
+// The CPU kernel's fast path on x86-64 with AVX2+FMA or AVX-512F: a cache-blocked GEMM whose weight is
+// packed once into the micro-kernel's layout and whose bias + activation run on the register tile after
+// its last K slice, before the tile is ever stored (packed_gemm_kernel.h).
 //
 // Why not the BLAS here: measured on this project's machines (AMD EPYC, AVX2, 2 cores), ORT's own MatMul
 // packs a constant weight once at session start, while a BLAS call repacks W on every call; at M=128 that
@@ -59,10 +59,16 @@ struct FusedTile {
   float alpha;
 };
 
-// True when this build has the AVX2 path and the CPU runs it (ONNXFUSE_CPU_ISA=scalar turns it off).
-bool PackedGemmAvailable();
+// The widest packed-GEMM instantiation this build has and this CPU runs: AVX-512F, else AVX2+FMA+F16C,
+// else none (the BLAS path). ONNXFUSE_CPU_ISA=avx2 caps it at AVX2; =scalar turns it off.
+enum class GemmIsa { kNone, kAvx2, kAvx512 };
+GemmIsa PackedGemmIsa();
+const char* GemmIsaName(GemmIsa isa);
+inline bool PackedGemmAvailable() { return PackedGemmIsa() != GemmIsa::kNone; }
 
-// Computes one tile with the AVX2 micro-kernel. K must be > 0.
+// Computes one tile with the chosen ISA's micro-kernel. K must be > 0.
 void FusedGemmTile(const FusedTile& tile);
+void FusedGemmTileAvx2(const FusedTile& tile);
+void FusedGemmTileAvx512(const FusedTile& tile);
 
 }  // namespace onnxfuse::cpu

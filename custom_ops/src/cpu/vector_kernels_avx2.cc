@@ -1,15 +1,19 @@
 // AVX2 + FMA + F16C implementations of VectorKernels. This file alone is compiled with those ISA flags
 // (see CMakeLists.txt); nothing here runs unless CpuVectorKernels() found the CPU supports them.
-// The activation math lives in activation_avx2.h.
+// The activation math lives in activation_simd.h.
 #include <cstring>
 
-#include "activation_avx2.h"
+#include "activation_simd.h"
+#include "simd_avx2.h"
 #include "vector_kernels.h"
 
 namespace onnxfuse::cpu {
 namespace {
 
-using avx2::Activate;
+template <Activation kAct>
+inline __m256 Activate(__m256 x, __m256 alpha) {
+  return simd::Activate<simd::Avx2, kAct>(x, alpha);
+}
 
 // Tail columns go through the same vector code on a zero-padded copy, so every element of the output
 // sees exactly one implementation of the math.

@@ -1,0 +1,165 @@
+// The packed GEMM with the fused epilogue, written once over a SIMD traits type S (simd_avx2.h,
+// simd_avx512.h) and instantiated in each ISA's translation unit (packed_gemm_avx2.cc,
+// packed_gemm_avx512.cc) with that ISA's blocking. See packed_gemm.h for the weight layout.
+//
+// Blocking, for one core's caches:
+//   - per kKc-deep slice of K, the tile's m x kKc block of A (read in place, row-major X) stays in L2
+//     while every panel of the tile reuses it;
+//   - kPanels 16-column panel slices (kPanels x 16 x kKc floats) stay in L1 while all 6-row slivers of
+//     the tile run against them;
+//   - the micro-kernel keeps a 6 x (16·kPanels) block of C in registers: per k, 16·kPanels/width loads
+//     of W, 6 broadcasts of A and 6·16·kPanels/width FMAs. After the last K slice it adds the bias and
+//     applies the activation to those registers and stores the finished values: the pre-activation
+//     never reaches memory.
+//   AVX2: kPanels 1 (12 ymm accumulators); AVX-512: kPanels 4 (24 zmm accumulators), so both are
+//   FMA-bound rather than load-bound.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "activation_simd.h"
+#include "packed_gemm.h"
+
+namespace onnxfuse::cpu::gemm_kernel {
+
+constexpr int64_t kMr = 6;
+constexpr int64_t kNr = kPanelWidth;
+constexpr int64_t kPrefetchDistance = 16;
+
+// C[kRows x 16·kPanels] (row stride ldc) (+)= A[kRows x kc] (row stride lda) · kPanels panel slices
+// (b, b + panel_stride, ...), then, when last, act(· + bias). A is read in place: each k broadcasts one
+// element of each of the kRows rows (kRows sequential streams the hardware prefetcher follows).
+template <class S, int kRows, int kPanels, Activation kAct, bool kLast>
+inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const float* b, int64_t panel_stride, float* c,
+                        int64_t ldc, bool accumulate, bool prefetch, const float* bias, float alpha) {
+  using V = typename S::V;
+  constexpr int kPerPanel = kNr / S::kWidth;
+  constexpr int kCols = kPanels * kPerPanel;  // vectors per row
+  V acc[kRows][kCols];
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kCols; ++v) acc[r][v] = accumulate ? S::load(c + r * ldc + v * S::kWidth) : S::zero();
+  }
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; ++k) {
+    V bv[kCols];
+#pragma GCC unroll 4
+    for (int p = 0; p < kPanels; ++p) {
+      const float* bk = b + p * panel_stride + k * kNr;
+      // The first sliver against a panel slice brings it from L3/memory (one 64-byte line per k):
+      // fetch it kPrefetchDistance steps ahead so the FMAs do not wait on it.
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(bk + kPrefetchDistance * kNr), _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int v = 0; v < kPerPanel; ++v) bv[p * kPerPanel + v] = S::load(bk + v * S::kWidth);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+      const V av = S::set1(a[r * lda + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kCols; ++v) acc[r][v] = S::fmadd(av, bv[v], acc[r][v]);
+    }
+  }
+  if constexpr (kLast) {
+    V bias_v[kCols];
+#pragma GCC unroll 4
+    for (int v = 0; v < kCols; ++v) bias_v[v] = bias ? S::load(bias + v * S::kWidth) : S::zero();
+    const V al = S::set1(alpha);
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kCols; ++v) acc[r][v] = simd::Activate<S, kAct>(S::add(acc[r][v], bias_v[v]), al);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kCols; ++v) S::store(c + r * ldc + v * S::kWidth, acc[r][v]);
+  }
+}
+
+template <class S, int kPanels, Activation kAct>
+inline void RunRows(int64_t rows, bool last, int64_t kc, const float* a, int64_t lda, const float* b,
+                    int64_t panel_stride, float* c, int64_t ldc, bool accumulate, bool prefetch, const float* bias,
+                    float alpha) {
+#define ONNXFUSE_ROWS(R)                                                                                      \
+  case R:                                                                                                     \
+    if (last) {                                                                                               \
+      return MicroKernel<S, R, kPanels, kAct, true>(kc, a, lda, b, panel_stride, c, ldc, accumulate, prefetch, \
+                                                    bias, alpha);                                             \
+    }                                                                                                         \
+    return MicroKernel<S, R, kPanels, kAct, false>(kc, a, lda, b, panel_stride, c, ldc, accumulate, prefetch,  \
+                                                   bias, alpha);
+  switch (rows) {
+    ONNXFUSE_ROWS(6)
+    ONNXFUSE_ROWS(5)
+    ONNXFUSE_ROWS(4)
+    ONNXFUSE_ROWS(3)
+    ONNXFUSE_ROWS(2)
+    default:
+      ONNXFUSE_ROWS(1)
+  }
+#undef ONNXFUSE_ROWS
+}
+
+// Columns [j, j + 16·panels) of the tile, every 6-row sliver, one K slice.
+template <class S, int kPanels, Activation kAct>
+inline void RunPanels(const FusedTile& t, int64_t pc, int64_t kc, bool first, bool last, int64_t j) {
+  const int64_t col = t.n0 + j;
+  const float* panel = t.packed_w + (col / kNr) * t.K * kNr + pc * kNr;
+  const float* bias = t.bias ? t.bias + col : nullptr;
+  for (int64_t s = 0; s < t.m; s += kMr) {
+    RunRows<S, kPanels, kAct>(std::min(kMr, t.m - s), last, kc, t.a + s * t.lda + pc, t.lda, panel, t.K * kNr,
+                              t.c + s * t.ldc + j, t.ldc, !first, s == 0, bias, t.alpha);
+  }
+}
+
+// The tile's ragged last panel (fewer than 16 valid columns): the zero-padded panel computes 16 columns
+// into a local block; only the valid ones are copied in and out.
+template <class S, Activation kAct>
+inline void RunRaggedPanel(const FusedTile& t, int64_t pc, int64_t kc, bool first, bool last, int64_t j) {
+  const int64_t col = t.n0 + j;
+  const int64_t width = t.n - j;
+  const float* panel = t.packed_w + (col / kNr) * t.K * kNr + pc * kNr;
+  alignas(64) float bias_pad[kNr] = {};
+  if (t.bias != nullptr) std::memcpy(bias_pad, t.bias + col, sizeof(float) * width);
+  for (int64_t s = 0; s < t.m; s += kMr) {
+    const int64_t rows = std::min(kMr, t.m - s);
+    float* c = t.c + s * t.ldc + j;
+    alignas(64) float block[kMr * kNr] = {};
+    if (!first) {
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(block + r * kNr, c + r * t.ldc, sizeof(float) * width);
+    }
+    RunRows<S, 1, kAct>(rows, last, kc, t.a + s * t.lda + pc, t.lda, panel, t.K * kNr, block, kNr, !first, s == 0,
+                        t.bias ? bias_pad : nullptr, t.alpha);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * t.ldc, block + r * kNr, sizeof(float) * width);
+  }
+}
+
+template <class S, int kMaxPanels, int64_t kKc, Activation kAct>
+void Tile(const FusedTile& t) {
+  const int64_t full_cols = t.n / kNr * kNr;
+  for (int64_t pc = 0; pc < t.K; pc += kKc) {
+    const int64_t kc = std::min(kKc, t.K - pc);
+    const bool first = pc == 0;
+    const bool last = pc + kc >= t.K;
+    int64_t j = 0;
+    for (; j + kMaxPanels * kNr <= full_cols; j += kMaxPanels * kNr) RunPanels<S, kMaxPanels, kAct>(t, pc, kc, first, last, j);
+    for (; j < full_cols; j += kNr) RunPanels<S, 1, kAct>(t, pc, kc, first, last, j);
+    if (j < t.n) RunRaggedPanel<S, kAct>(t, pc, kc, first, last, j);
+  }
+}
+
+template <class S, int kMaxPanels, int64_t kKc>
+void FusedTileFor(const FusedTile& t) {
+  switch (t.act) {
+    case Activation::kGeluErf: return Tile<S, kMaxPanels, kKc, Activation::kGeluErf>(t);
+    case Activation::kGeluTanh: return Tile<S, kMaxPanels, kKc, Activation::kGeluTanh>(t);
+    case Activation::kSigmoid: return Tile<S, kMaxPanels, kKc, Activation::kSigmoid>(t);
+  }
+}
+
+}  // namespace onnxfuse::cpu::gemm_kernel
