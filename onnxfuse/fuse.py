@@ -231,30 +231,46 @@ def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start:
     return [n for k, n in enumerate(kept) if k not in dead_nodes], dead_inits
 
 
-def _apply(model: onnx.ModelProto, view: GraphView, fusions: list[Fusion], approximate: str | None):
-    """Rewrite ``model`` (a copy) in place. Returns (fused blocks, math changes, derived tensors)."""
-    graph = model.graph
-    names = _Names(view.all_names)
-    created: dict[NewTensor, str] = {}
+@dataclass
+class _Rewrite:
+    """What one fuse_model run shares across the main graph and its subgraphs."""
+
+    approximate: str | None
+    base_dir: str | None
+    names: _Names
+    report: Report = field(default_factory=Report)
+    derived: dict[str, Derived] = field(default_factory=dict)
+    created: dict[NewTensor, str] = field(default_factory=dict)  # one derived copy per source+transform
+    targets: dict[int, onnx.GraphProto] = field(default_factory=dict)  # id(view) -> its output graph
+    outer_sources: list[tuple[onnx.GraphProto, str]] = field(default_factory=list)
+
+
+def _apply(graph: onnx.GraphProto, view: GraphView, fusions: list[Fusion], ctx: _Rewrite) -> None:
+    """Rewrite ``graph`` (the output's copy of ``view.graph``) in place, recording into ``ctx``."""
+    approximate, names = ctx.approximate, ctx.names
     new_tensors: list[onnx.TensorProto] = []
-    derived: dict[str, Derived] = {}
     emit: dict[int, list[onnx.NodeProto]] = {}
     removed: set[int] = set()
-    blocks, changes = [], []
+    blocks, changes = ctx.report.fused, ctx.report.math_changed
 
     def resolve(ref: str | NewTensor | None) -> str | None:
         if not isinstance(ref, NewTensor):
             return ref
         key = NewTensor(name="", source=ref.source, dims=ref.dims, data_type=ref.data_type,
                         transpose=ref.transpose, scale=ref.scale)
-        if key not in created:  # tied weights: one transposed copy, shared
+        if key not in ctx.created:  # tied weights, or one weight read by several If/Loop bodies: one copy
             name = names.claim(ref.name)
             tensor, how = _materialize(view, ref, name)
-            new_tensors.append(tensor)
+            owner = view.owner(ref.source)
+            if owner is view:
+                new_tensors.append(tensor)
+            else:  # an outer-scope constant: its derived copy lives beside it, shared by every body
+                ctx.targets[id(owner)].initializer.append(tensor)
+                ctx.outer_sources.append((ctx.targets[id(owner)], ref.source))
             if how is not None:
-                derived[name] = how
-            created[key] = name
-        return created[key]
+                ctx.derived[name] = how
+            ctx.created[key] = name
+        return ctx.created[key]
 
     for f in fusions:
         act = f.activation
@@ -302,14 +318,64 @@ def _apply(model: onnx.ModelProto, view: GraphView, fusions: list[Fusion], appro
         if graph.value_info[j].name in gone:
             del graph.value_info[j]
 
-    if fusions and not any(o.domain == DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(DOMAIN, OP_VERSION))
-    return blocks, changes, derived
+
+def _all_names(graph: onnx.GraphProto) -> set[str]:
+    """Every node and tensor name of ``graph`` and its subgraphs: names we create must be new in all."""
+    names = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    for node in graph.node:
+        names.add(node.name)
+        names.update(node.input)
+        names.update(node.output)
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                names |= _all_names(g)
+    names.discard("")
+    return names
+
+
+def _subgraphs(graph: onnx.GraphProto) -> dict[tuple, list[onnx.GraphProto]]:
+    """The subgraphs of each node that has some (If, Loop, Scan), keyed by the node's outputs (unique)."""
+    found = {}
+    for node in graph.node:
+        subs = [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+        if subs:
+            found[tuple(node.output)] = subs
+    return found
+
+
+def _fuse_graph(src: onnx.GraphProto, dst: onnx.GraphProto, inferred: onnx.GraphProto, outer: GraphView | None,
+                ctx: _Rewrite) -> None:
+    """Fuse the blocks of ``src`` into ``dst`` (its copy in the output), then those of its subgraphs.
+    ``inferred`` is ``src`` with inferred value_info; ``outer`` the enclosing graph's view (subgraphs read
+    its constants)."""
+    view = GraphView(src, inferred=list(inferred.value_info), base_dir=ctx.base_dir, outer=outer)
+    ctx.targets[id(view)] = dst
+    found = find_blocks(view)
+    _apply(dst, view, [r for r in found if isinstance(r, Fusion)], ctx)
+    ctx.report.refused += [RefusedBlock(r.rule, r.reason, r.nodes) for r in found if isinstance(r, Refusal)]
+    # Nodes with subgraphs are never part of a block, so each is still in dst, with the same outputs.
+    src_subs, dst_subs, inf_subs = _subgraphs(src), _subgraphs(dst), _subgraphs(inferred)
+    for key, subs in src_subs.items():
+        for k, sub in enumerate(subs):
+            _fuse_graph(sub, dst_subs[key][k], inf_subs.get(key, subs)[k], view, ctx)
+
+
+def _drop_unused_outer_sources(ctx: _Rewrite) -> None:
+    """An outer weight whose every reader (in If/Loop bodies) now reads its derived copy is dead."""
+    for graph, name in ctx.outer_sources:
+        used = {o.name for o in graph.output} | {i.name for i in graph.input}
+        for node in graph.node:
+            used |= _reads(node)
+        if name not in used:
+            for j in reversed(range(len(graph.initializer))):
+                if graph.initializer[j].name == name:
+                    del graph.initializer[j]
 
 
 def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
                base_dir: str | os.PathLike | None = None) -> FuseResult:
-    """Fuse every Linear+GELU block of ``model`` into ``FusedLinearGelu``. Pure: ``model`` is not changed.
+    """Fuse every Linear+GELU block of ``model`` (main graph and If/Loop/Scan bodies) into
+    ``FusedLinearGelu``. Pure: ``model`` is not changed.
 
     ``approximate`` ("tanh" or "sigmoid") changes the activation of every fused node that computed
     something else (the report lists them). ``base_dir`` is where the model's external data lives (only
@@ -318,20 +384,19 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
         raise BadInputError(f"--approximate must be one of {', '.join(APPROXIMATIONS)}, not {approximate!r}")
     if base_dir is None and any(t.data_location == onnx.TensorProto.EXTERNAL
                                 and int(np.prod(t.dims, dtype=np.int64)) <= SMALL_CONSTANT_ELEMENTS
-                                for t in model.graph.initializer):
+                                for t in io.all_tensors(model)):
         # Rules read small constants (√2, 0.5, biases' shapes never); without their folder they would
         # silently not match.
         raise ValueError("fuse_model: this model keeps small constants in external data; pass base_dir=")
-    view = GraphView(model.graph, inferred=infer_types(model),
-                     base_dir=None if base_dir is None else os.fspath(base_dir))
-    found = find_blocks(view)
-    fusions = [r for r in found if isinstance(r, Fusion)]
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    blocks, changes, derived = _apply(out, view, fusions, approximate)
-    report = Report(fused=blocks, math_changed=changes, approximate=approximate,
-                    refused=[RefusedBlock(r.rule, r.reason, r.nodes) for r in found if isinstance(r, Refusal)])
-    return FuseResult(out, report, derived, None if base_dir is None else os.fspath(base_dir))
+    ctx = _Rewrite(approximate, None if base_dir is None else os.fspath(base_dir),
+                   _Names(_all_names(model.graph)), Report(approximate=approximate))
+    _fuse_graph(model.graph, out.graph, infer_types(model), None, ctx)
+    _drop_unused_outer_sources(ctx)
+    if ctx.report.fused and not any(o.domain == DOMAIN for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(DOMAIN, OP_VERSION))
+    return FuseResult(out, ctx.report, ctx.derived, ctx.base_dir)
 
 
 def inspect_file(path) -> Report:

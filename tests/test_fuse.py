@@ -293,3 +293,39 @@ def test_weight_from_a_constant_node(linear, transposed):
         assert any(n.op_type == "Constant" and n.output[0] == node.input[1] for n in result.model.graph.node)
     assert attrs(node)["transB"] == 1
     assert_same_outputs(model, result.model)
+
+
+def test_blocks_inside_if_branches_fuse_reading_outer_constants():
+    """A subgraph block reads its weight from the enclosing graph: still constant, still stored [N, K]."""
+    outer = Builder()
+    w = outer.tensor("W", (16, 24))
+    inner = Builder(seed=1)
+    inner._count = outer._count  # one name space for the whole model
+    y = block(inner, "x", "erf:keras:div", "matmul")
+    w_inner = next(n for n in inner.nodes if n.op_type == "MatMul").input[1]
+    inner.initializers = [t for t in inner.initializers if t.name != w_inner]
+    next(n for n in inner.nodes if n.op_type == "MatMul").input[1] = w  # the outer weight
+    shape = input_shape("matmul", 3, 16)
+    then_branch = onnx.helper.make_graph(
+        inner.nodes, "then", [], [onnx.helper.make_tensor_value_info(y, onnx.TensorProto.FLOAT, shape[:-1] + [24])],
+        inner.initializers)
+    else_out, else_mm = outer.fresh("else_out"), outer.fresh("else_mm")
+    else_branch = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", w], [else_mm], name=outer.fresh("MatMul")),
+         onnx.helper.make_node("Gelu", [else_mm], [else_out], name=outer.fresh("Gelu"))], "else", [],
+        [onnx.helper.make_tensor_value_info(else_out, onnx.TensorProto.FLOAT, shape[:-1] + [24])])
+    out = outer.node("If", ["cond"], then_branch=then_branch, else_branch=else_branch)
+    model = outer.model([("x", shape)], [(out, shape[:-1] + [24])])
+    model.graph.input.append(onnx.helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []))
+    onnx.checker.check_model(model, full_check=True)
+    result = fuse_model(model)
+    assert result.report.fused_by_form == {"erf-GELU+MatMul+Add": 1, "Gelu(erf)+MatMul": 1}
+    onnx.checker.check_model(result.model, full_check=True)
+    branches = {a.name: a.g for a in result.model.graph.node[-1].attribute}
+    for g in branches.values():
+        (node,) = [n for n in g.node if n.op_type == OP_TYPE]
+        assert node.input[1] == f"{w}.T" and attrs(node)["transB"] == 1
+    assert [t.name for t in result.model.graph.initializer] == [f"{w}.T"]  # one copy, beside W
+    for cond in (True, False):
+        feeds = {**feeds_for(model, "float32"), "cond": np.array(cond)}
+        np.testing.assert_allclose(run(result.model, feeds)[0], run(model, feeds)[0], rtol=2e-5, atol=2e-5)

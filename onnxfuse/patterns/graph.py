@@ -9,7 +9,6 @@ described by their dims and dtype alone.
 from __future__ import annotations
 
 import os
-from functools import cached_property
 
 import numpy as np
 import onnx
@@ -96,10 +95,12 @@ class GraphView:
     ``base_dir`` is where external data of small constants is read from.
     """
 
-    def __init__(self, graph: onnx.GraphProto, *, inferred: list[onnx.ValueInfoProto] = (), base_dir: str | None = None):
+    def __init__(self, graph: onnx.GraphProto, *, inferred: list[onnx.ValueInfoProto] = (),
+                 base_dir: str | None = None, outer: GraphView | None = None):
         self.graph = graph
         self.nodes = list(graph.node)
         self.base_dir = base_dir
+        self.outer = outer  # the enclosing graph's view, for a subgraph (If/Loop/Scan body)
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = {}
         for i, node in enumerate(self.nodes):
@@ -141,13 +142,6 @@ class GraphView:
         node = self.nodes[i]
         return node.name or f"<{node.op_type} #{i}>"
 
-    @cached_property
-    def all_names(self) -> set[str]:
-        """Every node and tensor name in the graph (to keep names we create unique)."""
-        names = {n.name for n in self.nodes if n.name}
-        names |= set(self.producer) | set(self.consumers) | self.graph_inputs | set(self.initializers)
-        return names
-
     # --- constants ---------------------------------------------------------------------------------
     def constant(self, name: str) -> onnx.TensorProto | None:
         """The TensorProto of a constant tensor: an initializer that is not also a graph input (those can be
@@ -157,7 +151,19 @@ class GraphView:
         node = self.producer_of(name)
         if node is not None and is_op(node, "Constant"):
             return _constant_node_tensor(node)
+        if self._from_outer_scope(name):
+            return self.outer.constant(name)
         return None
+
+    def owner(self, name: str) -> GraphView | None:
+        """The view of the graph that defines ``name``: this one, an enclosing one, or None."""
+        if name in self.producer or name in self.graph_inputs or name in self.initializers:
+            return self
+        return self.outer.owner(name) if self.outer is not None else None
+
+    def _from_outer_scope(self, name: str) -> bool:
+        return (self.outer is not None and name not in self.producer and name not in self.graph_inputs
+                and name not in self.initializers)
 
     def small_value(self, name: str, max_elements: int = SMALL_CONSTANT_ELEMENTS) -> np.ndarray | None:
         """A small constant's value (float64 for floating types), or None if not constant or too big."""
@@ -197,6 +203,8 @@ class GraphView:
             return t.data_type
         if name in self.initializers:
             return self.initializers[name].data_type
+        if name not in self._types and self._from_outer_scope(name):
+            return self.outer.dtype(name)
         return self._types.get(name, (None, None))[0]
 
     def shape(self, name: str) -> tuple | None:
@@ -206,11 +214,14 @@ class GraphView:
             return tuple(t.dims)
         if name in self.initializers:
             return tuple(self.initializers[name].dims)
+        if name not in self._types and self._from_outer_scope(name):
+            return self.outer.shape(name)
         return self._types.get(name, (None, None))[1]
 
 
-def infer_types(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """Shape inference on a weightless copy of ``model``: large initializers become typed graph inputs, so
+def infer_types(model: onnx.ModelProto) -> onnx.GraphProto:
+    """Shape inference on a weightless copy of ``model`` (its graph, node for node the model's, with the
+    inferred ``value_info`` in it and its subgraphs): large initializers become typed graph inputs, so
     this costs as little for a 6 GB model as for a tiny one and never touches external data. Inference
     failures (custom ops without schema, odd models) just leave types unknown; rules then refuse or
     reason without them."""
@@ -235,8 +246,8 @@ def infer_types(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     try:
         inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
     except Exception:  # inference is a help, never a requirement
-        return []
-    return list(inferred.graph.value_info)
+        return light.graph
+    return inferred.graph
 
 
 def base_dir_of(path: str | os.PathLike | None) -> str | None:
