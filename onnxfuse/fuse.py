@@ -9,7 +9,8 @@ typed tensor, re-orders initializers by graph traversal; ``toposort`` re-levels 
 read-only view (``patterns.graph.GraphView``) and this module applies the plans: matched nodes leave the
 node list, the fused node takes the place of the last of them (a position where all its inputs already
 exist), and only what the rewrite itself made dead is removed — traced backwards from the inputs of the
-replaced nodes, never by a hand-kept list.
+replaced nodes, never by a hand-kept list. The main graph is rewritten first, then every If/Loop/Scan
+body (whose blocks may read weights of the enclosing graph).
 """
 
 from __future__ import annotations
