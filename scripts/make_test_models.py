@@ -369,6 +369,7 @@ class OrtPost:
     options: tuple[tuple[str, bool], ...] = ()  # FusionOptions attributes changed from the defaults
     op_block_list: tuple[str, ...] = ()  # float16 converter: op types left in float32 (Cast-wrapped)
     force_fp16_initializers: bool = False  # float16 converter: blocked ops' constants stored as float16 too
+    folder: str = ""  # subfolder of tests/models/ (mixed_precision/: the GELU left in float32 between Casts)
     approximate: str | None = None  # when the options change the activation the graph computes
     why: str = ""
 
@@ -396,10 +397,11 @@ ORT_POST: list[OrtPost] = [
     OrtPost("vit_torchscript_op15", "ortfp16io", fp16=True, keep_io_types=False,
             why="float16 inputs and outputs (keep_io_types=False)"),
     OrtPost("gpt2_torchscript_op14", "ortfp16_keepfastgelu", fp16=True, op_block_list=("FastGelu",),
+            folder="mixed_precision",
             why="op_block_list=['FastGelu']: float16 MatMul, then Cast to float32, FastGelu with its float32 "
                 "bias, Cast back to float16"),
     OrtPost("bert_torchscript_op14", "ortfp16_keepbiasgelu", fp16=True, op_block_list=("BiasGelu",),
-            force_fp16_initializers=True,
+            force_fp16_initializers=True, folder="mixed_precision",
             why="op_block_list=['BiasGelu'], force_fp16_initializers: float16 MatMul, Cast to float32, BiasGelu "
                 "whose float16 bias is Cast to float32, Cast back to float16"),
 ]
@@ -584,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
     old = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {"models": []}
-    models = {m["file"]: m for m in old["models"] if m["file"].split("_op")[0].rsplit("_", 1)[0] not in only}
+    models = {m["file"]: m for m in old["models"]
+              if m["file"].split("/")[-1].split("_op")[0].rsplit("_", 1)[0] not in only}
     families = {name: make() for name, make in FAMILIES.items()}
     unsupported = {name: fam.ort_unsupported for name, fam in families.items() if fam.ort is None}
     no_dynamo = {name: fam.dynamo_unsupported for name, fam in families.items() if fam.dynamo_unsupported}
@@ -604,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{models[file]['bytes']} bytes")
         for post in (p for p in ORT_POST if p.source == s):
             assert fam.ort is not None, exp.family
-            f = f"{s}_{post.suffix}.onnx"
+            f = (f"{post.folder}/" if post.folder else "") + f"{s}_{post.suffix}.onnx"
+            (TESTS_DIR / f).parent.mkdir(parents=True, exist_ok=True)
             ort_optimize(TESTS_DIR / file, fam, post, TESTS_DIR / f)
             e = models[f] = entry(fam, exporter, opset, post.post, f, None)
             e["ort_optimizer"] = dict(fam.ort, opt_level=0, **dict(post.options))
@@ -653,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         "models": sorted(models.values(), key=lambda m: m["file"]),
     }
     MANIFEST.write_text(json.dumps(manifest, indent=1) + "\n")
-    total = sum(p.stat().st_size for d in (TESTS_DIR, SAMPLES_DIR) for p in d.iterdir() if p.is_file())
+    total = sum(p.stat().st_size for d in (TESTS_DIR, SAMPLES_DIR) for p in d.rglob("*") if p.is_file())
     print(f"wrote tests/models/manifest.json ({len(models)} models); tests/models + sample_models: {total} bytes")
     return 0
 
