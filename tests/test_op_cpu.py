@@ -21,6 +21,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import onnxfuse
 from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
 from onnxfuse.runtime import create_session
 
@@ -214,7 +215,7 @@ def test_portable_path_matches_reference(tmp_path):
     script = tmp_path / "scalar.py"
     script.write_text(
         "import json, sys\n"
-        "sys.path.insert(0, %r)\n"
+        "sys.path[:0] = %r\n"
         "import numpy as np\n"
         "import test_op_cpu as t\n"
         "rng = np.random.default_rng(1)\n"
@@ -227,7 +228,7 @@ def test_portable_path_matches_reference(tmp_path):
         "            x, w, b = t.make_inputs(rng, dtype, x_shape, k, n, trans_b, bias)\n"
         "            s = t.create_session(t.op_model(dtype, x.shape, w.shape, bias, form, trans_b), providers='cpu')\n"
         "            t.assert_close(t.run(s, x, w, b), t.reference(x, w, b, form, trans_b), dtype, k)\n"
-        "print(json.dumps('ok'))\n" % os.path.dirname(__file__)
+        "print(json.dumps('ok'))\n" % [os.path.dirname(__file__), os.path.dirname(os.path.dirname(onnxfuse.__file__))]
     )
     env = dict(os.environ, ONNXFUSE_CPU_ISA="scalar")
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
