@@ -19,6 +19,14 @@ class OnnxfuseError(Exception):
 
     exit_code = EXIT_INTERNAL
 
+    def __str__(self) -> str:
+        # Messages quote names taken from models, which may hold newlines or control characters: escape
+        # them, so the message stays one line whatever the model says.
+        text = super().__str__()
+        if text.isprintable():
+            return text
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
 
 class BadInputError(OnnxfuseError):
     """The user gave us something we cannot use (file, model, option, library). Nothing was written."""
