@@ -13,6 +13,8 @@ into a non-constant W, so that case is refused.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..domain import SUPPORTED_DTYPES
 from .graph import GraphView, attr, is_op
 from .rule import Activation, Fusion, NewTensor, Refusal, dtype_name, operand_orders
@@ -28,16 +30,29 @@ def _is_linear(view: GraphView, name: str) -> int | None:
     return None
 
 
-def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
-    """Plan the ``FusedLinearGelu`` node that replaces the Linear feeding ``act`` and ``act`` itself."""
-    involved = tuple(view.node_name(i) for i in sorted(act.nodes))
+class _Refused(Exception):
+    """Why the Linear cannot be absorbed (raised by the helpers below, turned into a Refusal by absorb)."""
 
-    def refuse(reason: str) -> Refusal:
-        return Refusal(RULE, reason, involved)
 
-    nodes = set(act.nodes)
-    pre = act.input
-    reshape = None
+@dataclass
+class _Linear:
+    """The Linear found in front of an activation, before any check of its operands."""
+
+    node: int
+    x: str
+    w: str
+    trans_b: int
+    alpha: float
+    biases: list[tuple[str, float]]  # (tensor, scale to fold into it): Add's B, Gemm's C, the act's own
+    nodes: set[int]  # the Linear's nodes (MatMul/Gemm, Add, trailing Reshape)
+    form: str
+    reshape: int | None
+
+
+def _find_linear(view: GraphView, act: Activation) -> _Linear:
+    """The MatMul/Gemm (+Add, +Reshape) that produces ``act``'s input (raises _Refused if none)."""
+    nodes: set[int] = set()
+    pre, reshape = act.input, None
     producer = view.producer.get(pre)
     if producer is not None and is_op(view.nodes[producer], "Reshape"):
         reshape = producer
@@ -45,12 +60,10 @@ def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
         pre = view.nodes[producer].input[0]
         producer = view.producer.get(pre)
     if producer is None:
-        return refuse(f"{act.form} reads '{pre}', a graph input or constant, not the output of a Linear")
-
-    # Bias: at most one of Add(·, B), Gemm's C and the activation's own bias input.
-    biases: list[tuple[str, float]] = []  # (tensor, scale folded into it)
-    linear = producer
-    if is_op(view.nodes[producer], "Add"):
+        raise _Refused(f"{act.form} reads '{pre}', a graph input or constant, not the output of a Linear")
+    biases: list[tuple[str, float]] = []
+    linear, added = producer, is_op(view.nodes[producer], "Add")
+    if added:
         linear = None
         for mm, b in operand_orders(view.nodes[producer]):
             linear = _is_linear(view, mm)
@@ -58,96 +71,110 @@ def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
                 biases.append((b, 1.0))
                 break
         if linear is None:
-            return refuse(f"{act.form} follows an Add that adds nothing to a MatMul/Gemm output")
+            raise _Refused(f"{act.form} follows an Add that adds nothing to a MatMul/Gemm output")
         nodes.add(producer)
     node = view.nodes[linear]
     if not any(is_op(node, op) for op in _LINEAR_OPS):
-        return refuse(f"{act.form} follows a {node.op_type}, not a Linear (MatMul/Gemm)")
+        raise _Refused(f"{act.form} follows a {node.op_type}, not a Linear (MatMul/Gemm)")
     if len(node.input) < 2 or not node.input[1]:
-        return refuse(f"{node.op_type} '{view.node_name(linear)}' has no weight input")
+        raise _Refused(f"{node.op_type} '{view.node_name(linear)}' has no weight input")
     nodes.add(linear)
     if act.bias:
         biases.append((act.bias, 1.0))
-
-    x, w = node.input[0], node.input[1]
-    alpha = 1.0
+    trans_b, alpha, form = 0, 1.0, "MatMul+Add" if added else "MatMul"
     if is_op(node, "Gemm"):
         if attr(node, "transA", 0):
-            return refuse("Gemm with transA=1 (its activation input is transposed)")
-        trans_b = int(attr(node, "transB", 0))
-        alpha = float(attr(node, "alpha", 1.0))
+            raise _Refused("Gemm with transA=1 (its activation input is transposed)")
+        trans_b, alpha, form = int(attr(node, "transB", 0)), float(attr(node, "alpha", 1.0)), "Gemm"
         if len(node.input) > 2 and node.input[2]:
             biases.append((node.input[2], float(attr(node, "beta", 1.0))))
-        linear_form = "Gemm"
-    else:
-        trans_b = 0
-        linear_form = "MatMul+Add" if is_op(view.nodes[producer], "Add") else "MatMul"
     if reshape is not None:
-        leading = view.producer_of(x)
-        linear_form = (f"Reshape→{linear_form}→Reshape" if leading is not None and is_op(leading, "Reshape")
-                       else f"{linear_form}→Reshape")
-    if len(biases) > 1:
-        return refuse(f"{act.form} has {len(biases)} biases ({', '.join(b for b, _ in biases)}); the op takes one")
+        leading = view.producer_of(node.input[0])
+        form = (f"Reshape→{form}→Reshape" if leading is not None and is_op(leading, "Reshape")
+                else f"{form}→Reshape")
+    return _Linear(linear, node.input[0], node.input[1], trans_b, alpha, biases, nodes, form, reshape)
 
-    dtype = view.dtype(w) or view.dtype(x)
+
+def _plan_weight(view: GraphView, lin: _Linear, n, k) -> tuple[str | NewTensor, int]:
+    """(W as the fused node reads it, transB): a constant W becomes ``[N, K]`` with alpha folded in; a
+    run-time W is read as it is."""
+    w_const = view.constant(lin.w)
+    if w_const is None:
+        if lin.alpha != 1.0:
+            raise _Refused(f"Gemm alpha={lin.alpha:g} cannot be folded into the non-constant weight '{lin.w}'")
+        return lin.w, lin.trans_b
+    if lin.trans_b and lin.alpha == 1.0:
+        return lin.w, 1
+    suffix = (".T" if not lin.trans_b else "") + (".alpha" if lin.alpha != 1.0 else "")
+    return NewTensor(name=lin.w + suffix, source=lin.w, dims=(n, k), data_type=w_const.data_type,
+                     transpose=not lin.trans_b, scale=lin.alpha if lin.alpha != 1.0 else None), 1
+
+
+def _plan_bias(view: GraphView, b: str, beta: float, n, dtype: int, out_rank: int) -> str | NewTensor | None:
+    """The bias as an ``[N]`` tensor (reshaped, beta folded in, when needed)."""
+    b_const = view.constant(b)
+    if b_const is None:
+        raise _Refused(f"bias '{b}' is not a constant")
+    if b_const.data_type != dtype:
+        raise _Refused(f"bias '{b}' is {dtype_name(b_const.data_type)}, the Linear is {dtype_name(dtype)}")
+    dims = tuple(b_const.dims)
+    if not isinstance(n, int) or not dims or dims[-1] != n or any(d != 1 for d in dims[:-1]) \
+            or len(dims) > out_rank:
+        raise _Refused(f"bias '{b}' of shape {list(dims)} does not broadcast over the last axis as [N={n}]")
+    if dims == (n,) and beta == 1.0:
+        return b
+    suffix = (".flat" if dims != (n,) else "") + (".beta" if beta != 1.0 else "")
+    return NewTensor(name=b + suffix, source=b, dims=(n,), data_type=b_const.data_type,
+                     scale=beta if beta != 1.0 else None)
+
+
+def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
+    """Plan the ``FusedLinearGelu`` node that replaces the Linear feeding ``act`` and ``act`` itself."""
+    try:
+        return _absorb(view, act)
+    except _Refused as e:
+        return Refusal(RULE, str(e), tuple(view.node_name(i) for i in sorted(act.nodes)))
+
+
+def _absorb(view: GraphView, act: Activation) -> Fusion:
+    lin = _find_linear(view, act)
+    if len(lin.biases) > 1:
+        raise _Refused(f"{act.form} has {len(lin.biases)} biases ({', '.join(b for b, _ in lin.biases)}); "
+                       "the op takes one")
+
+    dtype = view.dtype(lin.w) or view.dtype(lin.x)
     if dtype not in SUPPORTED_DTYPES:
-        return refuse(f"dtype {dtype_name(dtype)} is not float, float16 or bfloat16")
+        raise _Refused(f"dtype {dtype_name(dtype)} is not float, float16 or bfloat16")
     if act.upcast and act.downcast_to != dtype:
-        return refuse(f"the activation is cast back to {dtype_name(act.downcast_to)} but the Linear computes "
-                      f"in {dtype_name(dtype)}")
+        raise _Refused(f"the activation is cast back to {dtype_name(act.downcast_to)} but the Linear computes "
+                       f"in {dtype_name(dtype)}")
 
-    w_shape = view.shape(w)
+    w_shape, x_shape = view.shape(lin.w), view.shape(lin.x)
     if w_shape is None:
-        return refuse(f"the rank of weight '{w}' is unknown, so it may be batched")
+        raise _Refused(f"the rank of weight '{lin.w}' is unknown, so it may be batched")
     if len(w_shape) != 2:
         kind = "batched weight" if len(w_shape) > 2 else "weight"
-        return refuse(f"{kind} '{w}' has rank {len(w_shape)}; the op takes a 2-D W")
-    x_shape = view.shape(x)
+        raise _Refused(f"{kind} '{lin.w}' has rank {len(w_shape)}; the op takes a 2-D W")
     if x_shape is not None and len(x_shape) < 2:
-        return refuse(f"activation input '{x}' has rank {len(x_shape)}; the op takes rank >= 2")
-    n, k = w_shape if trans_b else w_shape[::-1]
+        raise _Refused(f"activation input '{lin.x}' has rank {len(x_shape)}; the op takes rank >= 2")
+    n, k = w_shape if lin.trans_b else w_shape[::-1]
 
-    w_const = view.constant(w)
-    weight: str | NewTensor = w
-    if w_const is not None:
-        if not trans_b or alpha != 1.0:
-            suffix = ".T" if not trans_b else ""
-            suffix += ".alpha" if alpha != 1.0 else ""
-            weight = NewTensor(name=w + suffix, source=w, dims=(n, k), data_type=w_const.data_type,
-                               transpose=not trans_b, scale=alpha if alpha != 1.0 else None)
-        trans_b = 1
-    elif alpha != 1.0:
-        return refuse(f"Gemm alpha={alpha:g} cannot be folded into the non-constant weight '{w}'")
-
-    bias: str | NewTensor | None = None
-    if biases:
-        b, beta = biases[0]
-        b_const = view.constant(b)
-        if b_const is None:
-            return refuse(f"bias '{b}' is not a constant")
-        if b_const.data_type != dtype:
-            return refuse(f"bias '{b}' is {dtype_name(b_const.data_type)}, the Linear is {dtype_name(dtype)}")
-        dims = tuple(b_const.dims)
+    weight, trans_b = _plan_weight(view, lin, n, k)
+    bias = None
+    if lin.biases:
         out_rank = max(2, len(x_shape)) if x_shape is not None else 2
-        if not isinstance(n, int) or not dims or dims[-1] != n or any(d != 1 for d in dims[:-1]) \
-                or len(dims) > out_rank:
-            return refuse(f"bias '{b}' of shape {list(dims)} does not broadcast over the last axis as [N={n}]")
-        bias = b
-        if dims != (n,) or beta != 1.0:
-            suffix = (".flat" if dims != (n,) else "") + (".beta" if beta != 1.0 else "")
-            bias = NewTensor(name=b + suffix, source=b, dims=(n,), data_type=b_const.data_type,
-                             scale=beta if beta != 1.0 else None)
+        bias = _plan_bias(view, *lin.biases[0], n, dtype, out_rank)
 
+    node = view.nodes[lin.node]
     return Fusion(
-        form=f"{act.form}+{linear_form}",
+        form=f"{act.form}+{lin.form}",
         activation=act,
-        nodes=frozenset(nodes),
-        x=x,
+        nodes=frozenset(act.nodes | lin.nodes),
+        x=lin.x,
         weight=weight,
         bias=bias,
         trans_b=trans_b,
         dtype=dtype,
         name_hint=node.name or node.output[0],
-        reshape=(reshape, node.output[0]) if reshape is not None else None,
+        reshape=(lin.reshape, node.output[0]) if lin.reshape is not None else None,
     )
-
