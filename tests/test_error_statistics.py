@@ -196,3 +196,43 @@ def test_float32_max_error_is_no_worse_than_unfused(record_property):
     record_property("errors", line)
     print(line)
     assert float(np.median(ratios)) <= TOLERATED_RATIO, line
+
+
+@pytest.mark.parametrize("k", [64, 256, 768, 3072])
+def test_float32_gemm_accumulation_is_no_worse_than_ort(k, record_property):
+    """The GEMM alone, separated from the activation: with approximate="sigmoid" and alpha=0 the op
+    computes (X·Wᵀ + B)·σ(0) = (X·Wᵀ + B)/2 exactly, so doubling its output gives the fused kernel's
+    pre-activation bit for bit. Its error against float64 must match ORT's MatMul+Add (MLAS) at short
+    and long reductions alike: MLAS adds K in blocks of 256, which halves the error of one long sum at
+    K = 768."""
+    library = _library_or_skip()
+    rng = np.random.default_rng(11)
+    m, n = 256, 1024  # 262,144 outputs per K: enough for a stable p99
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w_nk = (rng.standard_normal((n, k), dtype=np.float32) / math.sqrt(k)).astype(np.float32)
+    b = (rng.standard_normal(n, dtype=np.float32) * 0.1).astype(np.float32)
+    ref = x.astype(np.float64) @ w_nk.astype(np.float64).T + b
+
+    def with_k(model: onnx.ModelProto) -> onnx.ModelProto:
+        for value in (model.graph.input[0], model.graph.output[0]):
+            dims = value.type.tensor_type.shape.dim
+            dims[0].dim_value, dims[1].dim_value = m, (k if value is model.graph.input[0] else n)
+        return model
+
+    fused = with_k(fused_model(w_nk, b, TensorProto.FLOAT, "sigmoid"))
+    for attr in fused.graph.node[0].attribute:
+        if attr.name == "alpha":
+            attr.f = 0.0
+    unfused = with_k(_model(
+        [helper.make_node("MatMul", ["x", "W"], ["mm"]), helper.make_node("Add", ["mm", "B"], ["y"])],
+        TensorProto.FLOAT,
+        [numpy_helper.from_array(np.ascontiguousarray(w_nk.T), "W"), numpy_helper.from_array(b, "B")],
+        [helper.make_opsetid("", 20)],
+    ))
+    err_fused = np.abs(2.0 * _run(fused, x, library) - ref)
+    err_unfused = np.abs(_run(unfused, x, None) - ref)
+    p99_f, p99_u = np.quantile(err_fused, 0.99), np.quantile(err_unfused, 0.99)
+    line = f"float32 GEMM+bias K={k}: fused p99 {p99_f:.3g} max {err_fused.max():.3g} | ORT p99 {p99_u:.3g} max {err_unfused.max():.3g}"
+    record_property("errors", line)
+    print(line)
+    assert p99_f <= TOLERATED_RATIO * p99_u, line
