@@ -43,12 +43,16 @@ class Derived:
     source_dims: tuple[int, ...]
     transpose: bool = False
     scale: float | None = None
+    data_type: int | None = None  # the new tensor's type, when it differs from the source's
 
     def __call__(self, flat: np.ndarray) -> np.ndarray:
         a = flat.reshape(self.source_dims)
+        to = flat.dtype if self.data_type is None else helper.tensor_dtype_to_np_dtype(self.data_type)
         if self.scale is not None:
             # In float64, rounded once to the tensor's type: the correctly rounded alpha·W.
-            a = (a.astype(np.float64) * self.scale).astype(flat.dtype)
+            a = (a.astype(np.float64) * self.scale).astype(to)
+        elif to != flat.dtype:
+            a = a.astype(to)  # round to nearest even, once
         return transposed(a) if self.transpose else np.ascontiguousarray(a)
 
 
@@ -171,8 +175,8 @@ def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.Tensor
         t = onnx.TensorProto(name=name, data_type=nt.data_type, dims=list(nt.dims))
         t.data_location = onnx.TensorProto.EXTERNAL
         t.external_data.add(key="location", value=io.PENDING)
-        return t, Derived(ref, tuple(src.dims), nt.transpose, nt.scale)
-    derived = Derived(onnx.TensorProto(), tuple(src.dims), nt.transpose, nt.scale)
+        return t, Derived(ref, tuple(src.dims), nt.transpose, nt.scale, nt.data_type)
+    derived = Derived(onnx.TensorProto(), tuple(src.dims), nt.transpose, nt.scale, nt.data_type)
     value = derived(numpy_helper.to_array(src).reshape(-1))
     t = numpy_helper.from_array(value.reshape(nt.dims), name)
     return t, None

@@ -333,8 +333,9 @@ def _copy_range(src: str, offset: int, length: int, dst) -> None:
 
 def _derive(src: str, offset: int, length: int, t: onnx.TensorProto,
             how: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Read one source tensor and compute the derived tensor's bytes (transpose, scale)."""
-    source_dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+    """Read one source tensor and compute the derived tensor's bytes (transpose, scale, convert)."""
+    source = getattr(how, "source", None)
+    source_dtype = onnx.helper.tensor_dtype_to_np_dtype(source.data_type if source is not None else t.data_type)
     flat = np.fromfile(src, dtype=np.uint8, count=length, offset=offset).view(source_dtype)
     data = np.ascontiguousarray(how(flat)).view(np.uint8)
     if data.nbytes != tensor_nbytes(t):

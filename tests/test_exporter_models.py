@@ -44,19 +44,9 @@ _MANIFEST_OPS = {"Gelu", "Erf", "Tanh", "Sigmoid", "Pow", "com.microsoft.Gelu", 
 
 # Known gaps of the rewriter on these models: (file, aspect) -> the exact reason. Every entry is a strict
 # xfail, so it turns into a failure as soon as the gap is closed and the mark must be removed.
-# mixed_precision/ holds the float16 converter's outputs with the GELU op kept in float32 between Casts.
-_F16_FP32_BIAS = ("float16 converter with op_block_list=['FastGelu']: float16 MatMul -> Cast(float32) -> FastGelu "
-                  "with a float32 bias -> Cast(float16); the rewriter refuses both blocks: \"bias "
-                  "'model.h.N.mlp.c_fc.bias' is float32, the Linear is float16\"")
-_F16_CAST_BIAS = ("float16 converter with op_block_list=['BiasGelu'], force_fp16_initializers: the float16 bias "
-                  "reaches BiasGelu through Cast(float32); the rewriter refuses both blocks: \"bias "
-                  "'...intermediate.dense.bias_cast_to_fp32' is not a constant\"")
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    **{("mixed_precision/gpt2_torchscript_op14_ortfp16_keepfastgelu.onnx", a): _F16_FP32_BIAS
-       for a in ("count", "refusals", "activation")},
-    **{("mixed_precision/bert_torchscript_op14_ortfp16_keepbiasgelu.onnx", a): _F16_CAST_BIAS
-       for a in ("count", "refusals", "activation")},
-}
+# mixed_precision/ holds the float16 converter's outputs with the GELU op kept in float32 between Casts
+# (its float32 or Cast-wrapped biases included): no gap left there.
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 def _params(aspect: str, files=None):

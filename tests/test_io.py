@@ -246,3 +246,13 @@ def test_load_external_data_on_request(tmp_path):
     loaded = io.load_model(tmp_path / "m.onnx", load_external_data=True)
     feeds = {"x": np.ones((2, 3, 16), np.float32)}
     np.testing.assert_array_equal(run(loaded, feeds)[0], run(model, feeds)[0])
+
+
+def test_external_bias_converted_to_the_linear_type(tmp_path):
+    from tests.test_patterns_casts import _fp16_island
+
+    model = _fp16_island("float32")
+    save_external(model, tmp_path / "in.onnx")
+    report = optimize_file(tmp_path / "in.onnx", tmp_path / "out.onnx")
+    assert len(report.fused) == 1
+    assert_same_outputs(model, onnx.load(str(tmp_path / "out.onnx")), "float16")

@@ -39,3 +39,45 @@ def test_per_consumer_upcasts_of_a_decomposition():
     result = fuse_model(model)
     assert len(result.report.fused) == 1, result.report.refused
     assert [n.op_type for n in result.model.graph.node] == ["FusedLinearGelu"]
+
+
+def _fp16_island(bias_kind: str):
+    """float16 MatMul → Cast(float32) → <op>(·, bias) → Cast(float16), as ORT's float16 converter writes
+    when the GELU op is in its op_block_list: the bias is float32, or float16 behind a Cast(float32)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    b = Builder(dtype="float16")
+    pre = b.node("Cast", [b.node("MatMul", ["x", b.tensor("W", (16, 24))])], to=onnx.TensorProto.FLOAT)
+    if bias_kind == "float32":
+        bias = b.fresh("B32")
+        b.initializers.append(numpy_helper.from_array((np.arange(24) / 24).astype(np.float32), bias))
+        op = "FastGelu"
+    else:
+        bias = b.node("Cast", [b.tensor("B", (24,), 0.1)], to=onnx.TensorProto.FLOAT)
+        op = "BiasGelu"
+    y = b.node("Cast", [b.node(op, [pre, bias], domain="com.microsoft")], to=onnx.TensorProto.FLOAT16)
+    return b.model([("x", [5, 16])], [(y, [5, 24])])
+
+
+def test_float32_bias_of_a_float32_island_is_stored_in_float16():
+    from tests.test_fuse import assert_same_outputs
+
+    model = _fp16_island("float32")
+    result = fuse_model(model)
+    assert [b.form for b in result.report.fused] == ["Cast(com.microsoft.FastGelu+bias)+MatMul"]
+    (node,) = result.model.graph.node
+    bias = next(t for t in result.model.graph.initializer if t.name == node.input[2])
+    assert bias.data_type == onnx.TensorProto.FLOAT16 and bias.name.endswith(".float16")
+    assert_same_outputs(model, result.model, "float16")
+
+
+def test_float16_bias_behind_a_cast_is_read_before_the_cast():
+    from tests.test_fuse import assert_same_outputs
+
+    model = _fp16_island("cast")
+    result = fuse_model(model)
+    assert len(result.report.fused) == 1, result.report.refused
+    (node,) = result.model.graph.node  # the bias's Cast went with the block
+    assert node.input[2] == model.graph.initializer[1].name
+    assert_same_outputs(model, result.model, "float16")

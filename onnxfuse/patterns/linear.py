@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..domain import SUPPORTED_DTYPES
 from .graph import GraphView, attr, is_op
-from .rule import Activation, Fusion, NewTensor, Refusal, dtype_name, operand_orders
+from .rule import Activation, Fusion, NewTensor, Refusal, T, dtype_name, operand_orders, upcast_root
 
 RULE = "linear"
 _LINEAR_OPS = ("MatMul", "Gemm")
@@ -110,22 +110,33 @@ def _plan_weight(view: GraphView, lin: _Linear, n, k) -> tuple[str | NewTensor, 
                      transpose=not lin.trans_b, scale=lin.alpha if lin.alpha != 1.0 else None), 1
 
 
-def _plan_bias(view: GraphView, b: str, beta: float, n, dtype: int, out_rank: int) -> str | NewTensor | None:
-    """The bias as an ``[N]`` tensor (reshaped, beta folded in, when needed)."""
+def _plan_bias(view: GraphView, b: str, beta: float, n, dtype: int, out_rank: int,
+               act: Activation) -> str | NewTensor:
+    """The bias as an ``[N]`` tensor of the Linear's type (reshaped, beta folded in, when needed)."""
     b_const = view.constant(b)
+    if b_const is None and act.upcast:
+        # fp16 graphs whose activation op was kept in float32 feed it Cast(bias → float32): the
+        # float16 constant before the Cast is the bias itself.
+        root, _ = upcast_root(view, b, set())
+        if view.constant(root) is not None:
+            b, b_const = root, view.constant(root)
     if b_const is None:
         raise _Refused(f"bias '{b}' is not a constant")
-    if b_const.data_type != dtype:
+    convert = b_const.data_type != dtype
+    if convert and not (act.upcast and b_const.data_type == T.FLOAT):
         raise _Refused(f"bias '{b}' is {dtype_name(b_const.data_type)}, the Linear is {dtype_name(dtype)}")
     dims = tuple(b_const.dims)
     if not isinstance(n, int) or not dims or dims[-1] != n or any(d != 1 for d in dims[:-1]) \
             or len(dims) > out_rank:
         raise _Refused(f"bias '{b}' of shape {list(dims)} does not broadcast over the last axis as [N={n}]")
-    if dims == (n,) and beta == 1.0:
+    if dims == (n,) and beta == 1.0 and not convert:
         return b
-    suffix = (".flat" if dims != (n,) else "") + (".beta" if beta != 1.0 else "")
-    return NewTensor(name=b + suffix, source=b, dims=(n,), data_type=b_const.data_type,
-                     scale=beta if beta != 1.0 else None)
+    # A float32 bias inside the float32 island of an fp16 graph is stored in the Linear's type: the
+    # fused node adds it to its float32 accumulator, where the original added it to the float16
+    # MatMul output cast up: one rounding at float16 precision either way.
+    suffix = (".flat" if dims != (n,) else "") + (".beta" if beta != 1.0 else "") + \
+        (f".{dtype_name(dtype)}" if convert else "")
+    return NewTensor(name=b + suffix, source=b, dims=(n,), data_type=dtype, scale=beta if beta != 1.0 else None)
 
 
 def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
@@ -163,7 +174,7 @@ def _absorb(view: GraphView, act: Activation) -> Fusion:
     bias = None
     if lin.biases:
         out_rank = max(2, len(x_shape)) if x_shape is not None else 2
-        bias = _plan_bias(view, *lin.biases[0], n, dtype, out_rank)
+        bias = _plan_bias(view, *lin.biases[0], n, dtype, out_rank, act)
 
     node = view.nodes[lin.node]
     return Fusion(

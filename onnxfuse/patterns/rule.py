@@ -57,7 +57,8 @@ class Activation:
 
 @dataclass(frozen=True)
 class NewTensor:
-    """A constant the rewrite creates from an existing one: ``source`` scaled, transposed and/or reshaped.
+    """A constant the rewrite creates from an existing one: ``source`` scaled, transposed, reshaped
+    and/or converted to ``data_type``.
 
     Applied at once for inline tensors; for external ones it is deferred to save time, one tensor at a
     time, so weights are never all in memory."""
