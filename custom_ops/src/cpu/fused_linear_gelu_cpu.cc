@@ -1,11 +1,15 @@
 // The CPU kernel: Y = act(X·W(ᵀ) + B) as a grid of output tiles run on ORT's intra-op thread pool.
-// Each tile is one single-threaded BLAS GEMM followed at once by bias + activation on the same tile,
-// while it is still in L2, so the fused op reads and writes Y once where the unfused graph makes three
-// passes (MatMul, Add, Gelu) over it.
+//
+// Two ways to compute a tile, chosen once per process (packed_gemm.h):
+//   - x86-64 with AVX2+FMA or AVX-512F: the packed GEMM, whose weight was packed once when the kernel
+//     was created (constant W) and whose bias + activation run on the register tile before it is stored;
+//   - anywhere else: a single-threaded OpenBLAS GEMM on the tile, then bias + activation on the tile
+//     while it is still in L2.
+// Either way the fused op writes Y once, where the unfused graph makes three passes (MatMul, Add, Gelu).
 //
 // float16/bfloat16: operands are widened to float32, the GEMM accumulates in float32, and each tile is
-// narrowed once after its activation (one rounding, at the very end). A constant weight is widened once,
-// when the kernel is created.
+// narrowed once after its activation (one rounding, at the very end). A constant weight is widened (and
+// packed) once, when the kernel is created.
 #include "fused_linear_gelu_cpu.h"
 
 #include <algorithm>
@@ -202,7 +206,7 @@ class FusedLinearGeluCpuKernel {
       }
     }
 
-    // W in the form the GEMM path wants: packed panels (AVX2) or a plain float32 matrix (BLAS).
+    // W in the form the GEMM path wants: packed panels (AVX2/AVX-512) or a plain float32 matrix (BLAS).
     const float* packed_w = nullptr;
     const float* wf = nullptr;
     AlignedFloats packed_now;
@@ -285,9 +289,9 @@ class FusedLinearGeluCpuKernel {
 
   const FusedLinearGeluAttributes attrs_;
   const VectorKernels& vk_;
-  const bool packed_path_;  // AVX2 GEMM with the fused epilogue; else BLAS + block epilogue
+  const bool packed_path_;  // packed GEMM with the fused epilogue; else BLAS + block epilogue
   // A constant W prepared at creation (for K = constant_k_, N = constant_n_).
-  AlignedFloats constant_packed_;     // AVX2 path
+  AlignedFloats constant_packed_;     // packed path
   std::vector<float> constant_wide_;  // BLAS path, float16/bfloat16
   int64_t constant_k_ = -1, constant_n_ = -1;
 };

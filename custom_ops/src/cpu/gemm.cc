@@ -24,6 +24,4 @@ void ConfigureBlasThreading() {
   std::call_once(once, [] { scipy_openblas_set_num_threads(1); });
 }
 
-const char* BlasDescription() { return scipy_openblas_get_config(); }
-
 }  // namespace onnxfuse::cpu

@@ -15,7 +15,4 @@ void SgemmTile(bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, in
 // Keeps the BLAS single-threaded (called once, when the library registers its ops).
 void ConfigureBlasThreading();
 
-// "OpenBLAS 0.3.x ... <core>" for doctor-style diagnostics.
-const char* BlasDescription();
-
 }  // namespace onnxfuse::cpu

@@ -5,7 +5,8 @@
 // Why not the BLAS here: measured on this project's machines (AMD EPYC, AVX2, 2 cores), ORT's own MatMul
 // packs a constant weight once at session start, while a BLAS call repacks W on every call; at M=128 that
 // packing alone made OpenBLAS 25% slower than ORT's MatMul, so no epilogue fusion could win it back.
-// OpenBLAS stays the portable path (CPUs without AVX2, see fused_linear_gelu_cpu.cc).
+// OpenBLAS stays the portable path (CPUs without AVX2, see fused_linear_gelu_cpu.cc). The price of the
+// packed copy: a constant weight is held twice (ORT keeps the initializer), in float32.
 #pragma once
 
 #include <cstddef>
