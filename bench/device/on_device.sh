@@ -2,8 +2,8 @@
 # Runs ON the H200 machine, from the project's root there, after the kit is installed into /tmp/site and with
 # .device/lib carried (bench/device/build_library.sh made it here). Everything it makes goes under $OUT.
 #
-#   bash bench/device/on_device.sh tests   GPU tests (pytest tests/test_op_cuda.py), then compute-sanitizer
-#                                          memcheck and racecheck over bench/device/sanitize_sweep.py
+#   bash bench/device/on_device.sh tests   onnxfuse doctor, the GPU tests (pytest tests/test_op_cuda.py), then
+#                                          compute-sanitizer memcheck and racecheck over bench/device/sanitize_sweep.py
 #   bash bench/device/on_device.sh bench   bench/cuda_kernel.py over the shape grid, fp16 bf16 fp32
 #
 # Each fits in one 10-minute call. Back here, the bench's JSON goes to bench/results/:
@@ -24,6 +24,10 @@ case "${1:-}" in
   tests)
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
     rc=0
+    # doctor's GPU rows come from pycuda (the kit installs it): the [gpu] extra at work.
+    python3 -m onnxfuse.cli doctor > "$OUT/doctor.txt" 2>&1 || rc=1
+    python3 -m onnxfuse.cli doctor --json >> "$OUT/doctor.txt" 2>&1
+    cat "$OUT/doctor.txt"
     timeout 300 python3 -m pytest tests/test_op_cuda.py -q -rA -p no:cacheprovider \
       --junitxml="$OUT/test_op_cuda.xml" 2>&1 | tee "$OUT/pytest.log" | tail -n 60
     [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
