@@ -179,6 +179,9 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
     similarity, NaN/Inf mismatches. An output passes when every element is within atol + rtol·|ref| and
     no NaN/Inf differs.
 
+    Random inputs (default): floats ~ N(0, 1), token ids below the size of the embedding table they index,
+    masks of ones, position ids 0..S-1; sample i uses seed+i.
+
     \b
     Default tolerances (rtol = atol), by the type an output is computed in
     (a float32 output of a float16 body is judged as float16):
