@@ -338,13 +338,13 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _subgraphs(graph: onnx.GraphProto) -> dict[tuple, list[onnx.GraphProto]]:
-    """The subgraphs of each node that has some (If, Loop, Scan), keyed by the node's outputs (unique)."""
-    found = {}
+def _subgraphs(graph: onnx.GraphProto) -> list[tuple[str, list[onnx.GraphProto]]]:
+    """(op type, subgraphs) of each node that has some (If, Loop, Scan), in node order."""
+    found = []
     for node in graph.node:
         subs = [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
         if subs:
-            found[tuple(node.output)] = subs
+            found.append((node.op_type, subs))
     return found
 
 
@@ -358,11 +358,13 @@ def _fuse_graph(src: onnx.GraphProto, dst: onnx.GraphProto, inferred: onnx.Graph
     found = find_blocks(view)
     _apply(dst, view, [r for r in found if isinstance(r, Fusion)], ctx)
     ctx.report.refused += [RefusedBlock(r.rule, r.reason, r.nodes) for r in found if isinstance(r, Refusal)]
-    # Nodes with subgraphs are never part of a block, so each is still in dst, with the same outputs.
-    src_subs, dst_subs, inf_subs = _subgraphs(src), _subgraphs(dst), _subgraphs(inferred)
-    for key, subs in src_subs.items():
-        for k, sub in enumerate(subs):
-            _fuse_graph(sub, dst_subs[key][k], inf_subs.get(key, subs)[k], view, ctx)
+    # Nodes with subgraphs are never part of a block nor made dead by one (blocks only read constants,
+    # X and W, which stay read), so src, dst and inferred list them in the same order.
+    pairs = zip(_subgraphs(src), _subgraphs(dst), _subgraphs(inferred), strict=True)
+    for (op, subs), (dst_op, dst_subs), (_, inf_subs) in pairs:
+        assert op == dst_op and len(subs) == len(dst_subs) == len(inf_subs)
+        for sub, dst_sub, inf_sub in zip(subs, dst_subs, inf_subs):
+            _fuse_graph(sub, dst_sub, inf_sub, view, ctx)
 
 
 def _drop_unused_outer_sources(ctx: _Rewrite) -> None:
