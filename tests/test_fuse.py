@@ -329,3 +329,11 @@ def test_blocks_inside_if_branches_fuse_reading_outer_constants():
     for cond in (True, False):
         feeds = {**feeds_for(model, "float32"), "cond": np.array(cond)}
         np.testing.assert_allclose(run(result.model, feeds)[0], run(model, feeds)[0], rtol=2e-5, atol=2e-5)
+
+
+def test_gemm_with_beta_zero_has_no_bias():
+    model = build("onnx:none", "gemm:transB1", beta=0.0)
+    result = fuse_model(model)
+    (node,) = fused_nodes(result.model)
+    assert len(node.input) == 2
+    assert_same_outputs(model, result.model)

@@ -86,8 +86,9 @@ def _find_linear(view: GraphView, act: Activation) -> _Linear:
         if attr(node, "transA", 0):
             raise _Refused("Gemm with transA=1 (its activation input is transposed)")
         trans_b, alpha, form = int(attr(node, "transB", 0)), float(attr(node, "alpha", 1.0)), "Gemm"
-        if len(node.input) > 2 and node.input[2]:
-            biases.append((node.input[2], float(attr(node, "beta", 1.0))))
+        beta = float(attr(node, "beta", 1.0))
+        if len(node.input) > 2 and node.input[2] and beta != 0.0:  # beta=0: C takes no part
+            biases.append((node.input[2], beta))
     if reshape is not None:
         leading = view.producer_of(node.input[0])
         form = (f"Reshape→{form}→Reshape" if leading is not None and is_op(leading, "Reshape")
