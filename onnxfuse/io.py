@@ -467,7 +467,16 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
             raise BadInputError(f"{path}: cannot write: {e.strerror or e}") from None
         if check:
             domain.register_schema()
-            check_file(model_tmp)
+            try:
+                check_file(model_tmp)
+            except onnx.shape_inference.InferenceError as e:
+                # The input declared a shape its block does not compute (hidden from onnx by an op it has no
+                # schema for, such as com.microsoft.QuickGelu); the fused node's shape inference shows it.
+                first = str(e).strip().splitlines()[0]
+                if domain.OP_TYPE not in first or "existing" not in first:
+                    raise
+                raise BadInputError(f"{path}: not written: the input declares a type or shape that its "
+                                    f"computation does not produce ({first})") from None
         if ext:
             # Never an old model beside a new data file (its offsets would point into the wrong bytes):
             # the old model goes first (the target is then absent), then the data file, then the model.
