@@ -1,17 +1,23 @@
 // Device math for the three activations, shared by every CUDA GEMM+GELU kernel so that all tactics
 // compute the same function. Everything is in fp32 on the fp32 pre-activation (accumulator + bias).
 //
-// Why not erff()/tanhf(): the epilogue runs once per output element while the main loop runs K/16 MMA
-// steps per element, so at K = 768 the activation is a visible share of the kernel. Each form below is
-// branch-free (no warp divergence on the sign or size of x) and uses one MUFU op (ex2 or rcp):
-//   erf  : a minimax rational x·P(x²)/Q(x²) on [-4, 4] (degree 13/8; max abs error 4.2e-7 against
-//          float64, i.e. a few fp32 ulp); outside [-4, 4] erf is ±1 in fp32, so the argument is clamped
-//          and the result clamped to [-1, 1] so that 1 + erf(x) is exactly 0 for very negative x.
-//   tanh : 0.5·(1 + tanh(u)) = σ(2u), so gelu_tanh(x) = x / (1 + e^(-2u)): one ex2 + one rcp, no
-//          cancellation in the negative tail.
-//   sigmoid: x·σ(alpha·x) = x / (1 + e^(-alpha·x)).
+// Two precisions, chosen by the output type:
+//
+// Fast (fp16/bf16 outputs). The epilogue is issue-bound: a 128x128 tile gives each consumer thread 128
+// elements, so every instruction per element costs ~128 issue slots per warp, and on H200 an erf-GELU of ~25
+// instructions (erff, or a rational erf) made the fused kernel 1.3-1.5x slower than the same kernel with a
+// tanh-GELU (bench/kernels/NOTES.md). All three forms are written as x·σ(z) = x / (1 + e^(-z)), one ex2 and
+// one rcp, branch-free:
+//   erf    : Φ(x) = σ(g(x)) with g = logit∘Φ fitted by an odd degree-9 polynomial (weighted minimax on
+//            [0, 7]; monotone on [-12, 12]); max abs error of x·Φ(x) is 3.3e-6 in fp32 arithmetic, far
+//            under half an fp16/bf16 ulp wherever |GELU(x)| > 0.007.
+//   tanh   : 0.5·(1 + tanh(u)) = σ(2u), so gelu_tanh(x) = x / (1 + e^(-2u)): no cancellation in the tail.
+//   sigmoid: x·σ(alpha·x).
+// Precise (fp32 outputs, where there is no output rounding to hide behind): erff, tanhf and expf as ONNX
+// Runtime's own Gelu kernels use them, so the fused op is as accurate as the unfused one in strict fp32.
+//
 // Special values: NaN in gives NaN out (x multiplies every form); +inf gives +inf; very negative finite x
-// gives -0 (never NaN: e^(-2u) overflowing to +inf divides to 0); -inf gives NaN, as float64 does.
+// gives -0 (e^(-z) overflowing to +inf divides to 0, never NaN); -inf gives NaN, as float64 does.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,68 +32,64 @@ struct ActivationParams {
   float sigmoid_alpha = 1.702f;  // sigmoid form only (named apart from CUTLASS 2 epilogue alpha)
 };
 
-__device__ __forceinline__ float erf_rational(float x) {
-  // Argument clamp: erf(±4) rounds to ±1 in fp32. fminf/fmaxf drop a NaN, which the caller's final
-  // multiply by x restores.
-  const float t = fminf(fmaxf(x, -4.0f), 4.0f);
-  const float t2 = t * t;
-  float p = -2.72614225801306e-10f;
-  p = fmaf(p, t2, 2.77068142495902e-08f);
-  p = fmaf(p, t2, -2.10102402082508e-06f);
-  p = fmaf(p, t2, -5.69250639462346e-05f);
-  p = fmaf(p, t2, -7.34990630326855e-04f);
-  p = fmaf(p, t2, -2.95459980854025e-03f);
-  p = fmaf(p, t2, -1.60960333262415e-02f);
-  p = p * t;
-  float q = -1.45660718464996e-05f;
-  q = fmaf(q, t2, -2.13374055278905e-04f);
-  q = fmaf(q, t2, -1.68282697438203e-03f);
-  q = fmaf(q, t2, -7.37332916720468e-03f);
-  q = fmaf(q, t2, -1.42647390514189e-02f);
-  // q lies in [-0.27, -0.014]: far from 0 and from the range where __fdividef loses accuracy.
-  return fminf(fmaxf(__fdividef(p, q), -1.0f), 1.0f);
-}
-
-__device__ __forceinline__ float gelu_erf(float x) {
-  return 0.5f * x * (1.0f + erf_rational(x * 0.70710678118654752f));
-}
-
-// x / (1 + e^(-s·x)) with s·x computed by the caller; __expf is ex2.approx on a pre-scaled argument.
+// x / (1 + e^(-z)); __expf is ex2.approx on a pre-scaled argument, __fdividef is rcp + mul (and returns 0
+// when the divisor overflows, which is the right limit here).
 __device__ __forceinline__ float x_times_sigmoid(float x, float z) {
   return __fdividef(x, 1.0f + __expf(-z));
 }
 
-__device__ __forceinline__ float gelu_tanh(float x) {
+// logit(Φ(x)) ≈ x·(c1 + c3·x² + c5·x⁴ + c7·x⁶ + c9·x⁸). Horner on x² with finite constants: an overflowing
+// x² gives ±inf for g (never inf - inf), which the sigmoid maps to the right limit.
+__device__ __forceinline__ float gelu_erf_fast(float x) {
+  const float x2 = x * x;
+  float g = 2.22529099105917e-06f;
+  g = fmaf(g, x2, -6.09348487446322e-05f);
+  g = fmaf(g, x2, -2.509503035599452e-04f);
+  g = fmaf(g, x2, 7.293985879908167e-02f);
+  g = fmaf(g, x2, 1.5956551534435115f);
+  return x_times_sigmoid(x, g * x);
+}
+
+__device__ __forceinline__ float gelu_tanh_fast(float x) {
   // 2u = 2·√(2/π)·(x + 0.044715·x³) = x·(1.5957691 + 0.0713548·x²)
   const float two_u = x * fmaf(0.0713548162726009f, x * x, 1.5957691216057308f);
   return x_times_sigmoid(x, two_u);
 }
 
-__device__ __forceinline__ float silu_alpha(float x, float alpha) { return x_times_sigmoid(x, alpha * x); }
+__device__ __forceinline__ float gelu_erf_precise(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+__device__ __forceinline__ float gelu_tanh_precise(float x) {
+  const float u = 0.7978845608028654f * fmaf(0.044715f * x, x * x, x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+__device__ __forceinline__ float silu_alpha_precise(float x, float alpha) { return x / (1.0f + expf(-alpha * x)); }
 
 // Applies the activation to a whole fragment. The switch is on a kernel-uniform value, outside the
 // element loop: every thread takes the same branch, and each branch is a straight-line loop.
-template <int N>
+template <bool kPrecise, int N>
 __device__ __forceinline__ void apply_activation(float (&v)[N], const ActivationParams& p) {
   switch (p.act) {
     case static_cast<int>(Activation::kGeluTanh):
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = gelu_tanh(v[i]);
+      for (int i = 0; i < N; ++i) v[i] = kPrecise ? gelu_tanh_precise(v[i]) : gelu_tanh_fast(v[i]);
       break;
     case static_cast<int>(Activation::kSigmoid):
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = silu_alpha(v[i], p.sigmoid_alpha);
+      for (int i = 0; i < N; ++i)
+        v[i] = kPrecise ? silu_alpha_precise(v[i], p.sigmoid_alpha) : x_times_sigmoid(v[i], p.sigmoid_alpha * v[i]);
       break;
     default:
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = gelu_erf(v[i]);
+      for (int i = 0; i < N; ++i) v[i] = kPrecise ? gelu_erf_precise(v[i]) : gelu_erf_fast(v[i]);
       break;
   }
 }
 
+template <bool kPrecise>
 __device__ __forceinline__ float apply_activation(float v, const ActivationParams& p) {
   float a[1] = {v};
-  apply_activation(a, p);
+  apply_activation<kPrecise>(a, p);
   return a[0];
 }
 

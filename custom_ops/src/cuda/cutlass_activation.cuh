@@ -13,24 +13,24 @@
 
 namespace onnxfuse::cuda {
 
-template <class T>
-struct CutlassActivation;
+template <class T, bool kPrecise>
+struct CutlassActivationImpl;
 
-template <>
-struct CutlassActivation<float> {
+template <bool kPrecise>
+struct CutlassActivationImpl<float, kPrecise> {
   using Arguments = ActivationParams;
   static const bool kIsHeavy = true;
   CUTLASS_HOST_DEVICE float operator()(float x, Arguments const& p) const {
 #if defined(__CUDA_ARCH__)
-    return apply_activation(x, p);
+    return apply_activation<kPrecise>(x, p);
 #else
     return x;  // never called on the host; present so host-device callers compile
 #endif
   }
 };
 
-template <int N>
-struct CutlassActivation<cutlass::Array<float, N>> {
+template <int N, bool kPrecise>
+struct CutlassActivationImpl<cutlass::Array<float, N>, kPrecise> {
   using Arguments = ActivationParams;
   static const bool kIsHeavy = true;
   CUTLASS_HOST_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& x,
@@ -40,7 +40,7 @@ struct CutlassActivation<cutlass::Array<float, N>> {
     float v[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) v[i] = x[i];
-    apply_activation(v, p);
+    apply_activation<kPrecise>(v, p);
 #pragma unroll
     for (int i = 0; i < N; ++i) y[i] = v[i];
 #else
@@ -48,6 +48,20 @@ struct CutlassActivation<cutlass::Array<float, N>> {
 #endif
     return y;
   }
+};
+
+// The fast forms for 16-bit outputs, the libm-accurate ones for fp32 outputs (activation_math.cuh).
+template <class T>
+using CutlassActivation = CutlassActivationImpl<T, false>;
+template <class T>
+using CutlassActivationPrecise = CutlassActivationImpl<T, true>;
+
+// For a kernel whose output is Element: CutlassActivationFor<Element>::template Fn is the one-parameter
+// functor template CUTLASS expects.
+template <class Element>
+struct CutlassActivationFor {
+  template <class T>
+  using Fn = CutlassActivationImpl<T, sizeof(Element) == 4>;
 };
 
 }  // namespace onnxfuse::cuda

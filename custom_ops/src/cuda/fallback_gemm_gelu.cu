@@ -5,7 +5,8 @@
 // at odd offsets, K = 0 (Y = act(bias)), transB 0 or 1. It is simple rather than fast: a 64x64 CTA tile,
 // four warps of 32x32, one shared-memory stage. The accumulator goes through shared memory once for the
 // epilogue, which adds the bias and applies the activation in fp32 before the only global store.
-// float32 runs on TF32 (or 3xTF32 when strict fp32 is asked: big·big + big·small + small·big).
+// float32 runs on TF32 Tensor Cores, or, when strict fp32 is asked, on plain fp32 FMAs from the same shared
+// memory tiles (this path is for odd shapes; speed is secondary to giving exactly the asked precision).
 #include <mma.h>
 
 #include <type_traits>
@@ -55,8 +56,8 @@ struct WmmaTraits<float> {
   using Smem = float;
 };
 
-// kSplitF32: 3xTF32 (strict fp32) instead of 1xTF32; only for T = float.
-template <class T, bool kSplitF32>
+// kStrictF32: fp32 FMAs instead of TF32 MMAs; only for T = float.
+template <class T, bool kStrictF32>
 __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* __restrict__ x,
                                                                       const T* __restrict__ w,
                                                                       const T* __restrict__ bias, T* __restrict__ y,
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
   const int warp_m = (warp / 2) * 32, warp_n = (warp % 2) * 32;
 
   wmma::fragment<wmma::accumulator, 16, 16, Traits::kK, float> acc[2][2];
+  float strict_acc[kStrictF32 ? 32 : 1] = {};
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -106,6 +108,16 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
       smem.ab.b[r][c] = (n < N && k < K) ? (trans_b ? w[n * K + k] : w[k * N + n]) : T(0.0f);
     }
     __syncthreads();
+    if constexpr (kStrictF32) {
+      // Thread t owns row t/2, columns (t%2)*32 .. +32 of the tile.
+      const int r = threadIdx.x / 2, c0 = (threadIdx.x % 2) * 32;
+#pragma unroll 4
+      for (int kk = 0; kk < kTileK; ++kk) {
+        const float a = smem.ab.a[r][kk];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) strict_acc[j] = fmaf(a, smem.ab.b[c0 + j][kk], strict_acc[j]);
+      }
+    } else {
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += Traits::kK) {
       wmma::fragment<wmma::matrix_a, 16, 16, Traits::kK, typename Traits::Frag, wmma::row_major> fa[2];
@@ -116,40 +128,12 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
         wmma::load_matrix_sync(fb[i], &smem.ab.b[warp_n + 16 * i][kk], kLd);
       }
       if constexpr (std::is_same_v<T, float>) {
-        if constexpr (kSplitF32) {
-          // x = big + small with both parts exact in TF32; the small·small term is below fp32 rounding.
-          std::remove_reference_t<decltype(fa[0])> sa[2];
-          std::remove_reference_t<decltype(fb[0])> sb[2];
 #pragma unroll
-          for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 2; ++i) {
 #pragma unroll
-            for (int e = 0; e < fa[i].num_elements; ++e) {
-              const float big = wmma::__float_to_tf32(fa[i].x[e]);
-              sa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e] - big);
-              fa[i].x[e] = big;
-            }
+          for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
 #pragma unroll
-            for (int e = 0; e < fb[i].num_elements; ++e) {
-              const float big = wmma::__float_to_tf32(fb[i].x[e]);
-              sb[i].x[e] = wmma::__float_to_tf32(fb[i].x[e] - big);
-              fb[i].x[e] = big;
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              wmma::mma_sync(acc[i][j], sa[i], fb[j], acc[i][j]);
-              wmma::mma_sync(acc[i][j], fa[i], sb[j], acc[i][j]);
-            }
-        } else {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-#pragma unroll
-            for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
-#pragma unroll
-            for (int e = 0; e < fb[i].num_elements; ++e) fb[i].x[e] = wmma::__float_to_tf32(fb[i].x[e]);
-          }
+          for (int e = 0; e < fb[i].num_elements; ++e) fb[i].x[e] = wmma::__float_to_tf32(fb[i].x[e]);
         }
       }
 #pragma unroll
@@ -157,15 +141,22 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
 #pragma unroll
         for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
     }
+    }
     __syncthreads();
   }
 
   // Epilogue: accumulators -> shared memory -> act(acc + bias) -> one store per element.
+  if constexpr (kStrictF32) {
+    const int r = threadIdx.x / 2, c0 = (threadIdx.x % 2) * 32;
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 32; ++j) smem.c[r][c0 + j] = strict_acc[j];
+  } else {
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(&smem.c[warp_m + 16 * i][warp_n + 16 * j], acc[i][j], kLdC, wmma::mem_row_major);
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        wmma::store_matrix_sync(&smem.c[warp_m + 16 * i][warp_n + 16 * j], acc[i][j], kLdC, wmma::mem_row_major);
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < kTileM * kTileN; i += kThreads) {
     const int r = i / kTileN, c = i % kTileN;
@@ -173,16 +164,17 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
     if (m < M && n < N) {
       float v = smem.c[r][c];
       if (bias != nullptr) v += to_float(bias[n]);
-      y[m * N + n] = from_float<T>(apply_activation(v, act));
+      // fp32 outputs get the libm-accurate forms, 16-bit outputs the fast ones (activation_math.cuh).
+      y[m * N + n] = from_float<T>(apply_activation<std::is_same_v<T, float>>(v, act));
     }
   }
 #endif
 }
 
-template <class T, bool kSplitF32>
+template <class T, bool kStrictF32>
 cudaError_t launch(const GemmGeluArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.M + kTileM - 1) / kTileM), static_cast<unsigned>((a.N + kTileN - 1) / kTileN));
-  fallback_gemm_gelu_kernel<T, kSplitF32><<<grid, kThreads, 0, stream>>>(
+  fallback_gemm_gelu_kernel<T, kStrictF32><<<grid, kThreads, 0, stream>>>(
       static_cast<const T*>(a.x), static_cast<const T*>(a.w), static_cast<const T*>(a.bias), static_cast<T*>(a.y),
       a.M, a.N, a.K, a.trans_b, activation_params(a));
   return cudaGetLastError();

@@ -54,18 +54,21 @@ const Tactic kTactics[] = {
 constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics[0]));
 
 // The shape table: which sm90 tile to try first, by how many 128x128 output tiles the problem has relative
-// to the number of SMs. A tuner can rewrite these rows; the measurements behind them are in
+// to the number of SMs ("waves"). A tuner can rewrite these rows; the measurements behind them are in
 // bench/kernels/NOTES.md. A row names the tile by its suffix in the tactic name.
 struct ShapeRule {
   double max_waves;  // (M/128)·(N/128) / SMs at most this
-  const char* tile;  // preferred tile for 16-bit dtypes
-  const char* tile_tf32;
+  const char* tile;
 };
 constexpr ShapeRule kShapeTable[] = {
-    {1.0, "pp_128x64_c1", "pp_128x64_c1"},          // under one wave of 128x128 tiles: twice the CTAs
-    {8.0, "pp_128x128_c1", "pp_128x128_c1"},        // a few waves: ping-pong hides the epilogue
-    {1e300, "coop_256x128_c2", "coop_256x128_c2"},  // many waves: the biggest tile, least traffic
+    {0.5, "pp_64x64_c1"},        // a fraction of a wave: small tiles to occupy more SMs
+    {1.0, "pp_128x128_c1"},      // about one wave: one 128x128 tile per SM, epilogue overlapped
+    {1e300, "coop_256x128_c2"},  // more: the biggest tile, least L2 and smem traffic per FLOP
 };
+
+// float32 with few rows is bound by reading W, not by math: it runs at full fp32 accuracy (3xTF32 or
+// fp32 FMAs) for free, matching cuBLAS, which uses no TF32 for such matrix-vector-like products.
+constexpr int64_t kStrictF32MaxRows = 16;
 
 bool ends_with(const char* s, const char* suffix) {
   const size_t ls = std::strlen(s), lx = std::strlen(suffix);
@@ -78,7 +81,7 @@ int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
     const double waves = tiles / dev.sm_count;
     for (const ShapeRule& rule : kShapeTable) {
       if (waves > rule.max_waves) continue;
-      const char* tile = a.dtype == DType::kFloat32 ? rule.tile_tf32 : rule.tile;
+      const char* tile = rule.tile;
       for (int i = 0; i < kTacticCount; ++i)
         if (std::strncmp(kTactics[i].name, "sm90_", 5) == 0 && ends_with(kTactics[i].name, tile) &&
             kTactics[i].can_implement(a, dev))
@@ -93,19 +96,26 @@ int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
 
 bool empty_problem(const GemmGeluArgs& a) { return a.M == 0 || a.N == 0; }
 
+GemmGeluArgs effective(GemmGeluArgs a) {
+  if (a.dtype == DType::kFloat32 && a.M <= kStrictF32MaxRows) a.allow_tf32 = false;
+  return a;
+}
+
 }  // namespace
 
 int gemm_gelu_tactic_count() { return kTacticCount; }
 const Tactic& gemm_gelu_tactic_at(int index) { return kTactics[index]; }
 
-size_t gemm_gelu_workspace_size(const GemmGeluArgs& args, const DeviceInfo& dev) {
+size_t gemm_gelu_workspace_size(const GemmGeluArgs& given, const DeviceInfo& dev) {
+  const GemmGeluArgs args = effective(given);
   if (empty_problem(args)) return 0;
   const int i = pick(args, dev);
   return i < 0 ? 0 : kTactics[i].workspace(args, dev);
 }
 
-cudaError_t launch_gemm_gelu(const GemmGeluArgs& args, const DeviceInfo& dev, void* workspace,
+cudaError_t launch_gemm_gelu(const GemmGeluArgs& given, const DeviceInfo& dev, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream) {
+  const GemmGeluArgs args = effective(given);
   if (args.M < 0 || args.N < 0 || args.K < 0) return cudaErrorInvalidValue;
   if (empty_problem(args)) return cudaSuccess;  // nothing to write; K = 0 alone still writes act(bias)
   const int i = pick(args, dev);
@@ -113,7 +123,8 @@ cudaError_t launch_gemm_gelu(const GemmGeluArgs& args, const DeviceInfo& dev, vo
   return kTactics[i].run(args, dev, workspace, workspace_bytes, stream);
 }
 
-const char* gemm_gelu_tactic_name(const GemmGeluArgs& args, const DeviceInfo& dev) {
+const char* gemm_gelu_tactic_name(const GemmGeluArgs& given, const DeviceInfo& dev) {
+  const GemmGeluArgs args = effective(given);
   if (empty_problem(args)) return "none (empty output)";
   const int i = pick(args, dev);
   return i < 0 ? "none (unsupported)" : kTactics[i].name;

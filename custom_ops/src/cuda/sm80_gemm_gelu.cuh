@@ -52,7 +52,7 @@ struct Sm80Kernel<Sm80Config<D, TransB, Math>> {
                                     cutlass::arch::OpMultiplyAdd>;
 
   using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<
-      CutlassActivation, Element, kAlignment, float, float, cutlass::epilogue::thread::ScaleType::Default,
+      CutlassActivationFor<Element>::template Fn, Element, kAlignment, float, float, cutlass::epilogue::thread::ScaleType::Default,
       cutlass::FloatRoundStyle::round_to_nearest, /*IsHeavy=*/true>;
 
   using Gemm = cutlass::gemm::device::GemmUniversal<

@@ -75,7 +75,9 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, BiasRow>;
   using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<CutlassActivation, Element, ElementCompute, kRound>, AddBias>;
+      cutlass::epilogue::fusion::Sm90Compute<CutlassActivationFor<Element>::template Fn, Element, ElementCompute,
+                                             kRound>,
+      AddBias>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,

@@ -32,20 +32,24 @@ struct Sm90Config {};
 
 // The sm90 tactics, one line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule). The same list is
 // instantiated for every (16-bit dtype, layout) in sm90_<dtype>_<layout>.cu and listed by the dispatch table,
-// so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs ~25 s of nvcc and ~1 GB of its
-// memory, so the list holds only tiles that win somewhere (bench/kernels/NOTES.md). Why each:
-//  pp_128x64_c1     ping-pong 128x64: twice the CTAs of 128x128 for small M·N (under one wave)
-//  pp_128x128_c1    ping-pong 128x128: the erf epilogue of one tile overlaps the other warpgroup's main loop
-//  coop_256x128_c2  cooperative 256x128 with a 2x1 cluster (B multicast): fewest bytes per FLOP, big M·N
+// so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs ~1 min of nvcc on a 2-core
+// machine and cicc takes ~5 GB for a file of three, so the list holds only tiles that win somewhere
+// (bench/kernels/NOTES.md has the measurements). Why each:
+//  pp_64x64_c1      ping-pong 64x64: 4x the CTAs of 128x128 for small M·N (well under one wave), where
+//                   128x64 tiles left most SMs idle (7.9 us vs cuBLAS 3.7 at 128x768x3072)
+//  pp_128x128_c1    ping-pong 128x128: one warpgroup's epilogue overlaps the other's main loop; about one
+//                   wave of tiles (128x4096x16384) and ties elsewhere
+//  coop_256x128_c2  cooperative 256x128, 2x1 cluster (B multicast): fewest bytes per FLOP; best from
+//                   ~1.5 waves of 128x128 tiles up (1024..16384 x 768 x 3072, 8192x4096x16384)
 #define ONNXFUSE_SM90_TILES_16BIT(X)                    \
-  X(pp_128x64_c1, 128, 64, 64, 1, 1, kPingpong)         \
+  X(pp_64x64_c1, 64, 64, 64, 1, 1, kPingpong)           \
   X(pp_128x128_c1, 128, 128, 64, 1, 1, kPingpong)       \
   X(coop_256x128_c2, 256, 128, 64, 2, 1, kCooperative)
 
 // TF32 GMMA takes K-major operands only, so these exist for trans_b = 1 (W [N, K]); K tile 32 = 128 bytes.
-#define ONNXFUSE_SM90_TILES_TF32(X)              \
-  X(pp_128x128_c1, 128, 128, 32, 1, 1, kPingpong) \
-  X(pp_128x64_c1, 128, 64, 32, 1, 1, kPingpong)   \
+#define ONNXFUSE_SM90_TILES_TF32(X)                     \
+  X(pp_64x64_c1, 64, 64, 32, 1, 1, kPingpong)           \
+  X(pp_128x128_c1, 128, 128, 32, 1, 1, kPingpong)       \
   X(coop_256x128_c2, 256, 128, 32, 2, 1, kCooperative)
 
 template <class Config>
