@@ -9,6 +9,7 @@ twice writes the same graphs and weights.
 
     python scripts/make_test_models.py                 # writes tests/models/ and sample_models/
     python scripts/make_test_models.py --only bert     # one family (manifest entries of the rest kept)
+    python scripts/make_test_models.py --only convnext --out /tmp/x   # elsewhere, to compare
 
 Needs the ``export`` extra (``pip install -e ".[export]"``: torch, transformers, onnxscript). The tests
 themselves need none of these: they load the committed files and ``tests/models/manifest.json``.
@@ -574,8 +575,17 @@ def entry(fam: Family, exporter: str, opset: int, post: str, file: str, data_fil
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=sorted(FAMILIES), help="families to (re)write")
+    ap.add_argument("--out", type=Path, help="write tests/models/ and sample_models/ under this folder instead "
+                                              "of the checkout (to compare with the committed files)")
     args = ap.parse_args(argv)
     only = set(args.only or FAMILIES)
+    if args.out is not None:
+        global TESTS_DIR, SAMPLES_DIR, MANIFEST
+        TESTS_DIR = args.out / "tests" / "models"
+        SAMPLES_DIR = args.out / "sample_models"
+        MANIFEST = TESTS_DIR / "manifest.json"
+        TESTS_DIR.mkdir(parents=True, exist_ok=True)
+        SAMPLES_DIR.mkdir(parents=True, exist_ok=True)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
