@@ -15,7 +15,7 @@ to every node it makes:
                      "inv_sqrt2", "sqrt_2_over_pi", "cubic", "sigmoid_alpha").
 
 ``build_gated`` makes T5 v1.1's gelu(x·Wi0) * (x·Wi1). Extra consumers/outputs for negative tests are
-added with ``Builder.output(name)`` or ``Builder.node(...)`` on intermediates (``Builder.tensors``).
+added with ``Builder.output(name, shape)`` or ``Builder.node(...)`` on intermediates (``Builder.tensors``).
 """
 
 from __future__ import annotations
