@@ -200,6 +200,13 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
     if inputs_path is not None and (samples is not None or shape_options):
         raise BadInputError("--inputs brings its own samples and shapes: drop --samples/--shape")
     shapes = dict(parse_shape_option(text) for text in shape_options)
+    from .io import check_output_path
+    from .plots import check_plot_path
+
+    if json_path and json_path != "-":  # refuse unwritable report paths before the models run
+        check_output_path(None, json_path)
+    if plot_path:
+        check_plot_path(plot_path)
     report = compare_models(
         original, optimized, provider=provider, samples=samples or 1, inputs=inputs_path, shapes=shapes,
         rtol=rtol, atol=atol, seed=seed, progress=progress,

@@ -23,6 +23,15 @@ MAX_PANELS = 12
 DECADES = 8
 
 
+def check_plot_path(path: str | Path) -> None:
+    """Refuse a plot path we cannot write, before any work is done."""
+    from .io import check_output_path
+
+    if Path(path).suffix.lower() != ".png":
+        raise BadInputError(f"--plot '{path}': the plot is a PNG, give a file name ending in .png")
+    check_output_path(None, path)
+
+
 def plot_error_histograms(report: CompareReport, path: str | Path) -> None:
     """Write the PNG to ``path`` atomically. With more than ``MAX_PANELS`` outputs, the worst ones (by
     distance to their tolerance) are drawn."""
@@ -32,8 +41,7 @@ def plot_error_histograms(report: CompareReport, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise BadInputError(f"--plot '{path}': the plot is a PNG, give a file name ending in .png")
+    check_plot_path(path)
     outputs = sorted(report.outputs, key=lambda o: -o.worst_ratio)[:MAX_PANELS]
     if len(report.outputs) <= MAX_PANELS:
         outputs = report.outputs  # keep the model's order when everything fits

@@ -406,6 +406,9 @@ def test_cli_tolerance_options_and_json_to_stdout(files):
         (["--shape", "bogus"], "expected NAME=DIMS"),
         (["--inputs", "/nonexistent/in.npz"], "do not exist"),
         (["--inputs", "/tmp", "--samples", "2"], "drop --samples"),
+        (["--plot", "errors.jpg"], "give a file name ending in .png"),
+        (["--plot", "/nonexistent/errors.png"], "does not exist"),
+        (["--json", "/nonexistent/report.json"], "does not exist"),
     ],
 )
 def test_cli_bad_input_exits_2_with_one_line(files, extra, message):
