@@ -64,7 +64,7 @@ def test_inspect_lists_blocks_and_refusals(mixed):
     report = json.loads(r.stdout)
     assert report["fused"] == 0 and report["refused"] == 1
     (refusal,) = report["refusals"]
-    assert refusal["rule"] == "erf-gelu" and "is not 1/√2" in refusal["reason"]
+    assert refusal["rule"] == "erf-gelu" and "divisor 1.414 is not √2" in refusal["reason"]
     r = cli("inspect", src)
     assert r.returncode == 0 and "blocks to fuse" in r.stdout and "FusedLinearGelu" in r.stdout
     r = cli("inspect", near)

@@ -11,8 +11,8 @@ from onnxfuse.fuse import fuse_model
 from tests.graphs import Builder, build, input_shape
 
 NEAR_MISSES = [
-    ("erf:pytorch:div", "sqrt2", 1.414, "erf-gelu", "is not 1/√2"),
-    ("erf:pytorch:div", "sqrt2", 1.4142, "erf-gelu", "is not 1/√2"),
+    ("erf:pytorch:div", "sqrt2", 1.414, "erf-gelu", "the Erf divisor 1.414 is not √2"),
+    ("erf:pytorch:div", "sqrt2", 1.4142, "erf-gelu", "the Erf divisor 1.4142 is not √2"),
     ("erf:keras:mul", "inv_sqrt2", 0.7071, "erf-gelu", "is not 1/√2"),
     ("erf:assoc:div", "half", 0.4999, "erf-gelu", "is not 0.5"),
     ("erf:pytorch:mul", "one", 1.001, "erf-gelu", "is not 1"),

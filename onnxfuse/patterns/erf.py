@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .graph import GraphView
+from .graph import GraphView, is_op
 from .rule import Activation, Refusal, close_to, closing_product, describe_miss, one_plus, product
 
 RULE = "erf-gelu"
@@ -32,8 +32,13 @@ class ErfGelu:
             return Refusal(RULE, "the Erf argument is not x/√2 (one tensor times a constant)", involved)
         x = arg.leaves[0]
         if not close_to(arg.const, INV_SQRT2, arg.const_dtype):
-            return Refusal(RULE, describe_miss("the Erf argument scale", arg.const, INV_SQRT2, "1/√2",
-                                               arg.const_dtype), involved)
+            # Say it as the graph wrote it: x/1.414 reads better as "divisor 1.414 is not √2".
+            div = view.producer_of(erf.input[0])
+            if div is not None and is_op(div, "Div") and arg.const:
+                miss = describe_miss("the Erf divisor", 1.0 / arg.const, math.sqrt(2.0), "√2", arg.const_dtype)
+            else:
+                miss = describe_miss("the Erf argument scale", arg.const, INV_SQRT2, "1/√2", arg.const_dtype)
+            return Refusal(RULE, miss, involved)
         if not close_to(p.value, 1.0, p.dtype):
             return Refusal(RULE, describe_miss("the constant added to erf", p.value, 1.0, "1", p.dtype), involved)
         closing = closing_product(view, RULE, p.output, x, 0.5, "0.5", involved)

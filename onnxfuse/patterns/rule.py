@@ -119,9 +119,15 @@ def dtype_name(dtype: int | None) -> str:
     return names.get(dtype) or onnx.helper.tensor_dtype_to_string(dtype).removeprefix("TensorProto.").lower()
 
 
+_NP = {T.FLOAT: np.float32, T.FLOAT16: np.float16, T.BFLOAT16: ml_dtypes.bfloat16, T.DOUBLE: np.float64}
+
+
 def describe_miss(what: str, value: float, ref: float, ref_text: str, dtype: int) -> str:
+    """One refusal line; the value is printed as short as its own precision allows (1.414, not
+    1.41400003)."""
     rel = abs(value - ref) / abs(ref) if ref else abs(value)
-    return (f"{what} {value:.9g} is not {ref_text} ({ref:.9g}): off by {rel:.1e} relative, more than the "
+    shown = str(_NP.get(dtype, np.float64)(value))
+    return (f"{what} {shown} is not {ref_text} ({ref:.9g}): off by {rel:.1e} relative, more than the "
             f"rounding of a {dtype_name(dtype)} constant")
 
 
