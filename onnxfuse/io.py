@@ -278,7 +278,8 @@ def load_model(path, *, load_external_data: bool = False) -> onnx.ModelProto:
         try:
             # full (shape inference) as the output will be, so an input that fails it is refused now
             check_file(path)
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        # (ValueError: the checker's word for an element type that is no type, e.g. "Invalid tensor data type 91")
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
             first = str(e).strip().splitlines()[0]
             raise BadInputError(f"{path}: not a valid ONNX model: {first}") from None
         except UnicodeDecodeError:  # the checker's message quotes a name that is not UTF-8
