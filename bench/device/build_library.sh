@@ -3,6 +3,8 @@
 # what the GPU machine needs to load it into .device/lib: the library and the OpenBLAS its CPU kernel links.
 #
 #   bash bench/device/build_library.sh            (JOBS=2 by default; CMAKE_ARGS="..." adds configure flags)
+#   CONFIGURE_ONLY=1 bash bench/device/build_library.sh   configure, and gather .device/buildkit for a build
+#                                                         on the GPU machine (on_device.sh build) instead
 #
 # The whole visit to the H200, in order (each `run` call brings the one folder named; see on_device.sh):
 #   1. here:   bash bench/device/build_library.sh
@@ -12,6 +14,7 @@
 #              (the last one followed by `&& bash /tmp/onnxfuse-kit/on-device.sh install`)
 #   4. device: bash bench/device/on_device.sh tests                           carry .device/lib
 #   5. device: bash bench/device/on_device.sh bench                           carry .device/lib
+#   (with CONFIGURE_ONLY=1: first `on_device.sh build` carrying .device/buildkit; then steps 4-5 carry nothing)
 #   6. here:   copy the returned cuda_kernel.json to bench/results/ (bench/device/on_device.sh says how).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
@@ -20,8 +23,17 @@ grep -qxF '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/
 
 # shellcheck disable=SC2086
 cmake -S custom_ops -B .device/build -DCMAKE_BUILD_TYPE=Release -DONNXFUSE_CUDA=ON ${CMAKE_ARGS:-}
-cmake --build .device/build -j "${JOBS:-2}"
 
+# The build kit for building on the GPU machine instead (on_device.sh build: 16 cores there against 2 here):
+# the ORT headers this configure fetched and the OpenBLAS the CPU kernel links; CUTLASS comes with the kit.
+rm -rf .device/buildkit
+mkdir -p .device/buildkit/openblas/lib
+cp -r "$(sed -n 's/^ONNXRUNTIME_INCLUDE_DIR:PATH=//p' .device/build/CMakeCache.txt)" .device/buildkit/ort-include
+cp -r "$(sed -n 's/^ONNXFUSE_OPENBLAS_INCLUDE_DIR:PATH=//p' .device/build/CMakeCache.txt)" .device/buildkit/openblas/include
+cp "$(sed -n 's/^ONNXFUSE_OPENBLAS_LIBRARY:FILEPATH=//p' .device/build/CMakeCache.txt)" .device/buildkit/openblas/lib/
+[ "${CONFIGURE_ONLY:-0}" = 1 ] && { echo "ready to carry: .device/buildkit ($(du -sh .device/buildkit | cut -f1))"; exit 0; }
+
+cmake --build .device/build -j "${JOBS:-2}"
 rm -rf .device/lib
 mkdir -p .device/lib
 cp .device/build/libonnxfuse_ops.so .device/lib/

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs ON the H200 machine, from the project's root there, after the kit is installed into /tmp/site and with
-# .device/lib carried (bench/device/build_library.sh made it here). Everything it makes goes under $OUT.
+# Runs ON the H200 machine, from the project's root there, after the kit is installed into /tmp/site, with
+# .device/lib carried (bench/device/build_library.sh made it here) or built there first with `build`.
+# Everything it makes goes under $OUT.
 #
+#   bash bench/device/on_device.sh build   build the library there (carry .device/buildkit), into /tmp/onnxfuse-lib
 #   bash bench/device/on_device.sh tests   onnxfuse doctor, the GPU tests (pytest tests/test_op_cuda.py), then
 #                                          compute-sanitizer memcheck and racecheck over bench/device/sanitize_sweep.py
 #   bash bench/device/on_device.sh bench   bench/cuda_kernel.py over the shape grid, fp16 bf16 fp32
@@ -13,14 +15,39 @@ OUT=${OUT:-/tmp/onnxfuse-out}
 mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
-export ONNXFUSE_LIBRARY=$PWD/.device/lib/libonnxfuse_ops.so
+# The library: carried in .device/lib (built here), or built there by `on_device.sh build` into /tmp.
+lib_dir=$PWD/.device/lib
+[ -f "$lib_dir/libonnxfuse_ops.so" ] || lib_dir=/tmp/onnxfuse-lib
+export ONNXFUSE_LIBRARY=$lib_dir/libonnxfuse_ops.so
 # The library's OpenBLAS (its CPU kernel) travels beside it.
-export LD_LIBRARY_PATH=$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-[ -f "$ONNXFUSE_LIBRARY" ] || { echo "no $ONNXFUSE_LIBRARY: carry .device/lib"; exit 2; }
+export LD_LIBRARY_PATH=$lib_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers()" ||
   { echo "onnxruntime-gpu is not in /tmp/site: install the kit first"; exit 2; }
+[ "${1:-}" = build ] || [ -f "$ONNXFUSE_LIBRARY" ] ||
+  { echo "no op library: carry .device/lib, or run 'on_device.sh build' (carrying .device/buildkit) first"; exit 2; }
 
 case "${1:-}" in
+  build)
+    # The same CMake build as here, on the GPU machine's cores; ORT headers and OpenBLAS from the carried
+    # .device/buildkit, CUTLASS headers from the kit's nvidia-cutlass wheel in /tmp/site.
+    kit=$PWD/.device/buildkit
+    [ -d "$kit" ] || { echo "carry .device/buildkit (CONFIGURE_ONLY=1 bench/device/build_library.sh makes it)"; exit 2; }
+    command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+    cutlass=/tmp/site/cutlass_library/source
+    s=$(date +%s)
+    cmake -S custom_ops -B /tmp/onnxfuse-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DONNXFUSE_CUDA=ON \
+      -DONNXRUNTIME_INCLUDE_DIR="$kit/ort-include" -DONNXFUSE_OPENBLAS_INCLUDE_DIR="$kit/openblas/include" \
+      -DONNXFUSE_OPENBLAS_LIBRARY="$kit/openblas/lib/libscipy_openblas.so" \
+      -DCUTLASS_INCLUDE_DIR="$cutlass/include" -DCUTLASS_UTIL_INCLUDE_DIR="$cutlass/tools/util/include" \
+      > "$OUT/build.log" 2>&1 && cmake --build /tmp/onnxfuse-build -j "$(nproc)" >> "$OUT/build.log" 2>&1
+    rc=$?
+    tail -n 15 "$OUT/build.log"
+    [ $rc -eq 0 ] || exit $rc
+    mkdir -p /tmp/onnxfuse-lib
+    cp /tmp/onnxfuse-build/libonnxfuse_ops.so "$kit/openblas/lib/libscipy_openblas.so" /tmp/onnxfuse-lib/
+    cp /tmp/onnxfuse-build/libonnxfuse_ops.so "$OUT/"
+    echo "built /tmp/onnxfuse-lib/libonnxfuse_ops.so in $(( $(date +%s) - s )) s"
+    ;;
   tests)
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
     rc=0
