@@ -15,6 +15,7 @@ OUT=${OUT:-/tmp/onnxfuse-out}
 mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
+command -v nvcc >/dev/null && command -v compute-sanitizer >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
 # The library: carried in .device/lib (built here), or built there by `on_device.sh build` into /tmp.
 lib_dir=$PWD/.device/lib
 [ -f "$lib_dir/libonnxfuse_ops.so" ] || lib_dir=/tmp/onnxfuse-lib
@@ -32,7 +33,6 @@ case "${1:-}" in
     # .device/buildkit, CUTLASS headers from the kit's nvidia-cutlass wheel in /tmp/site.
     kit=$PWD/.device/buildkit
     [ -d "$kit" ] || { echo "carry .device/buildkit (CONFIGURE_ONLY=1 bench/device/build_library.sh makes it)"; exit 2; }
-    command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
     cutlass=/tmp/site/cutlass_library/source
     s=$(date +%s)
     cmake -S custom_ops -B /tmp/onnxfuse-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DONNXFUSE_CUDA=ON \
