@@ -384,19 +384,27 @@ def main(argv=None) -> int:
     }
     print(json.dumps(meta["device"]), flush=True)
     bench = Bench(args.library, args.warmup, args.reps, args.prof_reps, pyc)
+    out = args.json or (os.path.join(os.environ["OUT"], "cuda_kernel.json") if os.environ.get("OUT") else None)
     rows = []
     t0 = time.time()
+
+    def save(complete: bool) -> None:
+        # Rewritten after every row, so a run cut short by a time limit still leaves its rows behind.
+        if out:
+            misses = [m for r in rows for m in verdicts(r)]
+            with open(out + ".tmp", "w") as f:
+                json.dump({"meta": meta, "complete": complete, "rows": rows, "misses": misses,
+                           "seconds": round(time.time() - t0, 1)}, f, indent=1)
+            os.replace(out + ".tmp", out)
+
     for dt in args.dtypes:
         for (M, K, N) in shapes:
             r = run_case(bench, dt, M, K, N, args.approximate)
             rows.append(r)
             print(json.dumps(r), flush=True)
+            save(complete=False)
+    save(complete=True)
     misses = [m for r in rows for m in verdicts(r)]
-    result = {"meta": meta, "rows": rows, "misses": misses, "seconds": round(time.time() - t0, 1)}
-    out = args.json or (os.path.join(os.environ["OUT"], "cuda_kernel.json") if os.environ.get("OUT") else None)
-    if out:
-        with open(out, "w") as f:
-            json.dump(result, f, indent=1)
     pyc.close()
     print()
     print(table(rows))
