@@ -238,6 +238,7 @@ def main(argv=None) -> int:
             "import_only_peak_rss_bytes": baseline_rss, "fused": report["fused"], "refused": report["refused"],
             "output_data": accounting, "max_seconds": args.max_seconds, "max_rss_bytes": int(args.max_rss_gb * 1e9),
             "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "load_average_1min_after": round(os.getloadavg()[0], 2),
         }
         if args.run:
             figures["run"] = run_one_token(out, args.d_model)
