@@ -20,6 +20,17 @@ MODELS = sorted((Path(__file__).parent / "models").glob("*.onnx"))
 
 PROVIDERS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
+# T5 in float16 is ill-conditioned (no mean subtraction in its RMSNorm, activations up to |3.8| in these
+# tiny models): measured on the H200, ORT's own unfused float16 path lands up to 0.045 from the float32 model
+# (p99 0.0135) and the fused model up to 0.038 (p99 0.0137), so two correct float16 executions differ by up
+# to 0.023, past the float16 default bound 1e-2 + 1e-2·|ref| (1.49× it at worst; 0.85× on this CPU). The
+# fused model is no farther from float32 than ORT's own path; such a model is judged at 3e-2.
+ILL_CONDITIONED_FP16 = 3e-2
+
+
+def _tolerance_override(stem: str) -> float | None:
+    return ILL_CONDITIONED_FP16 if stem.startswith("t5_") and "_ortfp16" in stem else None
+
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
@@ -31,7 +42,8 @@ def test_optimized_exporter_model_passes_the_gate(path, provider, tmp_path, libr
             pytest.skip("no usable CUDA device")
     fused = tmp_path / f"{path.stem}_fused.onnx"
     assert optimize_file(path, fused).fused, "nothing fused: the gate would compare a model with itself"
-    report = verify_optimized(path, fused, provider=provider, samples=2, progress=False)
+    override = _tolerance_override(path.stem)
+    report = verify_optimized(path, fused, provider=provider, samples=2, progress=False, rtol=override, atol=override)
     print(f"{path.stem} {provider}: " + "; ".join(
         f"{o.name} max abs {o.max_abs:.3g} worst {o.worst_ratio:.3f}x tol" for o in report.outputs))
     assert report.exit_code == 0, report.summary()
@@ -40,7 +52,10 @@ def test_optimized_exporter_model_passes_the_gate(path, provider, tmp_path, libr
         expected = "float16" if "fp16" in path.stem else "float32"
         assert (stats.compute_dtype or stats.dtype) == expected
         key = f"{expected}/{provider}" if f"{expected}/{provider}" in DEFAULT_TOLERANCES else expected
-        assert stats.tolerance == DEFAULT_TOLERANCES[key]
+        if override is None:
+            assert stats.tolerance == DEFAULT_TOLERANCES[key]
+        else:
+            assert stats.tolerance.atol == stats.tolerance.rtol == override
 
 
 @pytest.mark.parametrize("path", MODELS[:1] + [p for p in MODELS if p.stem.startswith("gpt2")][:1], ids=lambda p: p.stem)
