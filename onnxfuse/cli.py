@@ -59,26 +59,64 @@ def main() -> None:
 @click.option("--approximate", type=click.Choice(["tanh", "sigmoid"]), default=None,
               help="Make every fused node compute this GELU form, trading exactness on purpose "
                    "(the report lists the nodes whose math changed). Default: keep each block's own math.")
-def optimize_command(model, output, json_path, approximate):
+@click.option("--verify", is_flag=True,
+              help="Before OUT takes its place, run MODEL and the result in ONNX Runtime on the same inputs "
+                   "(as `onnxfuse compare`) and exit 3 without writing OUT if any output drifts.")
+@click.option("--keep-failed", is_flag=True, help="With --verify: write OUT even when the gate fails (still exit 3).")
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="With --verify: execution provider for both models.")
+@click.option("--samples", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --verify: random input samples.")
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
+              help="With --verify: concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable).")
+@click.option("--rtol", type=float, default=None, help="With --verify: relative tolerance (default: per dtype).")
+@click.option("--atol", type=float, default=None, help="With --verify: absolute tolerance (default: per dtype).")
+def optimize_command(model, output, json_path, approximate, verify, keep_failed, provider, samples,
+                     shape_options, rtol, atol):
     """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node and write OUT.
 
     Everything else stays as it was; external-data models stay external (OUT.data beside OUT). The
-    input is never modified; OUT is written atomically.
+    input is never modified; OUT is written atomically. With --verify the accuracy gate of
+    `onnxfuse compare` (same default tolerances) judges the result before it is published.
 
     \b
     Exit codes: 0 ok · 1 internal error · 2 bad input (unreadable model, missing external data,
-    unwritable output).
+    unwritable output) · 3 --verify: outputs outside tolerance (OUT not written unless --keep-failed).
     """
+    from .errors import AccuracyGateError, BadInputError
     from .fuse import optimize_file
 
+    verify_only = {"--keep-failed": keep_failed, "--shape": shape_options, "--rtol": rtol, "--atol": atol,
+                   "--samples": samples != 1, "--provider": provider != "cpu"}
+    misplaced = [name for name, given in verify_only.items() if given and not verify]
+    if misplaced:
+        raise BadInputError(f"{', '.join(misplaced)}: meaningful only with --verify")
     if json_path and json_path != "-":  # refuse an unwritable report path before writing the model
         from .io import check_output_path
 
         check_output_path(None, json_path)
-    report = optimize_file(model, output, approximate=approximate)
+
+    gate = []  # the compare report, once the gate has run
+
+    def run_gate(written_model: str) -> None:
+        from .compare import verify_optimized
+        from .inputs import parse_shape_option
+
+        shapes = dict(parse_shape_option(text) for text in shape_options)
+        verdict = verify_optimized(model, written_model, provider=provider, samples=samples, shapes=shapes,
+                                   rtol=rtol, atol=atol, progress=False)
+        gate.append(verdict)
+        if json_path != "-":
+            _render_compare(verdict)
+        if not verdict.passed and not keep_failed:
+            raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
+
+    report = optimize_file(model, output, approximate=approximate, before_publish=run_gate if verify else None)
     if json_path != "-":
         _render_rewrite(report, title=f"{report.model} → {report.output}")
-    _emit_json(report, json_path)
+    _emit_json(report, json_path, extra={"verify": gate[0].to_dict()} if gate else None)
+    if gate and not gate[0].passed:
+        raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {gate[0].summary()}")
     if report.exit_code:
         sys.exit(report.exit_code)
 
@@ -98,12 +136,12 @@ def inspect_command(model, json_out):
         _render_rewrite(report, title=f"{report.model} (inspect: nothing written)", blocks=True)
 
 
-def _emit_json(report, json_path) -> None:
+def _emit_json(report, json_path, extra: dict | None = None) -> None:
     if not json_path:
         return
     import json
 
-    text = json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
+    text = json.dumps({**report.to_dict(), **(extra or {})}, indent=2, ensure_ascii=False)
     if json_path == "-":
         click.echo(text)
         return

@@ -79,10 +79,12 @@ class FuseResult:
     # The folder the model's external data lives in (None for inline models).
     source_dir: str | None = None
 
-    def save(self, path, *, check: bool = True) -> None:
+    def save(self, path, *, check: bool = True, before_publish=None) -> None:
         """Write the fused model (atomically, external data streamed): the one correct way to save it,
-        since transposed external weights only exist once written."""
-        io.save_model(self.model, path, source_dir=self.source_dir, derived=self.derived, check=check)
+        since transposed external weights only exist once written. ``before_publish``: see
+        ``io.save_model``."""
+        io.save_model(self.model, path, source_dir=self.source_dir, derived=self.derived, check=check,
+                      before_publish=before_publish)
 
 
 # --- finding ---------------------------------------------------------------------------------------
@@ -417,15 +419,17 @@ def inspect_file(path) -> Report:
     return report
 
 
-def optimize_file(input_path, output_path, *, approximate: str | None = None) -> Report:
-    """Load ``input_path``, fuse, check, and write ``output_path`` atomically (external data streamed)."""
+def optimize_file(input_path, output_path, *, approximate: str | None = None, before_publish=None) -> Report:
+    """Load ``input_path``, fuse, check, and write ``output_path`` atomically (external data streamed).
+    ``before_publish(temp_model_path)`` runs on the finished file before it takes ``output_path``'s place;
+    an exception it raises leaves ``output_path`` as it was."""
     start = time.perf_counter()
     io.check_output_path(input_path, output_path)
     model = io.load_model(input_path)
     result = fuse_model(model, approximate=approximate, base_dir=base_dir_of(input_path))
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
     # default domain (ORT's transformers optimizer output), which it rejects before we touch them.
-    result.save(output_path, check=io.checkable(model))
+    result.save(output_path, check=io.checkable(model), before_publish=before_publish)
     report = result.report
     report.model, report.output = os.fspath(input_path), os.fspath(output_path)
     report.seconds = time.perf_counter() - start

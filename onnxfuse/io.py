@@ -416,7 +416,7 @@ def _fsync_dir(path: str) -> None:
 
 def save_model(model: onnx.ModelProto, path, *, source_dir=None,
                derived: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
-               check: bool = True) -> None:
+               check: bool = True, before_publish: Callable[[str], None] | None = None) -> None:
     """Write ``model`` to ``path`` atomically; external tensors go to a fresh ``<name>.data`` beside it.
 
     ``source_dir`` is where the external data the model points at lives (the input model's folder).
@@ -424,7 +424,9 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
     a callable on the flat source array with a ``source`` attribute, the source's external reference
     (``fuse.Derived``). Files are written into a temporary folder beside ``path``, fsynced, checked with
     ``onnx.checker`` (full check), then renamed into place — data file first; on any failure nothing is
-    left behind. ``model`` is left as it was."""
+    left behind. ``model`` is left as it was. ``before_publish`` is called with the written and checked
+    temporary model (its data file beside it) just before the rename: an exception it raises publishes
+    nothing (``optimize --verify`` runs the accuracy gate there)."""
     path = os.fspath(path)
     derived = dict(derived or {})
     out_dir = os.path.dirname(os.path.abspath(path))
@@ -478,6 +480,8 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
                     raise
                 raise BadInputError(f"{path}: not written: the input declares a type or shape that its "
                                     f"computation does not produce ({first})") from None
+        if before_publish is not None:
+            before_publish(model_tmp)
         if ext:
             # Never an old model beside a new data file (its offsets would point into the wrong bytes):
             # the old model goes first (the target is then absent), then the data file, then the model.
