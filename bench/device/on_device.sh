@@ -6,6 +6,7 @@
 #   bash bench/device/on_device.sh build   build the library there (carry .device/buildkit), into /tmp/onnxfuse-lib
 #   bash bench/device/on_device.sh tests   onnxfuse doctor, the GPU tests (pytest tests/test_op_cuda.py), then
 #                                          compute-sanitizer memcheck and racecheck over bench/device/sanitize_sweep.py
+#   bash bench/device/on_device.sh all     tests, bench (fewer repetitions) and sanitizers in one call
 #   bash bench/device/on_device.sh bench   bench/cuda_kernel.py over the shape grid, fp16 bf16 fp32
 #
 # Each fits in one 10-minute call. Back here, the bench's JSON goes to bench/results/:
@@ -67,6 +68,24 @@ case "${1:-}" in
       [ "$t" -eq 0 ] || rc=1
     done
     exit $rc
+    ;;
+  all)
+    # One call of at most ~9.5 minutes for a short device budget: tests, the benchmark (fewer repetitions,
+    # every shape), then the sanitizers, each time-boxed so that the call ends inside its 10-minute limit.
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt"
+    python3 -m onnxfuse.cli doctor > "$OUT/doctor.txt" 2>&1
+    python3 -m onnxfuse.cli doctor --json >> "$OUT/doctor.txt" 2>&1
+    head -n 20 "$OUT/doctor.txt"
+    timeout 200 python3 -m pytest tests/test_op_cuda.py -q -rA -p no:cacheprovider > "$OUT/pytest.log" 2>&1
+    echo "pytest exit $?"; grep -E "passed|failed|error" "$OUT/pytest.log" | tail -n 25
+    timeout 240 python3 bench/cuda_kernel.py --json "$OUT/cuda_kernel.json" --warmup 3 --reps 30 --prof-reps 15 \
+      > "$OUT/cuda_kernel.log" 2>&1
+    echo "bench exit $?"; tail -n 45 "$OUT/cuda_kernel.log"
+    for tool in memcheck racecheck; do
+      timeout 65 compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
+        python3 bench/device/sanitize_sweep.py > "$OUT/$tool.log" 2>&1
+      echo "compute-sanitizer $tool: exit $?"; tail -n 3 "$OUT/$tool.log"
+    done
     ;;
   bench)
     python3 bench/cuda_kernel.py --json "$OUT/cuda_kernel.json" "${@:2}" 2>&1 | tee "$OUT/cuda_kernel.log" | tail -n 60
