@@ -76,13 +76,13 @@ case "${1:-}" in
     python3 -m onnxfuse.cli doctor > "$OUT/doctor.txt" 2>&1
     python3 -m onnxfuse.cli doctor --json >> "$OUT/doctor.txt" 2>&1
     head -n 20 "$OUT/doctor.txt"
-    timeout 200 python3 -m pytest tests/test_op_cuda.py -q -rA -p no:cacheprovider > "$OUT/pytest.log" 2>&1
+    timeout 180 python3 -m pytest tests/test_op_cuda.py -q -rA -p no:cacheprovider > "$OUT/pytest.log" 2>&1
     echo "pytest exit $?"; grep -E "passed|failed|error" "$OUT/pytest.log" | tail -n 25
-    timeout 240 python3 bench/cuda_kernel.py --json "$OUT/cuda_kernel.json" --warmup 3 --reps 30 --prof-reps 15 \
+    timeout 220 python3 bench/cuda_kernel.py --json "$OUT/cuda_kernel.json" --warmup 3 --reps 30 --prof-reps 15 \
       > "$OUT/cuda_kernel.log" 2>&1
     echo "bench exit $?"; tail -n 45 "$OUT/cuda_kernel.log"
     for tool in memcheck racecheck; do
-      timeout 65 compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
+      timeout 50 compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
         python3 bench/device/sanitize_sweep.py > "$OUT/$tool.log" 2>&1
       echo "compute-sanitizer $tool: exit $?"; tail -n 3 "$OUT/$tool.log"
     done
