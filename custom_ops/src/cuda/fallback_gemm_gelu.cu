@@ -88,6 +88,7 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
 
   wmma::fragment<wmma::accumulator, 16, 16, Traits::kK, float> acc[2][2];
   float strict_acc[kStrictF32 ? 32 : 1] = {};
+  float strict_err[kStrictF32 ? 32 : 1] = {};
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -109,38 +110,50 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
     }
     __syncthreads();
     if constexpr (kStrictF32) {
-      // Thread t owns row t/2, columns (t%2)*32 .. +32 of the tile.
+      // Thread t owns row t/2, columns (t%2)*32 .. +32 of the tile. A plain running fp32 sum over K loses
+      // ~sqrt(K) roundings (measured 2-3x cuBLAS's blocked fp32 error at K = 770), so each dot product is
+      // compensated (Ogita-Rump-Oishi Dot2: the exact product error from an FMA, the exact sum error from
+      // TwoSum), which is as accurate as summing in twice the precision.
       const int r = threadIdx.x / 2, c0 = (threadIdx.x % 2) * 32;
-#pragma unroll 4
+#pragma unroll 2
       for (int kk = 0; kk < kTileK; ++kk) {
         const float a = smem.ab.a[r][kk];
 #pragma unroll
-        for (int j = 0; j < 32; ++j) strict_acc[j] = fmaf(a, smem.ab.b[c0 + j][kk], strict_acc[j]);
+        for (int j = 0; j < 32; ++j) {
+          const float b = smem.ab.b[c0 + j][kk];
+          const float p = a * b;
+          const float p_err = fmaf(a, b, -p);  // a·b = p + p_err exactly
+          const float s = strict_acc[j] + p;
+          const float b_virtual = s - strict_acc[j];
+          const float s_err = (strict_acc[j] - (s - b_virtual)) + (p - b_virtual);  // acc + p = s + s_err
+          strict_acc[j] = s;
+          strict_err[j] += s_err + p_err;
+        }
       }
     } else {
 #pragma unroll
-    for (int kk = 0; kk < kTileK; kk += Traits::kK) {
-      wmma::fragment<wmma::matrix_a, 16, 16, Traits::kK, typename Traits::Frag, wmma::row_major> fa[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, Traits::kK, typename Traits::Frag, wmma::col_major> fb[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        wmma::load_matrix_sync(fa[i], &smem.ab.a[warp_m + 16 * i][kk], kLd);
-        wmma::load_matrix_sync(fb[i], &smem.ab.b[warp_n + 16 * i][kk], kLd);
-      }
-      if constexpr (std::is_same_v<T, float>) {
+      for (int kk = 0; kk < kTileK; kk += Traits::kK) {
+        wmma::fragment<wmma::matrix_a, 16, 16, Traits::kK, typename Traits::Frag, wmma::row_major> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, Traits::kK, typename Traits::Frag, wmma::col_major> fb[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-#pragma unroll
-          for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
-#pragma unroll
-          for (int e = 0; e < fb[i].num_elements; ++e) fb[i].x[e] = wmma::__float_to_tf32(fb[i].x[e]);
+          wmma::load_matrix_sync(fa[i], &smem.ab.a[warp_m + 16 * i][kk], kLd);
+          wmma::load_matrix_sync(fb[i], &smem.ab.b[warp_n + 16 * i][kk], kLd);
         }
+        if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+#pragma unroll
+            for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
+#pragma unroll
+            for (int e = 0; e < fb[i].num_elements; ++e) fb[i].x[e] = wmma::__float_to_tf32(fb[i].x[e]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
       }
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-    }
     }
     __syncthreads();
   }
@@ -149,7 +162,8 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
   if constexpr (kStrictF32) {
     const int r = threadIdx.x / 2, c0 = (threadIdx.x % 2) * 32;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) smem.c[r][c0 + j] = strict_acc[j];
+    for (int j = 0; j < 32; ++j)  // an overflowed sum keeps its inf (its error term would be NaN)
+      smem.c[r][c0 + j] = isfinite(strict_acc[j]) ? strict_acc[j] + strict_err[j] : strict_acc[j];
   } else {
 #pragma unroll
     for (int i = 0; i < 2; ++i)

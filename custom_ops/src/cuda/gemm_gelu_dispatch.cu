@@ -53,17 +53,30 @@ const Tactic kTactics[] = {
 };
 constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics[0]));
 
-// The shape table: which sm90 tile to try first, by how many 128x128 output tiles the problem has relative
-// to the number of SMs ("waves"). A tuner can rewrite these rows; the measurements behind them are in
-// bench/kernels/NOTES.md. A row names the tile by its suffix in the tactic name.
+// The shape table: which sm90 tile to try first, by operand width, by how many 128x128 output tiles the
+// problem has relative to the number of SMs ("waves") and by K. The first row that matches wins; a tuner can
+// rewrite the rows. Measured on H200 (bench/results/kernels_v2_*.json, bench/kernels/NOTES.md):
+//  - under half a wave, 64x64 tiles (4x the CTAs) win by 2x; around one wave, one 128x128 tile per SM;
+//  - 1.5-6 waves: cooperative 256x128 with a 2x1 cluster (fp16 1024x768x3072: 15.1 us vs 17.0 ping-pong);
+//  - more waves: ping-pong 128x128 hides the epilogue (fp16 16384x1024x4096: 217 us vs 247 cooperative),
+//    except TF32 at long K, where the cooperative tile's larger MMA per byte wins (8192x4096x16384:
+//    3521 us vs 4309).
 struct ShapeRule {
+  bool tf32;         // row for float32 (TF32) instead of 16-bit operands
   double max_waves;  // (M/128)·(N/128) / SMs at most this
-  const char* tile;
+  int64_t min_k;     // K at least this
+  const char* tile;  // the tile's suffix in the tactic name
 };
 constexpr ShapeRule kShapeTable[] = {
-    {0.5, "pp_64x64_c1"},        // a fraction of a wave: small tiles to occupy more SMs
-    {1.0, "pp_128x128_c1"},      // about one wave: one 128x128 tile per SM, epilogue overlapped
-    {1e300, "coop_256x128_c2"},  // more: the biggest tile, least L2 and smem traffic per FLOP
+    {false, 0.5, 0, "pp_64x64_c1"},
+    {false, 1.0, 0, "pp_128x128_c1"},
+    {false, 6.0, 0, "coop_256x128_c2"},
+    {false, 1e300, 0, "pp_128x128_c1"},
+    {true, 0.5, 0, "pp_64x64_c1"},
+    {true, 1.0, 0, "pp_128x128_c1"},
+    {true, 2.0, 0, "coop_256x128_c2"},
+    {true, 1e300, 2048, "coop_256x128_c2"},
+    {true, 1e300, 0, "pp_128x128_c1"},
 };
 
 // float32 with few rows is bound by reading W, not by math: it runs at full fp32 accuracy (3xTF32 or
@@ -79,8 +92,9 @@ int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
   if (dev.cc_major == 9 && dev.cc_minor == 0 && dev.sm_count > 0) {
     const double tiles = static_cast<double>((a.M + 127) / 128) * static_cast<double>((a.N + 127) / 128);
     const double waves = tiles / dev.sm_count;
+    const bool tf32 = a.dtype == DType::kFloat32;
     for (const ShapeRule& rule : kShapeTable) {
-      if (waves > rule.max_waves) continue;
+      if (rule.tf32 != tf32 || waves > rule.max_waves || a.K < rule.min_k) continue;
       const char* tile = rule.tile;
       for (int i = 0; i < kTacticCount; ++i)
         if (std::strncmp(kTactics[i].name, "sm90_", 5) == 0 && ends_with(kTactics[i].name, tile) &&
