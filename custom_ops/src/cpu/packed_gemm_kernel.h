@@ -38,11 +38,13 @@ inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const float* b,
   using V = typename S::V;
   constexpr int kPerPanel = kNr / S::kWidth;
   constexpr int kCols = kPanels * kPerPanel;  // vectors per row
+  // Each K slice sums from zero and is added to C's running total once at the end (blocked summation):
+  // the rounding error then grows with the slice length, not with all of K, as in ORT's own MLAS.
   V acc[kRows][kCols];
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 4
-    for (int v = 0; v < kCols; ++v) acc[r][v] = accumulate ? S::load(c + r * ldc + v * S::kWidth) : S::zero();
+    for (int v = 0; v < kCols; ++v) acc[r][v] = S::zero();
   }
 #pragma GCC unroll 2
   for (int64_t k = 0; k < kc; ++k) {
@@ -61,6 +63,13 @@ inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const float* b,
       const V av = S::set1(a[r * lda + k]);
 #pragma GCC unroll 4
       for (int v = 0; v < kCols; ++v) acc[r][v] = S::fmadd(av, bv[v], acc[r][v]);
+    }
+  }
+  if (accumulate) {
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kCols; ++v) acc[r][v] = S::add(S::load(c + r * ldc + v * S::kWidth), acc[r][v]);
     }
   }
   if constexpr (kLast) {
