@@ -11,8 +11,8 @@ Per example:
 * every block the report lists as refused is bit-identical too.
 
 A sampled subset also runs through ONNX Runtime with the real CPU kernel. CI runs the ``ci`` profile
-(derandomized, 2,000 examples); ``HYPOTHESIS_PROFILE=explore`` draws fresh random examples (see the
-module's ``settings.register_profile`` calls).
+(derandomized, 2,000 examples); ``HYPOTHESIS_PROFILE=explore`` draws fresh random examples
+(``HYPOTHESIS_EXAMPLES`` of them, default 20,000).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from tests.reference_ops import run
 
 settings.register_profile("ci", max_examples=2000, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("explore", max_examples=20000, deadline=None, derandomize=False,
+settings.register_profile("explore", max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "20000")),
+                          deadline=None, derandomize=False,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("quick", max_examples=100, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -89,12 +90,12 @@ class GraphSpec:
     seed: int
 
     def unsure(self, blk: BlockSpec) -> bool:
-        """Whether the rewriter may refuse ``blk`` without being wrong: a bias of rank > 2 after an op onnx's
-        shape inference cannot see through (a com.microsoft GELU) — the input's rank is then unknown, and
-        such a bias could raise the output's rank."""
+        """Whether the rewriter may refuse ``blk`` without being wrong: a bias of rank > 2 anywhere after an op
+        onnx's shape inference cannot see through (a com.microsoft GELU) — the input's rank is then unknown,
+        and such a bias could raise the output's rank."""
         i = self.blocks.index(blk)
-        return (i > 0 and blk.bias_shape is not None and len(blk.bias_shape) > 2
-                and self.blocks[i - 1].gelu.startswith("ms:") and self.must_refuse(blk) is None)
+        return (blk.bias_shape is not None and len(blk.bias_shape) > 2
+                and any(b.gelu.startswith("ms:") for b in self.blocks[:i]) and self.must_refuse(blk) is None)
 
     def must_refuse(self, blk: BlockSpec) -> str | None:
         """Why ``blk`` must stay as written (None: it must fuse)."""
