@@ -3,7 +3,7 @@
 Over M×N = 512×2048 = 1,048,576 output elements per dtype and GELU form, the CPU kernel of
 FusedLinearGelu and ONNX Runtime's own unfused MatMul → Add → GELU are both measured against a float64
 reference computed from the very same (already rounded) inputs. The fused kernel's p99 and max absolute
-errors must stay within 1.05× the unfused path's (float32's max: the median over four seeds, see below).
+errors must stay within 1.05× the unfused path's.
 
 The unfused peer:
 * float32 and float16: ORT CPU running MatMul, Add and Gelu (or x·Sigmoid(1.702x)) in that type,
@@ -161,27 +161,17 @@ def test_fused_error_distribution_is_no_worse_than_unfused(dtype_name, approxima
     assert np.isfinite(fused).all()
     assert p99_u < P99_CEILING[dtype_name] and p99_f < P99_CEILING[dtype_name], line
     assert p99_f <= TOLERATED_RATIO * p99_u, line
-    if dtype_name != "float32":  # float32's max is judged over several seeds below
-        assert max_f <= TOLERATED_RATIO * max_u, line
+    assert max_f <= TOLERATED_RATIO * max_u, line
 
 
 FLOAT32_SEEDS = (0, 1, 2, 3)
 
 
-@pytest.mark.xfail(
-    strict=False,  # passes again once the GEMM sums K like MLAS: then drop this marker
-    raises=AssertionError,
-    reason=(
-        "the CPU kernel's fp32 GEMM has a wider error tail than ORT's MLAS at K=768: median per-seed max "
-        "ratio 1.15 with OpenBLAS sgemm (0.9-1.45 by seed), 2.1-2.7 with the SIMD GEMM of a82cc1b, which "
-        "sums K in one chain (see test_float32_gemm_accumulation_is_no_worse_than_ort); the bias+GELU "
-        "epilogue alone is more accurate than ORT's Gelu (tanh max 5.2e-7 vs 8.2e-7)"
-    ),
-)
 def test_float32_max_error_is_no_worse_than_unfused(record_property):
-    """The max of 10^6 fp32 rounding errors swings by ±20% between seeds for the very same two kernels,
-    so one seed cannot judge a 1.05× bound: the median over four seeds (4·10^6 elements) of the per-seed
-    max ratio can."""
+    """The max of 10^6 fp32 rounding errors swings by ±20% between seeds for two kernels of equal
+    accuracy, so one seed is a thin basis for a 1.05× bound on it: the median over four seeds (4·10^6
+    elements) of the per-seed max ratio is a steadier one. Measured: 0.48-0.74 per seed (the GEMM sums
+    each 128-deep K slice from zero); 0.9-1.45 with OpenBLAS sgemm; 2.1-2.7 with one long K chain."""
     library = _library_or_skip()
     ratios = []
     for seed in FLOAT32_SEEDS:
