@@ -8,7 +8,8 @@
 // Runtime behaviour, for users of the library:
 // - the GEMM+bias+GELU runs as one kernel on ORT's compute stream (KernelContext::GetGPUComputeStream()),
 //   never synchronizes, and allocates nothing per call except workspace from ORT's own GPU allocator;
-// - float32 uses TF32 Tensor Cores by default, as ORT's own MatMul does; the session config entry
+// - float32 uses TF32 Tensor Cores by default where ORT's own MatMul does (K and N multiples of 4; other
+//   shapes compute in full fp32, as cuBLAS does for them); the session config entry
 //   `onnxfuse.strict_fp32` = "1" asks for full fp32 accuracy instead (read once when the session creates
 //   the kernel):  so.add_session_config_entry("onnxfuse.strict_fp32", "1")
 #pragma once
