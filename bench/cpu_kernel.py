@@ -126,6 +126,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else ISSUE_SHAPES
     rng = np.random.default_rng(0)
+    load_before = os.getloadavg()[0]
     rows = []
     print(f"{'M×K×N':>18} {'fused ms':>9} {'unfused ms':>10} {'MatMul ms':>9} {'fused/unfused':>13} "
           f"{'fused GF/s':>10} {'MatMul GF/s':>11}")
@@ -141,12 +142,15 @@ def main(argv=None):
             "onnxruntime": ort.__version__, "machine": platform.machine(), "processor": _cpu_name(),
             "cpus": os.cpu_count(), "dtype": args.dtype, "approximate": args.approximate,
             "threads": args.threads, "goal_met": goal_met,
+            # Wall-clock ratios are only as clean as the machine: on a shared box both columns stretch.
+            "load_average_1m_before_after": [load_before, os.getloadavg()[0]],
         }
         Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
         lines = [
             f"CPU kernel: fused FusedLinearGelu vs ORT {ort.__version__} MatMul+Add+Gelu, CPU EP, {args.dtype}, "
             f"approximate={args.approximate}, {args.threads} threads, {meta['processor']} ({meta['cpus']} CPUs), "
-            f"median of {args.reps} interleaved calls.",
+            f"median of {args.reps} interleaved calls; 1-minute load average {load_before:.1f} before, "
+            f"{meta['load_average_1m_before_after'][1]:.1f} after.",
             "",
             "| M×K×N | fused ms | unfused ms | MatMul alone ms | fused/unfused | fused GFLOP/s | MatMul GFLOP/s |",
             "|---|---|---|---|---|---|---|",
