@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 
 @pytest.fixture(scope="session")
 def library_path() -> str:
-    """The op library the package would hand to ONNX Runtime (ONNXFUSE_LIBRARY overrides)."""
+    """The op library the package would hand to ONNX Runtime (ONNXFUSE_LIBRARY overrides). CI builds it, so
+    there its absence fails the test; elsewhere (a Python-only checkout) the test skips and says why."""
+    from onnxfuse.errors import BadInputError
     from onnxfuse.runtime import get_library_path
 
-    return get_library_path()
+    try:
+        return get_library_path()
+    except BadInputError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"op library not built here: {e}")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import ml_dtypes
 import numpy as np
@@ -325,20 +324,9 @@ def test_report_to_dict_is_json_and_complete(files):
 # --- the fused op itself (needs the built library) -----------------------------------------------------
 
 
-def _library_or_skip():
-    from onnxfuse.runtime import get_library_path
 
-    try:
-        return get_library_path()
-    except BadInputError as e:
-        if os.environ.get("CI"):
-            raise  # CI builds the library: its absence is a failure there
-        pytest.skip(f"library not built here: {e}")
-
-
-def test_fused_model_against_its_unfused_original():
+def test_fused_model_against_its_unfused_original(library_path):
     """The real use: a model with a FusedLinearGelu node judged against the subgraph it replaced."""
-    _library_or_skip()
     from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
 
     fused_node = helper.make_node(OP_TYPE, ["x", "Wt", "B"], ["y"], domain=DOMAIN, approximate="none")
@@ -487,7 +475,7 @@ def test_inputs_the_original_rejects_are_bad_input_with_the_shapes(tmp_path):
 
 @pytest.mark.parametrize("provider", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16], ids=["fp32", "fp16", "bf16"])
-def test_gate_passes_the_fused_op_at_bert_base_size(dtype, provider):
+def test_gate_passes_the_fused_op_at_bert_base_size(dtype, provider, library_path):
     """The default tolerances hold for the fused op at a real FFN size (K=768, N=3072). On the GPU, float32
     runs on TF32 Tensor Cores in both ORT's MatMul and the fused kernel: the float32/cuda tolerance is the
     one that must hold there. bfloat16's reference is the float32 subgraph between Casts (ORT has few
@@ -497,7 +485,6 @@ def test_gate_passes_the_fused_op_at_bert_base_size(dtype, provider):
 
     if provider == "cuda" and not cuda_usable():
         pytest.skip("no usable CUDA device")
-    _library_or_skip()
     k, n = 768, 3072
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
