@@ -45,7 +45,8 @@ def main() -> None:
     with onnxfuse's CPU and CUDA kernels in ONNX Runtime.
 
     \b
-    Exit codes: 0 ok · 1 internal error · 2 bad input or usage · 3 accuracy gate failed.
+    Exit codes: 0 ok · 1 internal error · 2 bad input or usage · 3 accuracy gate failed ·
+    4 a fused node ran on another execution provider than requested (bench).
     """
 
 
