@@ -49,6 +49,7 @@ import onnx
 from onnxfuse import bench
 from onnxfuse.compare import compare_models
 from onnxfuse.fuse import optimize_file
+from onnxfuse.runtime import preload_cuda_libraries
 
 SEQUENCE = 128
 BATCHES = (1, 8, 32)
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
 
     if args.provider == "cuda":
-        bench.preload_cuda_libraries()  # before any CUDA session, the accuracy check's included
+        preload_cuda_libraries()  # before any CUDA session, the accuracy check's included
     started = time.perf_counter()
     deadline = Deadline(args.time_limit)
     records: list[dict] = []

@@ -181,7 +181,6 @@ def open_session(model: str | bytes, provider: str, *, cuda_graph: bool = False,
                 "--provider cuda: ONNX Runtime cannot use the CUDA execution provider here (no GPU or no CUDA "
                 "driver found); run with --provider cpu"
             )
-        preload_cuda_libraries()
         cuda_options = {"device_id": "0"}
         if cuda_graph:
             cuda_options["enable_cuda_graph"] = "1"
@@ -200,17 +199,6 @@ def open_session(model: str | bytes, provider: str, *, cuda_graph: bool = False,
             f"libraries are missing); available: {', '.join(session.get_providers())}"
         )
     return session
-
-
-def preload_cuda_libraries() -> None:
-    """Let ORT find the CUDA/cuDNN libraries that ship as pip packages (e.g. with torch). Quiet: a
-    failure here shows up, more clearly, as the provider missing from the session."""
-    preload = getattr(ort, "preload_dlls", None)
-    if preload is not None:
-        try:
-            preload()
-        except Exception:
-            pass
 
 
 def _first_line(e: Exception) -> str:

@@ -519,16 +519,11 @@ def compare_models(
             raise BadInputError(f"--{name} must be a finite number ≥ 0, got {value}")
 
     if provider == "cuda":
-        from .runtime import cuda_usable
+        from .runtime import cuda_usable, preload_cuda_libraries
 
         if not cuda_usable():  # say it in one line before ORT logs its own failure and falls back
             raise BadInputError("--provider cuda: no usable CUDA device here (no GPU or no driver); run with --provider cpu")
-        preload = getattr(ort, "preload_dlls", None)
-        if preload is not None:  # CUDA/cuDNN from pip packages (torch's); a miss shows as the provider missing
-            try:
-                preload()
-            except Exception:
-                pass
+        preload_cuda_libraries()  # the reference sessions open without create_session
     original_loaded, optimized_loaded = _load(original, "original"), _load(optimized, "optimized")
     original_model, optimized_model = original_loaded.proto, optimized_loaded.proto
     _check_correspondence(original_model, optimized_model)

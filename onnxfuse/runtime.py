@@ -209,6 +209,17 @@ def resolve_providers(spec: ProviderSpec = None) -> list:
 # --- sessions -------------------------------------------------------------------------------------------
 
 
+def preload_cuda_libraries() -> None:
+    """Let ORT find the CUDA/cuDNN libraries that ship as pip packages (e.g. with torch) before a CUDA
+    session opens. Quiet: a failure here shows up, more clearly, as the provider missing from the session."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        try:
+            preload()
+        except Exception:
+            pass
+
+
 def _model_source(model: ModelLike) -> str | bytes:
     if isinstance(model, onnx.ModelProto):
         return model.SerializeToString()
@@ -241,6 +252,8 @@ def create_session(
             so.intra_op_num_threads = int(intra_op_num_threads)
         register_library(so, library_path)
     chosen = resolve_providers(providers)
+    if any((p[0] if isinstance(p, tuple) else p) == CUDA for p in chosen):
+        preload_cuda_libraries()
     try:
         return ort.InferenceSession(source, sess_options=so, providers=chosen, provider_options=provider_options)
     except Exception as e:
