@@ -142,4 +142,23 @@ void ValidateTypes(ONNXTensorElementDataType x_type, ONNXTensorElementDataType w
   }
 }
 
+BoundCall BindCall(Ort::KernelContext& ctx, bool trans_b) {
+  BoundCall call{ctx.GetInput(0), ctx.GetInput(1),
+                 ctx.GetInputCount() > 2 ? ctx.GetInput(2) : Ort::ConstValue{nullptr}, {}, Ort::UnownedValue{nullptr}};
+  const bool has_bias = call.b != nullptr;
+  auto x_info = call.x.GetTensorTypeAndShapeInfo();
+  auto w_info = call.w.GetTensorTypeAndShapeInfo();
+  std::vector<int64_t> b_shape;
+  ONNXTensorElementDataType b_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  if (has_bias) {
+    auto b_info = call.b.GetTensorTypeAndShapeInfo();
+    b_shape = b_info.GetShape();
+    b_type = b_info.GetElementType();
+  }
+  ValidateTypes(x_info.GetElementType(), w_info.GetElementType(), b_type);
+  call.shape = ValidateShapes(x_info.GetShape(), w_info.GetShape(), has_bias ? &b_shape : nullptr, trans_b);
+  call.y = ctx.GetOutput(0, call.shape.y_shape);
+  return call;
+}
+
 }  // namespace onnxfuse

@@ -50,6 +50,17 @@ void ValidateTypes(ONNXTensorElementDataType x_type, ONNXTensorElementDataType w
 
 std::string ShapeToString(const std::vector<int64_t>& shape);
 
+// One call's inputs, validated, and its output allocated: the first step of every provider's Compute.
+struct BoundCall {
+  Ort::ConstValue x, w, b;  // b holds nullptr when the optional bias is absent
+  LinearShape shape;
+  Ort::UnownedValue y;
+};
+
+// Reads X, W and the optional B from `ctx`, checks their types and shapes (ValidateTypes/ValidateShapes)
+// and allocates Y [..., N]. Throws Ort::Exception(ORT_INVALID_ARGUMENT) on bad input.
+BoundCall BindCall(Ort::KernelContext& ctx, bool trans_b);
+
 // Runs `fn` and converts whatever it throws into an OrtStatus* for ORT (nullptr on success), so no
 // exception ever crosses the C API. The message is prefixed with the op name.
 template <typename Fn>

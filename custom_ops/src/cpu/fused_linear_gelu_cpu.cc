@@ -161,24 +161,11 @@ class FusedLinearGeluCpuKernel {
   bool HasConstantWeight(int64_t K, int64_t N) const { return constant_k_ == K && constant_n_ == N && K > 0; }
 
   void Compute(Ort::KernelContext ctx) {
-    Ort::ConstValue x = ctx.GetInput(0);
-    Ort::ConstValue w = ctx.GetInput(1);
-    Ort::ConstValue b = ctx.GetInputCount() > 2 ? ctx.GetInput(2) : Ort::ConstValue{nullptr};
-    const bool has_bias = static_cast<bool>(b);
-
-    auto x_info = x.GetTensorTypeAndShapeInfo();
-    auto w_info = w.GetTensorTypeAndShapeInfo();
-    std::vector<int64_t> b_shape;
-    ONNXTensorElementDataType b_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-    if (has_bias) {
-      auto b_info = b.GetTensorTypeAndShapeInfo();
-      b_shape = b_info.GetShape();
-      b_type = b_info.GetElementType();
-    }
-    ValidateTypes(x_info.GetElementType(), w_info.GetElementType(), b_type);
-    const LinearShape s = ValidateShapes(x_info.GetShape(), w_info.GetShape(), has_bias ? &b_shape : nullptr,
-                                         attrs_.trans_b);
-    Ort::UnownedValue y = ctx.GetOutput(0, s.y_shape);
+    BoundCall call = BindCall(ctx, attrs_.trans_b);
+    const Ort::ConstValue &x = call.x, &w = call.w, &b = call.b;
+    const bool has_bias = b != nullptr;
+    const LinearShape& s = call.shape;
+    Ort::UnownedValue& y = call.y;
     if (s.M == 0 || s.N == 0) return;
 
     const int64_t M = s.M, K = s.K, N = s.N;
