@@ -27,8 +27,7 @@ from . import domain, io  # noqa: F401  (importing domain registers the FusedLin
 from .domain import DEFAULT_SIGMOID_ALPHA, DOMAIN, OP_TYPE, OP_VERSION
 from .errors import BadInputError
 from .patterns import ACTIVATION_RULES, Activation, Fusion, NewTensor, Refusal, casts, linear
-from .patterns.graph import (SMALL_CONSTANT_ELEMENTS, GraphView, base_dir_of, infer_types,
-                             subgraph_references)
+from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, base_dir_of, infer_types, node_reads
 from .report import FusedBlock, MathChange, RefusedBlock, Report
 
 APPROXIMATIONS = ("tanh", "sigmoid")
@@ -193,18 +192,6 @@ def _fused_node(fusion: Fusion, name: str, w: str, b: str | None, output: str, a
     return helper.make_node(OP_TYPE, inputs, [output], name=name, domain=DOMAIN, **attrs)
 
 
-def _reads(node: onnx.NodeProto) -> set[str]:
-    """Every tensor ``node`` reads, including outer-scope names read inside its subgraphs."""
-    names = {i for i in node.input if i}
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            names |= subgraph_references(a.g)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            for g in a.graphs:
-                names |= subgraph_references(g)
-    return names
-
-
 def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start: list[str],
                       graph_inputs: set[str]) -> tuple[list[onnx.NodeProto], set[str]]:
     """Drop the nodes and initializers that became unused because the replaced nodes were their only
@@ -213,7 +200,7 @@ def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start:
     uses: dict[str, int] = {}
     for name in [o.name for o in graph.output]:
         uses[name] = uses.get(name, 0) + 1
-    reads = [_reads(n) for n in kept]
+    reads = [node_reads(n) for n in kept]
     for r in reads:
         for name in r:
             uses[name] = uses.get(name, 0) + 1
@@ -374,7 +361,7 @@ def _drop_unused_outer_sources(ctx: _Rewrite) -> None:
     for graph, name in ctx.outer_sources:
         used = {o.name for o in graph.output} | {i.name for i in graph.input}
         for node in graph.node:
-            used |= _reads(node)
+            used |= node_reads(node)
         if name not in used:
             for j in reversed(range(len(graph.initializer))):
                 if graph.initializer[j].name == name:

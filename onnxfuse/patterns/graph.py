@@ -36,6 +36,18 @@ def attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
+def node_reads(node: onnx.NodeProto) -> set[str]:
+    """Every tensor ``node`` reads, including outer-scope names read inside its subgraphs."""
+    names = {i for i in node.input if i}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            names |= subgraph_references(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            for g in a.graphs:
+                names |= subgraph_references(g)
+    return names
+
+
 def subgraph_references(graph: onnx.GraphProto) -> set[str]:
     """Every tensor name a subgraph reads (over-approximate: also names it defines itself).
 
@@ -43,13 +55,7 @@ def subgraph_references(graph: onnx.GraphProto) -> set[str]:
     counting them keeps a tensor used inside a body from being treated as single-use."""
     names: set[str] = set()
     for node in graph.node:
-        names.update(i for i in node.input if i)
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                names |= subgraph_references(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    names |= subgraph_references(g)
+        names |= node_reads(node)
     return names
 
 
