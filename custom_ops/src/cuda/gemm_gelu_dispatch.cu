@@ -55,12 +55,14 @@ constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics
 
 // The shape table: which sm90 tile to try first, by operand width, by how many 128x128 output tiles the
 // problem has relative to the number of SMs ("waves") and by K. The first row that matches wins; a tuner can
-// rewrite the rows. Measured on H200 (bench/results/kernels_v2_*.json, bench/kernels/NOTES.md):
-//  - under half a wave, 64x64 tiles (4x the CTAs) win by 2x; around one wave, one 128x128 tile per SM;
-//  - 1.5-6 waves: cooperative 256x128 with a 2x1 cluster (fp16 1024x768x3072: 15.1 us vs 17.0 ping-pong);
-//  - more waves: ping-pong 128x128 hides the epilogue (fp16 16384x1024x4096: 217 us vs 247 cooperative),
-//    except TF32 at long K, where the cooperative tile's larger MMA per byte wins (8192x4096x16384:
-//    3521 us vs 4309).
+// rewrite the rows. Measured on H200, fp16 GPU us (bench/results/kernels_v3_tiles.json, bench/kernels/NOTES.md):
+//  - under a third of a wave, 64x64 tiles (most CTAs): 128x768x3072 5.2, 128x1024x4096 5.7;
+//  - up to a wave, 64x128 with long K or few waves (128x4096x16384 39.9, 197x768x3072 7.7), else 64x64
+//    (512x768x3072: 9.2 vs 10.2);
+//  - 1-3 waves: cooperative 128x192 with a 2x1 cluster (1024x768x3072 12.6, 2048x768x3072 22.8);
+//  - more: ping-pong 128x128 with a 1x2 cluster hides the epilogue (16384x1024x4096 213.7 vs 245.5 for the
+//    cooperative 256x128), except TF32 at long K, where the cooperative tile's larger MMA per byte wins
+//    (8192x4096x16384: 3521 us vs 4309).
 struct ShapeRule {
   bool tf32;         // row for float32 (TF32) instead of 16-bit operands
   double max_waves;  // (M/128)·(N/128) / SMs at most this
@@ -68,10 +70,12 @@ struct ShapeRule {
   const char* tile;  // the tile's suffix in the tactic name
 };
 constexpr ShapeRule kShapeTable[] = {
-    {false, 0.5, 0, "pp_64x64_c1"},
-    {false, 1.0, 0, "pp_128x128_c1"},
-    {false, 6.0, 0, "coop_256x128_c2"},
-    {false, 1e300, 0, "pp_128x128_c1"},
+    {false, 0.3, 0, "pp_64x64_c1"},
+    {false, 1.0, 2048, "pp_64x128_c1"},
+    {false, 0.5, 0, "pp_64x128_c1"},
+    {false, 1.0, 0, "pp_64x64_c1"},
+    {false, 3.0, 0, "coop_128x192_c2x1"},
+    {false, 1e300, 0, "pp_128x128_c1x2"},
     {true, 0.5, 0, "pp_64x64_c1"},
     {true, 1.0, 0, "pp_128x128_c1"},
     {true, 2.0, 0, "coop_256x128_c2"},

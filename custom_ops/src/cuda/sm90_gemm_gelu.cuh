@@ -41,11 +41,10 @@ struct Sm90Element<DType::kBFloat16> { using type = cutlass::bfloat16_t; };
 template <>
 struct Sm90Element<DType::kFloat32> { using type = float; };  // float operands run on TF32 GMMA
 
-template <class Config>
-struct Sm90Kernel;
-
-template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S>
-struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN, S>> {
+// The kernel of one configuration; EpiM = 0 lets CUTLASS choose the epilogue subtile.
+template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S,
+          int EpiM, int EpiN>
+struct Sm90KernelFor {
   using Element = typename Sm90Element<D>::type;
   using ElementAccumulator = float;
   using ElementCompute = float;
@@ -60,12 +59,18 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
 
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
-  using MainloopSchedule =
-      std::conditional_t<S == Sm90Schedule::kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                         cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
-  using EpilogueSchedule =
-      std::conditional_t<S == Sm90Schedule::kPingpong, cutlass::epilogue::TmaWarpSpecialized,
-                         cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  static constexpr bool kPingpong = S == Sm90Schedule::kPingpong;
+  using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  // Persistent data-parallel tiles (void = CUTLASS's default), or stream-K: the MAC iterations of all tiles
+  // dealt evenly to the SMs, partial tiles reduced in a workspace in a fixed order (deterministic).
+  using TileScheduler =
+      std::conditional_t<S == Sm90Schedule::kStreamK, cutlass::gemm::StreamKScheduler, void>;
+
+  using EpilogueTile = std::conditional_t<EpiM == 0, cutlass::epilogue::collective::EpilogueTileAuto,
+                                          cute::Shape<cute::Int<EpiM>, cute::Int<EpiN>>>;
 
   // Epilogue visitor tree: act(acc + bias_row[n]).
   using BiasRow = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, ElementCompute,
@@ -80,8 +85,8 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
       AddBias>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile, ElementAccumulator,
+      ElementCompute,
       void, LayoutD, kAlignment,  // no C operand
       Element, LayoutD, kAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
 
@@ -93,7 +98,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
       MainloopSchedule>::CollectiveOp;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                                          CollectiveEpilogue>;
+                                                          CollectiveEpilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
   static bool shape_fits(const GemmGeluArgs& a, const DeviceInfo& dev) {
@@ -133,6 +138,14 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
 };
 
 template <class Config>
+struct Sm90Kernel;
+template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S>
+struct Sm90Kernel<Sm90Config<D, TransB, TM, TN, TK, CM, CN, S>> : Sm90KernelFor<D, TransB, TM, TN, TK, CM, CN, S, 0, 0> {};
+template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S, int EM, int EN>
+struct Sm90Kernel<Sm90EpiConfig<D, TransB, TM, TN, TK, CM, CN, S, EM, EN>>
+    : Sm90KernelFor<D, TransB, TM, TN, TK, CM, CN, S, EM, EN> {};
+
+template <class Config>
 bool Sm90Tactic<Config>::can_implement(const GemmGeluArgs& a, const DeviceInfo& dev) {
   using K = Sm90Kernel<Config>;
   if (!K::shape_fits(a, dev)) return false;
@@ -165,7 +178,10 @@ cudaError_t Sm90Tactic<Config>::run(const GemmGeluArgs& a, const DeviceInfo& dev
 
 }  // namespace onnxfuse::cuda
 
-// One line per tactic in the sm90_*.cu files.
+// One line per tactic in the sm90_*.cu files (the _EPI form names the epilogue subtile too).
 #define ONNXFUSE_SM90_TACTIC(D, TRANS_B, TM, TN, TK, CM, CN, SCHED) \
   template struct onnxfuse::cuda::Sm90Tactic<                       \
       onnxfuse::cuda::Sm90Config<D, TRANS_B, TM, TN, TK, CM, CN, onnxfuse::cuda::Sm90Schedule::SCHED>>;
+#define ONNXFUSE_SM90_TACTIC_EPI(D, TRANS_B, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  template struct onnxfuse::cuda::Sm90Tactic<                                   \
+      onnxfuse::cuda::Sm90EpiConfig<D, TRANS_B, TM, TN, TK, CM, CN, onnxfuse::cuda::Sm90Schedule::SCHED, EM, EN>>;

@@ -1,13 +1,17 @@
 # The CUDA kernel sources (relative to src/cuda/), included by cmake/cuda.cmake. The sm90_* files hold
 # Hopper-only (sm_90a) CUTLASS 3 kernels (their sm_80 pass compiles to empty guarded bodies that are never
-# launched); the others are the portable sm_80+ tactics and the dispatch table. One file per (dtype, layout)
-# so that a parallel build compiles the long CUTLASS instantiations side by side.
+# launched); the others are the portable sm_80+ tactics and the dispatch table. One file per (dtype, layout[, tile
+# group]) so that a parallel build compiles the long CUTLASS instantiations side by side.
 set(ONNXFUSE_CUDA_KERNEL_SOURCES
   gemm_gelu_dispatch.cu
-  sm90_f16_tn.cu
-  sm90_f16_nn.cu
-  sm90_bf16_tn.cu
-  sm90_bf16_nn.cu
+  sm90_f16_tn_large.cu
+  sm90_f16_tn_small.cu
+  sm90_f16_nn_large.cu
+  sm90_f16_nn_small.cu
+  sm90_bf16_tn_large.cu
+  sm90_bf16_tn_small.cu
+  sm90_bf16_nn_large.cu
+  sm90_bf16_nn_small.cu
   sm90_tf32_tn.cu
   sm80_f16.cu
   sm80_bf16.cu

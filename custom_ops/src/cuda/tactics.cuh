@@ -25,26 +25,40 @@ struct Tactic {
 enum class Sm90Schedule : int {
   kPingpong,     // two consumer warpgroups on two tiles: one's epilogue overlaps the other's main loop
   kCooperative,  // two consumer warpgroups split one tile: larger tiles, epilogue not overlapped
+  kStreamK,      // cooperative, with the work split along K too (stream-K): every SM busy at 1-2 waves
 };
 
 template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S>
 struct Sm90Config {};
+// The same with the epilogue's subtile named (the piece stored per step through shared memory), where
+// Sm90Config lets CUTLASS choose it (64x32 for ping-pong, 128x32 for cooperative tiles).
+template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S,
+          int EpiM, int EpiN>
+struct Sm90EpiConfig {};
 
-// The sm90 tactics, one line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule). The same list is
-// instantiated for every (16-bit dtype, layout) in sm90_<dtype>_<layout>.cu and listed by the dispatch table,
-// so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs ~1 min of nvcc on a 2-core
-// machine and cicc takes ~5 GB for a file of three, so the list holds only tiles that win somewhere
-// (bench/kernels/NOTES.md has the measurements). Why each:
-//  pp_64x64_c1      ping-pong 64x64: 4x the CTAs of 128x128 for small M·N (well under one wave), where
-//                   128x64 tiles left most SMs idle (7.9 us vs cuBLAS 3.7 at 128x768x3072)
-//  pp_128x128_c1    ping-pong 128x128: one warpgroup's epilogue overlaps the other's main loop; about one
-//                   wave of tiles (128x4096x16384) and ties elsewhere
-//  coop_256x128_c2  cooperative 256x128, 2x1 cluster (B multicast): fewest bytes per FLOP; best from
-//                   ~1.5 waves of 128x128 tiles up (1024..16384 x 768 x 3072, 8192x4096x16384)
-#define ONNXFUSE_SM90_TILES_16BIT(X)                    \
-  X(pp_64x64_c1, 64, 64, 64, 1, 1, kPingpong)           \
-  X(pp_128x128_c1, 128, 128, 64, 1, 1, kPingpong)       \
-  X(coop_256x128_c2, 256, 128, 64, 2, 1, kCooperative)
+// The sm90 tactics, one line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule). The same lists
+// are instantiated for every (16-bit dtype, layout) in sm90_<dtype>_<layout>_{small,large}.cu and listed by the
+// dispatch table, so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs ~1 min of nvcc on
+// a 2-core machine and cicc takes ~5 GB for a file of three, so a file holds two and the lists hold only tiles
+// that win somewhere (bench/kernels/NOTES.md has the measurements, bench/kernels/explore/ the candidates that
+// lost). Why each, fp16 H200 GPU times in us:
+//  pp_64x64_c1        ping-pong 64x64: the most CTAs for well under a wave of 128x128 tiles, where bigger
+//                     tiles leave SMs idle (128x768x3072: 5.2 vs 10.4 for 128x128)
+//  pp_64x128_c1       ping-pong 64x128: about half to one wave with few rows (197x768x3072: 7.7 vs 8.7;
+//                     128x4096x16384: 39.9 vs 41.7 for 128x128)
+//  coop_128x192_c2x1  cooperative 128x192, W tile multicast to a 2x1 cluster: 1-3 waves, where 3072/192 = 16
+//                     column tiles fill the SMs with less of a partial last wave (1024x768x3072: 12.6 vs 15.2
+//                     for cooperative 256x128; 2048x768x3072: 22.8 vs 27.7)
+//  pp_128x128_c1x2    ping-pong 128x128, X tile multicast to a 1x2 cluster: many waves, where one
+//                     warpgroup's epilogue overlaps the other's main loop (8192x4096x16384: 1703 vs 1834
+//                     without the cluster; within 2 % of the best tile at every other shape of 3+ waves)
+#define ONNXFUSE_SM90_TILES_16BIT_SMALL(X)                \
+  X(pp_64x64_c1, 64, 64, 64, 1, 1, kPingpong)             \
+  X(pp_64x128_c1, 64, 128, 64, 1, 1, kPingpong)
+#define ONNXFUSE_SM90_TILES_16BIT_LARGE(X)                \
+  X(coop_128x192_c2x1, 128, 192, 64, 2, 1, kCooperative)  \
+  X(pp_128x128_c1x2, 128, 128, 64, 1, 2, kPingpong)
+#define ONNXFUSE_SM90_TILES_16BIT(X) ONNXFUSE_SM90_TILES_16BIT_SMALL(X) ONNXFUSE_SM90_TILES_16BIT_LARGE(X)
 
 // TF32 GMMA takes K-major operands only, so these exist for trans_b = 1 (W [N, K]); K tile 32 = 128 bytes.
 #define ONNXFUSE_SM90_TILES_TF32(X)                     \
