@@ -2,6 +2,8 @@
 # Builds the standalone kernel harness (bench/kernels/harness.cu + every kernel source listed in
 # custom_ops/src/cuda/sources.cmake) into one shared library for run_device.py, on a machine without a GPU.
 #   bench/kernels/build.sh [BUILD_DIR]      (default .device/kbuild; JOBS=2 by default)
+#   OFK_EXPLORE=tiles|epi bench/kernels/build.sh   adds candidate tiles of bench/kernels/explore/tiles.h (float16,
+#                                                  W [N, K]): other tiles and clusters, or other epilogue subtiles
 # Objects are rebuilt only when a source or header is newer. Per-file compile times and the -Xptxas -v
 # resource report land in BUILD_DIR/ptxas_<file>.log.
 set -euo pipefail
@@ -15,6 +17,14 @@ export NVFLAGS="-std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler=-fPI
   -I$CUTLASS/include -I$CUTLASS/tools/util/include -Icustom_ops/src/cuda -Icustom_ops/src"
 srcs=$(sed -n "s/^ *\([A-Za-z0-9_]*\.cu\).*/custom_ops\/src\/cuda\/\1/p" custom_ops/src/cuda/sources.cmake)
 srcs="$srcs bench/kernels/harness.cu"
+case "${OFK_EXPLORE:-}" in
+  tiles) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_TILES_BUILD -Ibench/kernels"
+         srcs="$srcs $(ls bench/kernels/explore/explore_[a-e].cu | tr '\n' ' ')" ;;
+  epi)   NVFLAGS="$NVFLAGS -DOFK_EXPLORE_EPI_BUILD -Ibench/kernels"
+         srcs="$srcs $(ls bench/kernels/explore/explore_[f-g].cu | tr '\n' ' ')" ;;
+  "") ;;
+  *) echo "OFK_EXPLORE=tiles|epi"; exit 2 ;;
+esac
 export out
 newest_header=$(ls -t custom_ops/src/cuda/*.cuh custom_ops/src/cuda/*.h custom_ops/src/*.h | head -1)
 export newest_header
@@ -23,7 +33,7 @@ compile() {
   if [ -f "$obj" ] && [ "$obj" -nt "$src" ] && [ "$obj" -nt "$newest_header" ]; then return 0; fi
   # sm90 files carry sm_90a code only (their kernels are guarded for sm_90a); the rest carry sm_80 too.
   flags=$NVFLAGS
-  case "$base" in sm90_*) flags=$(echo "$NVFLAGS" | sed 's/-gencode=arch=compute_80,code=sm_80//');; esac
+  case "$base" in sm90_*|explore_*) flags=$(echo "$NVFLAGS" | sed 's/-gencode=arch=compute_80,code=sm_80//');; esac
   s=$(date +%s)
   # shellcheck disable=SC2086
   nvcc $flags -c "$src" -o "$obj" > "$out/ptxas_$base.log" 2>&1 || { cat "$out/ptxas_$base.log"; exit 1; }

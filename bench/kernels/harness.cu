@@ -30,19 +30,29 @@ GemmGeluArgs make_args(int dtype, int act, float alpha, int trans_b, int allow_t
   return a;
 }
 
-// Tiles measured but not in the shipped table: compiled into an exploration build of one (dtype, layout)
-// file (-DOFK_EXPLORE with that file's tile list widened), reachable here by index past the table's end.
-#ifdef OFK_EXPLORE
-template <int TM, int TN, int CM, int CN, Sm90Schedule S>
-Tactic explore(const char* name) {
-  using T = Sm90Tactic<Sm90Config<DType::kBFloat16, false, TM, TN, 64, CM, CN, S>>;
-  return Tactic{name, &T::can_implement, &T::workspace, &T::run};
-}
+// Tiles measured but not in the shipped table (bench/kernels/explore/tiles.h), compiled into an exploration
+// build (build.sh with OFK_EXPLORE=tiles or =epi), reachable here by index past the table's end.
+#if defined(OFK_EXPLORE_TILES_BUILD) || defined(OFK_EXPLORE_EPI_BUILD)
+#include "explore/tiles.h"
+#define OFK_EXTRA(name, TM, TN, TK, CM, CN, SCHED)                                                          \
+  Tactic{"sm90_f16_tn_" #name,                                                                            \
+         &Sm90Tactic<Sm90Config<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED>>::can_implement, \
+         &Sm90Tactic<Sm90Config<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED>>::workspace,     \
+         &Sm90Tactic<Sm90Config<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED>>::run},
+#define OFK_EXTRA_EPI(name, TM, TN, TK, CM, CN, SCHED, EM, EN)                                                  \
+  Tactic{"sm90_f16_tn_" #name,                                                                                \
+         &Sm90Tactic<Sm90EpiConfig<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>>::can_implement, \
+         &Sm90Tactic<Sm90EpiConfig<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>>::workspace,     \
+         &Sm90Tactic<Sm90EpiConfig<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>>::run},
 const Tactic kExtra[] = {
-    explore<128, 128, 2, 1, Sm90Schedule::kPingpong>("sm90_bf16_nn_pp_128x128_c2"),
-    explore<128, 256, 1, 2, Sm90Schedule::kCooperative>("sm90_bf16_nn_coop_128x256_c1x2"),
+#ifdef OFK_EXPLORE_TILES_BUILD
+    OFK_EXPLORE_TILES(OFK_EXTRA)
+#endif
+#ifdef OFK_EXPLORE_EPI_BUILD
+    OFK_EXPLORE_EPI_TILES(OFK_EXTRA_EPI)
+#endif
 };
-constexpr int kExtraCount = 2;
+constexpr int kExtraCount = static_cast<int>(sizeof(kExtra) / sizeof(kExtra[0]));
 #else
 const Tactic* const kExtra = nullptr;
 constexpr int kExtraCount = 0;

@@ -17,6 +17,7 @@ time    : GPU kernel time (CUPTI via torch.profiler, mean of 30 calls after 5 wa
 import ctypes
 import json
 import math
+import os
 import sys
 import time
 
@@ -162,8 +163,12 @@ def run_tactics():
                 y = torch.empty(M, N, device="cuda", dtype=DT[dt][1])
                 if not LIB.ofk_can_implement(i, *common(dt, "erf", trans_b, tf32, M, N, K, x, w, b, y)):
                     continue
+                # A single row is checked on the 16-bit and strict-fp32 paths only: cuBLAS computes an fp32
+                # [1, K] x [K, N] product without TF32 even when allowed (so its error is fp32-level), and the
+                # dispatch does the same (M <= 16 never runs TF32), but a TF32 tactic forced here cannot.
+                rows = ((M, True), (129, True)) if dt == "fp32" and tf32 else ((M, True), (1, False), (129, True))
                 for act in ACTS:
-                    for (MM, bias) in ((M, True), (1, False), (129, True)):
+                    for (MM, bias) in rows:
                         r = check_one(i, dt, act, trans_b, tf32, MM, N, K, bias)
                         RESULTS["tactic_check"].append(r)
                         bad += not r["ok"]
@@ -244,11 +249,12 @@ def gpu_us(fn, n=30):
 
 SHAPES = [(128, 768, 3072), (1024, 768, 3072), (4096, 768, 3072), (16384, 768, 3072), (128, 1024, 4096),
           (4096, 1024, 4096), (16384, 1024, 4096), (128, 4096, 16384), (2048, 4096, 16384), (8192, 4096, 16384)]
+# OFK_EXTRA_SHAPES="197x768x3072,1576x768x3072" (M x K x N) adds shapes, e.g. the end-to-end models' MLPs.
+SHAPES += [tuple(int(v) for v in s.split("x")) for s in os.environ.get("OFK_EXTRA_SHAPES", "").split(",") if s]
 
 
 def run_time():
     rows = []
-    import os
     sets = [(c[:-1], int(c[-1])) for c in os.environ.get("OFK_TIME_SET", "fp161,bf161,bf160,fp321").split(",")]
     for dt, trans_b in sets:
         tt = DT[dt][1]
@@ -302,11 +308,14 @@ try:
         run_time()
     if "sanitize" in MODES:
         run_sanitize()
-    if "ncu" in MODES:  # one shape, dispatch only, for `ncu --launch-skip 3 --launch-count 1`
-        x, w, b = make("fp16", 4096, 3072, 768, 1, True)
-        y = torch.empty(4096, 3072, device="cuda", dtype=torch.float16)
+    if "ncu" in MODES:  # one shape and tactic (OFK_NCU="MxKxN[:tactic name]", default the dispatch's), 5 launches
+        spec = os.environ.get("OFK_NCU", "4096x768x3072")
+        dims, _, name = spec.partition(":")
+        M, K, N = (int(v) for v in dims.split("x"))
+        x, w, b = make("fp16", M, N, K, 1, True)
+        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
         for _ in range(5):
-            launch(-1, "fp16", "erf", 1, 1, 4096, 3072, 768, x, w, b, y)
+            launch(TACTICS.index(name) if name else -1, "fp16", "erf", 1, 1, M, N, K, x, w, b, y)
         torch.cuda.synchronize()
 finally:
     RESULTS["seconds"] = time.time() - t0
