@@ -3,5 +3,5 @@
 #include "tiles.h"
 
 #define INSTANTIATE(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
-  ONNXFUSE_SM90_TACTIC_EPI(onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN, SCHED, EM, EN)
+  ONNXFUSE_SM90_TACTIC(onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN, SCHED, EM, EN)
 OFK_EXPLORE_EPI_TILES_G(INSTANTIATE)

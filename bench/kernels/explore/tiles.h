@@ -1,45 +1,41 @@
 // Candidate sm90 tiles measured by the kernel harness but not in the shipped lists (custom_ops/src/cuda/
 // tactics.cuh): what was tried and lost, kept so that a later kernel change can re-measure them in one build.
-// One line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule), instantiated for float16 with
-// W [N, K] (trans_b = 1) in explore_<group>.cu, one group per file so the instantiations compile side by side.
-// Results: bench/results/kernels_v3_tiles.json (bench/kernels/NOTES.md, v3).
+// One line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule, EpiM, EpiN) (EpiM = 0: CUTLASS's
+// epilogue subtile), instantiated for float16 with W [N, K] (trans_b = 1) in explore_<group>.cu, one group
+// per file so the instantiations compile side by side. Results: bench/results/kernels_v3_*.json
+// (bench/kernels/NOTES.md, v3).
 #pragma once
 
-// The previous shipped 16-bit tiles.
-#define OFK_EXPLORE_TILES_A(X)                           \
-  X(pp_128x128_c1, 128, 128, 64, 1, 1, kPingpong)        \
-  X(coop_256x128_c2, 256, 128, 64, 2, 1, kCooperative)
-// Other clusters of the shipped tiles: multicast of X (1xN) or W (Mx1).
-#define OFK_EXPLORE_TILES_B(X)                           \
-  X(pp_128x128_c2x1, 128, 128, 64, 2, 1, kPingpong)      \
-  X(pp_128x128_c2x2, 128, 128, 64, 2, 2, kPingpong)      \
-  X(pp_64x128_c1x2, 64, 128, 64, 1, 2, kPingpong)
-#define OFK_EXPLORE_TILES_C(X)                           \
-  X(pp_64x64_c1x2, 64, 64, 64, 1, 2, kPingpong)          \
-  X(pp_64x64_c1x4, 64, 64, 64, 1, 4, kPingpong)          \
-  X(coop_128x192_c1, 128, 192, 64, 1, 1, kCooperative)
-#define OFK_EXPLORE_TILES_D(X)                           \
-  X(coop_128x192_c2x2, 128, 192, 64, 2, 2, kCooperative) \
-  X(coop_128x192_c1x2, 128, 192, 64, 1, 2, kCooperative) \
-  X(pp_128x192_c1, 128, 192, 64, 1, 1, kPingpong)
+// OFK_EXPLORE=tiles: the previous shipped 16-bit tiles, other clusters, stream-K.
+#define OFK_EXPLORE_TILES_A(X)                                   \
+  X(pp_128x128_c1, 128, 128, 64, 1, 1, kPingpong, 0, 0)          \
+  X(coop_256x128_c2, 256, 128, 64, 2, 1, kCooperative, 0, 0)
+#define OFK_EXPLORE_TILES_B(X)                                   \
+  X(pp_128x128_c2x1, 128, 128, 64, 2, 1, kPingpong, 0, 0)        \
+  X(pp_128x128_c2x2, 128, 128, 64, 2, 2, kPingpong, 0, 0)        \
+  X(pp_64x128_c1x2, 64, 128, 64, 1, 2, kPingpong, 0, 0)
+#define OFK_EXPLORE_TILES_C(X)                                   \
+  X(pp_64x64_c1x2, 64, 64, 64, 1, 2, kPingpong, 0, 0)            \
+  X(pp_64x64_c1x4, 64, 64, 64, 1, 4, kPingpong, 0, 0)            \
+  X(coop_128x192_c1, 128, 192, 64, 1, 1, kCooperative, 0, 0)
+#define OFK_EXPLORE_TILES_D(X)                                   \
+  X(coop_128x192_c2x2, 128, 192, 64, 2, 2, kCooperative, 0, 0)   \
+  X(coop_128x192_c1x2, 128, 192, 64, 1, 2, kCooperative, 0, 0)   \
+  X(pp_128x192_c1, 128, 192, 64, 1, 1, kPingpong, 0, 0)
 // Stream-K (cooperative only in CUTLASS 3): partial last waves spread over every SM.
-#define OFK_EXPLORE_TILES_E(X)                           \
-  X(sk_128x128_c1, 128, 128, 64, 1, 1, kStreamK)         \
-  X(sk_128x192_c1, 128, 192, 64, 1, 1, kStreamK)         \
-  X(sk_256x128_c2, 256, 128, 64, 2, 1, kStreamK)
-
+#define OFK_EXPLORE_TILES_E(X)                                   \
+  X(sk_128x128_c1, 128, 128, 64, 1, 1, kStreamK, 0, 0)           \
+  X(sk_128x192_c1, 128, 192, 64, 1, 1, kStreamK, 0, 0)           \
+  X(sk_256x128_c2, 256, 128, 64, 2, 1, kStreamK, 0, 0)
 #define OFK_EXPLORE_TILES(X)                                                                  \
   OFK_EXPLORE_TILES_A(X) OFK_EXPLORE_TILES_B(X) OFK_EXPLORE_TILES_C(X) OFK_EXPLORE_TILES_D(X) \
   OFK_EXPLORE_TILES_E(X)
 
-// The shipped tiles with a larger epilogue subtile than CUTLASS's choice (64x32 ping-pong, 128x32
-// cooperative; the subtile's M must be 64 for ping-pong and 128 for cooperative): fewer store steps, each
-// with its barrier, per tile. X(name, ..., schedule, EpiM, EpiN).
-#define OFK_EXPLORE_EPI_TILES_F(X)                                         \
-  X(pp_128x128_c1x2_e64x64, 128, 128, 64, 1, 2, kPingpong, 64, 64)         \
-  X(pp_128x128_c1x2_e64x128, 128, 128, 64, 1, 2, kPingpong, 64, 128)       \
-  X(pp_64x64_c1_e64x64, 64, 64, 64, 1, 1, kPingpong, 64, 64)
-#define OFK_EXPLORE_EPI_TILES_G(X)                                         \
-  X(coop_128x192_c2x1_e128x64, 128, 192, 64, 2, 1, kCooperative, 128, 64)  \
+// OFK_EXPLORE=epi: epilogue subtiles the shipped list does not use (its winners moved there).
+#define OFK_EXPLORE_EPI_TILES_F(X)                                          \
+  X(pp_128x128_c1x2_e64x64, 128, 128, 64, 1, 2, kPingpong, 64, 64)          \
+  X(pp_64x64_c1, 64, 64, 64, 1, 1, kPingpong, 0, 0)
+#define OFK_EXPLORE_EPI_TILES_G(X)                                          \
+  X(coop_128x192_c2x1, 128, 192, 64, 2, 1, kCooperative, 0, 0)              \
   X(coop_128x192_c2x1_e128x96, 128, 192, 64, 2, 1, kCooperative, 128, 96)
 #define OFK_EXPLORE_EPI_TILES(X) OFK_EXPLORE_EPI_TILES_F(X) OFK_EXPLORE_EPI_TILES_G(X)

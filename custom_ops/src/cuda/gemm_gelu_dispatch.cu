@@ -10,9 +10,9 @@
 namespace onnxfuse::cuda {
 namespace {
 
-template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S>
+template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S, int EM, int EN>
 constexpr Tactic sm90_tactic(const char* name) {
-  using T = Sm90Tactic<Sm90Config<D, TransB, TM, TN, TK, CM, CN, S>>;
+  using T = Sm90Tactic<Sm90Config<D, TransB, TM, TN, TK, CM, CN, S, EM, EN>>;
   return Tactic{name, &T::can_implement, &T::workspace, &T::run};
 }
 
@@ -24,16 +24,21 @@ constexpr Tactic sm80_tactic(const char* name) {
 
 size_t no_workspace(const GemmGeluArgs&, const DeviceInfo&) { return 0; }
 
-#define SM90_16BIT(D, DN, TB, LN, name, TM, TN, TK, CM, CN, SCHED) \
-  sm90_tactic<DType::D, TB, TM, TN, TK, CM, CN, Sm90Schedule::SCHED>("sm90_" DN "_" LN "_" #name),
+#define SM90_16BIT(D, DN, TB, LN, name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  sm90_tactic<DType::D, TB, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>("sm90_" DN "_" LN "_" #name),
 
 // The whole table. Index order matters only inside one (dtype, layout): the first that fits wins unless
 // the shape table below names a better one.
-#define F16_TN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kFloat16, "f16", true, "tn", name, TM, TN, TK, CM, CN, SCHED)
-#define F16_NN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kFloat16, "f16", false, "nn", name, TM, TN, TK, CM, CN, SCHED)
-#define BF16_TN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kBFloat16, "bf16", true, "tn", name, TM, TN, TK, CM, CN, SCHED)
-#define BF16_NN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kBFloat16, "bf16", false, "nn", name, TM, TN, TK, CM, CN, SCHED)
-#define TF32_TN(name, TM, TN, TK, CM, CN, SCHED) SM90_16BIT(kFloat32, "tf32", true, "tn", name, TM, TN, TK, CM, CN, SCHED)
+#define F16_TN(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  SM90_16BIT(kFloat16, "f16", true, "tn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
+#define F16_NN(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  SM90_16BIT(kFloat16, "f16", false, "nn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
+#define BF16_TN(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  SM90_16BIT(kBFloat16, "bf16", true, "tn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
+#define BF16_NN(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  SM90_16BIT(kBFloat16, "bf16", false, "nn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
+#define TF32_TN(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  SM90_16BIT(kFloat32, "tf32", true, "tn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
 
 const Tactic kTactics[] = {
     ONNXFUSE_SM90_TILES_16BIT(F16_TN)   //
@@ -55,14 +60,16 @@ constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics
 
 // The shape table: which sm90 tile to try first, by operand width, by how many 128x128 output tiles the
 // problem has relative to the number of SMs ("waves") and by K. The first row that matches wins; a tuner can
-// rewrite the rows. Measured on H200, fp16 GPU us (bench/results/kernels_v3_tiles.json, bench/kernels/NOTES.md):
-//  - under a third of a wave, 64x64 tiles (most CTAs): 128x768x3072 5.2, 128x1024x4096 5.7;
-//  - up to a wave, 64x128 with long K or few waves (128x4096x16384 39.9, 197x768x3072 7.7), else 64x64
-//    (512x768x3072: 9.2 vs 10.2);
-//  - 1-3 waves: cooperative 128x192 with a 2x1 cluster (1024x768x3072 12.6, 2048x768x3072 22.8);
-//  - more: ping-pong 128x128 with a 1x2 cluster hides the epilogue (16384x1024x4096 213.7 vs 245.5 for the
-//    cooperative 256x128), except TF32 at long K, where the cooperative tile's larger MMA per byte wins
-//    (8192x4096x16384: 3521 us vs 4309).
+// rewrite the rows. Measured on H200, fp16 GPU us (bench/results/kernels_v3_*.json, bench/kernels/NOTES.md v3):
+//  - up to a wave, 64x64 tiles (most CTAs; 128x768x3072 5.0, 512x768x3072 9.0), but 64x128 with long K
+//    (128x4096x16384: 40.2 vs 42.6);
+//  - long K beyond a wave: ping-pong 128x128, X multicast, CUTLASS's epilogue steps (one more main-loop
+//    stage: 8192x4096x16384 1755 vs 2297 with 64x128 steps);
+//  - 1-2 waves: cooperative 128x192 with W multicast (1024x768x3072: 12.6 vs 16.2 for ping-pong 128x128);
+//  - more: ping-pong 128x128 with 64x128 epilogue steps hides the epilogue behind the other warpgroup's main
+//    loop (16384x768x3072: 134.9 vs 151.9 cooperative 128x192; 1576x768x3072: 21.2 vs 22.1);
+//  - TF32: cooperative 256x128 at 1-2 waves and at long K, where its larger MMA per byte wins
+//    (8192x4096x16384: 3521 us vs 4309), else ping-pong.
 struct ShapeRule {
   bool tf32;         // row for float32 (TF32) instead of 16-bit operands
   double max_waves;  // (M/128)·(N/128) / SMs at most this
@@ -70,12 +77,11 @@ struct ShapeRule {
   const char* tile;  // the tile's suffix in the tactic name
 };
 constexpr ShapeRule kShapeTable[] = {
-    {false, 0.3, 0, "pp_64x64_c1"},
     {false, 1.0, 2048, "pp_64x128_c1"},
-    {false, 0.5, 0, "pp_64x128_c1"},
-    {false, 1.0, 0, "pp_64x64_c1"},
-    {false, 3.0, 0, "coop_128x192_c2x1"},
-    {false, 1e300, 0, "pp_128x128_c1x2"},
+    {false, 1.0, 0, "pp_64x64_c1_e64x64"},
+    {false, 1e300, 2048, "pp_128x128_c1x2"},
+    {false, 2.0, 0, "coop_128x192_c2x1_e128x64"},
+    {false, 1e300, 0, "pp_128x128_c1x2_e64x128"},
     {true, 0.5, 0, "pp_64x64_c1"},
     {true, 1.0, 0, "pp_128x128_c1"},
     {true, 2.0, 0, "coop_256x128_c2"},

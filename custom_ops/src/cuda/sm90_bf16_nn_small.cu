@@ -2,6 +2,6 @@
 // layout, tile group) so the CUTLASS 3 instantiations compile in parallel.
 #include "sm90_gemm_gelu.cuh"
 
-#define INSTANTIATE(name, TM, TN, TK, CM, CN, SCHED) \
-  ONNXFUSE_SM90_TACTIC(onnxfuse::cuda::DType::kBFloat16, false, TM, TN, TK, CM, CN, SCHED)
+#define INSTANTIATE(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  ONNXFUSE_SM90_TACTIC(onnxfuse::cuda::DType::kBFloat16, false, TM, TN, TK, CM, CN, SCHED, EM, EN)
 ONNXFUSE_SM90_TILES_16BIT_SMALL(INSTANTIATE)

@@ -41,10 +41,12 @@ struct Sm90Element<DType::kBFloat16> { using type = cutlass::bfloat16_t; };
 template <>
 struct Sm90Element<DType::kFloat32> { using type = float; };  // float operands run on TF32 GMMA
 
-// The kernel of one configuration; EpiM = 0 lets CUTLASS choose the epilogue subtile.
+template <class Config>
+struct Sm90Kernel;
+
 template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S,
           int EpiM, int EpiN>
-struct Sm90KernelFor {
+struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN, S, EpiM, EpiN>> {
   using Element = typename Sm90Element<D>::type;
   using ElementAccumulator = float;
   using ElementCompute = float;
@@ -138,14 +140,6 @@ struct Sm90KernelFor {
 };
 
 template <class Config>
-struct Sm90Kernel;
-template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S>
-struct Sm90Kernel<Sm90Config<D, TransB, TM, TN, TK, CM, CN, S>> : Sm90KernelFor<D, TransB, TM, TN, TK, CM, CN, S, 0, 0> {};
-template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S, int EM, int EN>
-struct Sm90Kernel<Sm90EpiConfig<D, TransB, TM, TN, TK, CM, CN, S, EM, EN>>
-    : Sm90KernelFor<D, TransB, TM, TN, TK, CM, CN, S, EM, EN> {};
-
-template <class Config>
 bool Sm90Tactic<Config>::can_implement(const GemmGeluArgs& a, const DeviceInfo& dev) {
   using K = Sm90Kernel<Config>;
   if (!K::shape_fits(a, dev)) return false;
@@ -178,10 +172,7 @@ cudaError_t Sm90Tactic<Config>::run(const GemmGeluArgs& a, const DeviceInfo& dev
 
 }  // namespace onnxfuse::cuda
 
-// One line per tactic in the sm90_*.cu files (the _EPI form names the epilogue subtile too).
-#define ONNXFUSE_SM90_TACTIC(D, TRANS_B, TM, TN, TK, CM, CN, SCHED) \
-  template struct onnxfuse::cuda::Sm90Tactic<                       \
-      onnxfuse::cuda::Sm90Config<D, TRANS_B, TM, TN, TK, CM, CN, onnxfuse::cuda::Sm90Schedule::SCHED>>;
-#define ONNXFUSE_SM90_TACTIC_EPI(D, TRANS_B, TM, TN, TK, CM, CN, SCHED, EM, EN) \
-  template struct onnxfuse::cuda::Sm90Tactic<                                   \
-      onnxfuse::cuda::Sm90EpiConfig<D, TRANS_B, TM, TN, TK, CM, CN, onnxfuse::cuda::Sm90Schedule::SCHED, EM, EN>>;
+// One line per tactic in the sm90_*.cu files.
+#define ONNXFUSE_SM90_TACTIC(D, TRANS_B, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  template struct onnxfuse::cuda::Sm90Tactic<                               \
+      onnxfuse::cuda::Sm90Config<D, TRANS_B, TM, TN, TK, CM, CN, onnxfuse::cuda::Sm90Schedule::SCHED, EM, EN>>;

@@ -2,6 +2,6 @@
 // K-major operands only; float32 with trans_b = 0 runs on the sm80 tactics.
 #include "sm90_gemm_gelu.cuh"
 
-#define INSTANTIATE(name, TM, TN, TK, CM, CN, SCHED) \
-  ONNXFUSE_SM90_TACTIC(onnxfuse::cuda::DType::kFloat32, true, TM, TN, TK, CM, CN, SCHED)
+#define INSTANTIATE(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  ONNXFUSE_SM90_TACTIC(onnxfuse::cuda::DType::kFloat32, true, TM, TN, TK, CM, CN, SCHED, EM, EN)
 ONNXFUSE_SM90_TILES_TF32(INSTANTIATE)

@@ -28,43 +28,44 @@ enum class Sm90Schedule : int {
   kStreamK,      // cooperative, with the work split along K too (stream-K): every SM busy at 1-2 waves
 };
 
-template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S>
-struct Sm90Config {};
-// The same with the epilogue's subtile named (the piece stored per step through shared memory), where
-// Sm90Config lets CUTLASS choose it (64x32 for ping-pong, 128x32 for cooperative tiles).
+// EpiM x EpiN: the epilogue's subtile, the piece of the tile stored per step through shared memory (M must be
+// 64 for ping-pong, 128 for cooperative); 0 x 0 lets CUTLASS choose (64x32 ping-pong, 128x32 cooperative).
 template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S,
           int EpiM, int EpiN>
-struct Sm90EpiConfig {};
+struct Sm90Config {};
 
-// The sm90 tactics, one line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule). The same lists
-// are instantiated for every (16-bit dtype, layout) in sm90_<dtype>_<layout>_{small,large}.cu and listed by the
-// dispatch table, so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs ~1 min of nvcc on
-// a 2-core machine and cicc takes ~5 GB for a file of three, so a file holds two and the lists hold only tiles
-// that win somewhere (bench/kernels/NOTES.md has the measurements, bench/kernels/explore/ the candidates that
-// lost). Why each, fp16 H200 GPU times in us:
-//  pp_64x64_c1        ping-pong 64x64: the most CTAs for well under a wave of 128x128 tiles, where bigger
-//                     tiles leave SMs idle (128x768x3072: 5.2 vs 10.4 for 128x128)
-//  pp_64x128_c1       ping-pong 64x128: about half to one wave with few rows (197x768x3072: 7.7 vs 8.7;
-//                     128x4096x16384: 39.9 vs 41.7 for 128x128)
-//  coop_128x192_c2x1  cooperative 128x192, W tile multicast to a 2x1 cluster: 1-3 waves, where 3072/192 = 16
-//                     column tiles fill the SMs with less of a partial last wave (1024x768x3072: 12.6 vs 15.2
-//                     for cooperative 256x128; 2048x768x3072: 22.8 vs 27.7)
-//  pp_128x128_c1x2    ping-pong 128x128, X tile multicast to a 1x2 cluster: many waves, where one
-//                     warpgroup's epilogue overlaps the other's main loop (8192x4096x16384: 1703 vs 1834
-//                     without the cluster; within 2 % of the best tile at every other shape of 3+ waves)
-#define ONNXFUSE_SM90_TILES_16BIT_SMALL(X)                \
-  X(pp_64x64_c1, 64, 64, 64, 1, 1, kPingpong)             \
-  X(pp_64x128_c1, 64, 128, 64, 1, 1, kPingpong)
-#define ONNXFUSE_SM90_TILES_16BIT_LARGE(X)                \
-  X(coop_128x192_c2x1, 128, 192, 64, 2, 1, kCooperative)  \
-  X(pp_128x128_c1x2, 128, 128, 64, 1, 2, kPingpong)
+// The sm90 tactics, one line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule, EpiM, EpiN). The
+// same lists are instantiated for every (16-bit dtype, layout) in sm90_<dtype>_<layout>_{small,large}.cu and
+// listed by the dispatch table, so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs
+// ~1 min of nvcc on a 2-core machine and cicc takes ~5 GB for a file of three, so a file holds at most three
+// and the lists hold only tiles that win somewhere (bench/kernels/NOTES.md has the measurements,
+// bench/kernels/explore/ the candidates that lost). Why each, fp16 H200 GPU times in us (NOTES.md v3):
+//  pp_64x64_c1_e64x64   ping-pong 64x64, the whole tile stored in one epilogue step: the most CTAs for up to
+//                       a wave of 128x128 tiles (128x768x3072: 5.0 vs 10.4 for 128x128; 512x768x3072: 9.0)
+//  pp_64x128_c1         ping-pong 64x128: about a wave with long K (128x4096x16384: 40.2 vs 43.2 for 64x64)
+//  coop_128x192_c2x1_e128x64  cooperative 128x192, W tile multicast to a 2x1 cluster: 1-2 waves, where
+//                       3072/192 = 16 column tiles fill the SMs with less of a partial last wave
+//                       (1024x768x3072: 12.6 vs 15.2 for cooperative 256x128)
+//  pp_128x128_c1x2_e64x128  ping-pong 128x128, X tile multicast to a 1x2 cluster, 64x128 epilogue steps
+//                       (half the steps of CUTLASS's 64x32 choice, each with its barrier and TMA store):
+//                       many waves at K <= 1024, where one warpgroup's epilogue overlaps the other's
+//                       short main loop (4096x768x3072: 37.7 vs 41.6; 16384x768x3072: 134.9 vs 144.1)
+//  pp_128x128_c1x2      the same with CUTLASS's epilogue steps, whose smaller staging buffer leaves one more
+//                       main-loop stage: long K (8192x4096x16384: 1755 vs 2297 with 64x128 steps)
+#define ONNXFUSE_SM90_TILES_16BIT_SMALL(X)                              \
+  X(pp_64x64_c1_e64x64, 64, 64, 64, 1, 1, kPingpong, 64, 64)            \
+  X(pp_64x128_c1, 64, 128, 64, 1, 1, kPingpong, 0, 0)
+#define ONNXFUSE_SM90_TILES_16BIT_LARGE(X)                              \
+  X(coop_128x192_c2x1_e128x64, 128, 192, 64, 2, 1, kCooperative, 128, 64) \
+  X(pp_128x128_c1x2_e64x128, 128, 128, 64, 1, 2, kPingpong, 64, 128)    \
+  X(pp_128x128_c1x2, 128, 128, 64, 1, 2, kPingpong, 0, 0)
 #define ONNXFUSE_SM90_TILES_16BIT(X) ONNXFUSE_SM90_TILES_16BIT_SMALL(X) ONNXFUSE_SM90_TILES_16BIT_LARGE(X)
 
 // TF32 GMMA takes K-major operands only, so these exist for trans_b = 1 (W [N, K]); K tile 32 = 128 bytes.
-#define ONNXFUSE_SM90_TILES_TF32(X)                     \
-  X(pp_64x64_c1, 64, 64, 32, 1, 1, kPingpong)           \
-  X(pp_128x128_c1, 128, 128, 32, 1, 1, kPingpong)       \
-  X(coop_256x128_c2, 256, 128, 32, 2, 1, kCooperative)
+#define ONNXFUSE_SM90_TILES_TF32(X)                               \
+  X(pp_64x64_c1, 64, 64, 32, 1, 1, kPingpong, 0, 0)               \
+  X(pp_128x128_c1, 128, 128, 32, 1, 1, kPingpong, 0, 0)           \
+  X(coop_256x128_c2, 256, 128, 32, 2, 1, kCooperative, 0, 0)
 
 template <class Config>
 struct Sm90Tactic {
