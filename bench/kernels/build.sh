@@ -21,7 +21,7 @@ case "${OFK_EXPLORE:-}" in
   tiles) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_TILES_BUILD -Ibench/kernels"
          srcs="$srcs $(ls bench/kernels/explore/explore_[a-e].cu | tr '\n' ' ')" ;;
   epi)   NVFLAGS="$NVFLAGS -DOFK_EXPLORE_EPI_BUILD -Ibench/kernels"
-         srcs="$srcs $(ls bench/kernels/explore/explore_[f-g].cu | tr '\n' ' ')" ;;
+         srcs="$srcs $(ls bench/kernels/explore/explore_[f-i].cu | tr '\n' ' ')" ;;
   "") ;;
   *) echo "OFK_EXPLORE=tiles|epi"; exit 2 ;;
 esac

@@ -38,4 +38,13 @@
 #define OFK_EXPLORE_EPI_TILES_G(X)                                          \
   X(coop_128x192_c2x1, 128, 192, 64, 2, 1, kCooperative, 0, 0)              \
   X(coop_128x192_c2x1_e128x96, 128, 192, 64, 2, 1, kCooperative, 128, 96)
-#define OFK_EXPLORE_EPI_TILES(X) OFK_EXPLORE_EPI_TILES_F(X) OFK_EXPLORE_EPI_TILES_G(X)
+// Round 2: the 64xN ping-pong epilogue steps on the other ping-pong tiles and clusters.
+#define OFK_EXPLORE_EPI_TILES_H(X)                                          \
+  X(pp_128x128_c1_e64x128, 128, 128, 64, 1, 1, kPingpong, 64, 128)          \
+  X(pp_128x128_c2x1_e64x128, 128, 128, 64, 2, 1, kPingpong, 64, 128)        \
+  X(pp_64x128_c1, 64, 128, 64, 1, 1, kPingpong, 0, 0)
+#define OFK_EXPLORE_EPI_TILES_I(X)                                          \
+  X(pp_128x192_c1_e64x96, 128, 192, 64, 1, 1, kPingpong, 64, 96)            \
+  X(coop_256x128_c2_e128x64, 256, 128, 64, 2, 1, kCooperative, 128, 64)
+#define OFK_EXPLORE_EPI_TILES(X) \
+  OFK_EXPLORE_EPI_TILES_F(X) OFK_EXPLORE_EPI_TILES_G(X) OFK_EXPLORE_EPI_TILES_H(X) OFK_EXPLORE_EPI_TILES_I(X)

@@ -61,8 +61,8 @@ constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics
 // The shape table: which sm90 tile to try first, by operand width, by how many 128x128 output tiles the
 // problem has relative to the number of SMs ("waves") and by K. The first row that matches wins; a tuner can
 // rewrite the rows. Measured on H200, fp16 GPU us (bench/results/kernels_v3_*.json, bench/kernels/NOTES.md v3):
-//  - up to a wave, 64x64 tiles (most CTAs; 128x768x3072 5.0, 512x768x3072 9.0), but 64x128 with long K
-//    (128x4096x16384: 40.2 vs 42.6);
+//  - up to a wave, 64x64 tiles (most CTAs; 128x768x3072 5.0, 512x768x3072 9.0), but 64x128 from a third
+//    to half a wave (197x768x3072: 6.9 vs 8.8) and with long K (128x4096x16384: 39.8 vs 42.8);
 //  - long K beyond a wave: ping-pong 128x128, X multicast, CUTLASS's epilogue steps (one more main-loop
 //    stage: 8192x4096x16384 1755 vs 2297 with 64x128 steps);
 //  - 1-2 waves: cooperative 128x192 with W multicast (1024x768x3072: 12.6 vs 16.2 for ping-pong 128x128);
@@ -77,7 +77,9 @@ struct ShapeRule {
   const char* tile;  // the tile's suffix in the tactic name
 };
 constexpr ShapeRule kShapeTable[] = {
-    {false, 1.0, 2048, "pp_64x128_c1"},
+    {false, 0.3, 0, "pp_64x64_c1_e64x64"},
+    {false, 0.5, 0, "pp_64x128_c1_e64x128"},
+    {false, 1.0, 2048, "pp_64x128_c1_e64x128"},
     {false, 1.0, 0, "pp_64x64_c1_e64x64"},
     {false, 1e300, 2048, "pp_128x128_c1x2"},
     {false, 2.0, 0, "coop_128x192_c2x1_e128x64"},

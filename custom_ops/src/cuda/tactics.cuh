@@ -42,7 +42,9 @@ struct Sm90Config {};
 // bench/kernels/explore/ the candidates that lost). Why each, fp16 H200 GPU times in us (NOTES.md v3):
 //  pp_64x64_c1_e64x64   ping-pong 64x64, the whole tile stored in one epilogue step: the most CTAs for up to
 //                       a wave of 128x128 tiles (128x768x3072: 5.0 vs 10.4 for 128x128; 512x768x3072: 9.0)
-//  pp_64x128_c1         ping-pong 64x128: about a wave with long K (128x4096x16384: 40.2 vs 43.2 for 64x64)
+//  pp_64x128_c1_e64x128 ping-pong 64x128 in one epilogue step: a third to half a wave (197x768x3072: 6.9 vs
+//                       8.8 for 64x64, 7.7 with CUTLASS's steps) and about a wave with long K
+//                       (128x4096x16384: 39.8 vs 42.8 for 64x64)
 //  coop_128x192_c2x1_e128x64  cooperative 128x192, W tile multicast to a 2x1 cluster: 1-2 waves, where
 //                       3072/192 = 16 column tiles fill the SMs with less of a partial last wave
 //                       (1024x768x3072: 12.6 vs 15.2 for cooperative 256x128)
@@ -54,7 +56,7 @@ struct Sm90Config {};
 //                       main-loop stage: long K (8192x4096x16384: 1755 vs 2297 with 64x128 steps)
 #define ONNXFUSE_SM90_TILES_16BIT_SMALL(X)                              \
   X(pp_64x64_c1_e64x64, 64, 64, 64, 1, 1, kPingpong, 64, 64)            \
-  X(pp_64x128_c1, 64, 128, 64, 1, 1, kPingpong, 0, 0)
+  X(pp_64x128_c1_e64x128, 64, 128, 64, 1, 1, kPingpong, 64, 128)
 #define ONNXFUSE_SM90_TILES_16BIT_LARGE(X)                              \
   X(coop_128x192_c2x1_e128x64, 128, 192, 64, 2, 1, kCooperative, 128, 64) \
   X(pp_128x128_c1x2_e64x128, 128, 128, 64, 1, 2, kPingpong, 64, 128)    \
