@@ -6,7 +6,7 @@
 
 namespace onnxfuse::cpu {
 
-// Four 16 x 128 panel slices are 32 KiB, within a 48 KiB L1d with room for the A slivers.
+// K slices of 128, as on AVX2: a sliver's A (3 KiB) stays in L1 while four panels at a time stream past it.
 void FusedGemmTileAvx512(const FusedTile& t) { gemm_kernel::FusedTileFor<simd::Avx512, 4, 128>(t); }
 
 }  // namespace onnxfuse::cpu
