@@ -34,11 +34,8 @@ GemmGeluArgs make_args(int dtype, int act, float alpha, int trans_b, int allow_t
 // build (build.sh with OFK_EXPLORE=tiles or =epi), reachable here by index past the table's end.
 #if defined(OFK_EXPLORE_TILES_BUILD) || defined(OFK_EXPLORE_EPI_BUILD)
 #include "explore/tiles.h"
-#define OFK_EXTRA(name, TM, TN, TK, CM, CN, SCHED, EM, EN)                                                  \
-  Tactic{"sm90_f16_tn_" #name,                                                                             \
-         &Sm90Tactic<Sm90Config<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>>::can_implement, \
-         &Sm90Tactic<Sm90Config<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>>::workspace,     \
-         &Sm90Tactic<Sm90Config<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>>::run},
+#define OFK_EXTRA(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  sm90_tactic<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>("sm90_f16_tn_" #name),
 const Tactic kExtra[] = {
 #ifdef OFK_EXPLORE_TILES_BUILD
     OFK_EXPLORE_TILES(OFK_EXTRA)

@@ -10,12 +10,6 @@
 namespace onnxfuse::cuda {
 namespace {
 
-template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S, int EM, int EN>
-constexpr Tactic sm90_tactic(const char* name) {
-  using T = Sm90Tactic<Sm90Config<D, TransB, TM, TN, TK, CM, CN, S, EM, EN>>;
-  return Tactic{name, &T::can_implement, &T::workspace, &T::run};
-}
-
 template <DType D, bool TransB, Sm80Math Math>
 constexpr Tactic sm80_tactic(const char* name) {
   using T = Sm80Tactic<Sm80Config<D, TransB, Math>>;

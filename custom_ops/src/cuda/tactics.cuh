@@ -77,6 +77,13 @@ struct Sm90Tactic {
                          cudaStream_t stream);
 };
 
+// The table entry of one sm90 configuration (its kernels are instantiated in an sm90_*.cu file).
+template <DType D, bool TransB, int TM, int TN, int TK, int CM, int CN, Sm90Schedule S, int EM, int EN>
+constexpr Tactic sm90_tactic(const char* name) {
+  using T = Sm90Tactic<Sm90Config<D, TransB, TM, TN, TK, CM, CN, S, EM, EN>>;
+  return Tactic{name, &T::can_implement, &T::workspace, &T::run};
+}
+
 // Ampere-class (sm_80+) CUTLASS 2 kernels: cp.async multistage main loop on mma.sync, epilogue with the bias as
 // a row-broadcast C operand (ldc = 0).
 enum class Sm80Math : int {
