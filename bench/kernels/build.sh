@@ -26,7 +26,7 @@ case "${OFK_EXPLORE:-}" in
   *) echo "OFK_EXPLORE=tiles|epi"; exit 2 ;;
 esac
 export out
-newest_header=$(ls -t custom_ops/src/cuda/*.cuh custom_ops/src/cuda/*.h custom_ops/src/*.h | head -1)
+newest_header=$(ls -t custom_ops/src/cuda/*.cuh custom_ops/src/cuda/*.h custom_ops/src/*.h bench/kernels/explore/*.h | head -1)
 export newest_header
 compile() {
   src=$1; base=$(basename "$src" .cu); obj="$out/$base.o"
