@@ -23,7 +23,7 @@ int main() {
   auto uniform = [] { return (std::rand() % 2001) / 1000.0f - 1.0f; };
   int bad = 0, cases = 0;
   for (int64_t M : {1, 5, 6, 7, 13, 128}) {
-    for (int64_t K : {1, 17, 128, 129, 300}) {
+    for (int64_t K : {1, 17, 256, 257, 600}) {
       for (int64_t N : {16, 40, 64, 80, 100, 130, 279}) {
         std::vector<float> x(M * K), w(N * K), b(N);
         for (auto& v : x) v = uniform();
@@ -36,9 +36,9 @@ int main() {
           ++cases;
           std::vector<float> one(M * N, -7.0f), four(M * N, -7.0f);
           FusedTile t{x.data(), K, packed.get(), K, N, M, n0, N - n0, one.data() + n0, N, b.data(), kErf, 1.702f};
-          gemm_kernel::Tile<S, 1, 128, kErf>(t);
+          gemm_kernel::Tile<S, 1, 256, kErf>(t);
           t.c = four.data() + n0;
-          gemm_kernel::Tile<S, 4, 128, kErf>(t);
+          gemm_kernel::Tile<S, 4, 256, kErf>(t);
           if (std::memcmp(one.data(), four.data(), sizeof(float) * one.size()) != 0) {
             ++bad;
             std::printf("4-panel result differs: M=%ld K=%ld N=%ld n0=%ld\n", long(M), long(K), long(N), long(n0));

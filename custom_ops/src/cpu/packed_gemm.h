@@ -1,6 +1,6 @@
 // The CPU kernel's fast path on x86-64 with AVX2+FMA or AVX-512F: a cache-blocked GEMM whose weight is
-// packed once into the micro-kernel's layout and whose bias + activation run on the register tile after
-// its last K slice, before the tile is ever stored (packed_gemm_kernel.h).
+// packed once into the micro-kernel's layout; after the last K slice the bias is added in registers and the
+// activation runs on each finished 6-row sliver while it is in L1 (packed_gemm_kernel.h).
 //
 // Why not the BLAS here: measured on this project's machines (AMD EPYC, AVX2, 2 cores), ORT's own MatMul
 // packs a constant weight once at session start, while a BLAS call repacks W on every call; at M=128 that
