@@ -21,6 +21,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -146,6 +147,7 @@ def main(argv=None):
             "onnxruntime": ort.__version__, "machine": platform.machine(), "processor": _cpu_name(),
             "cpus": os.cpu_count(), "dtype": args.dtype, "approximate": args.approximate,
             "threads": args.threads, "goal_met": goal_met,
+            "command": "python bench/cpu_kernel.py " + shlex.join(sys.argv[1:] if argv is None else argv),
             # Wall-clock ratios are only as clean as the machine: on a shared box both columns stretch.
             "load_average_1m_before_after": [load_before, os.getloadavg()[0]],
         }
@@ -154,7 +156,7 @@ def main(argv=None):
             f"CPU kernel: fused FusedLinearGelu vs ORT {ort.__version__} MatMul+Add+Gelu, CPU EP, {args.dtype}, "
             f"approximate={args.approximate}, {args.threads} threads, {meta['processor']} ({meta['cpus']} CPUs), "
             f"median of {args.reps} interleaved calls; 1-minute load average {load_before:.1f} before, "
-            f"{meta['load_average_1m_before_after'][1]:.1f} after.",
+            f"{meta['load_average_1m_before_after'][1]:.1f} after. Command: `{meta['command']}`.",
             "",
             "| M×K×N | fused ms | unfused ms | MatMul alone ms | fused/unfused | fused GFLOP/s | MatMul GFLOP/s |",
             "|---|---|---|---|---|---|---|",

@@ -8,6 +8,8 @@
 #                                          compute-sanitizer memcheck and racecheck over bench/device/sanitize_sweep.py
 #   bash bench/device/on_device.sh all     tests, bench (fewer repetitions) and sanitizers in one call
 #   bash bench/device/on_device.sh bench   bench/cuda_kernel.py over the shape grid, fp16 bf16 fp32
+#   bash bench/device/on_device.sh cpu     the CPU kernel on the host's CPU (AVX-512 where it has it, which this
+#                                          project's own machines lack): its tests, then bench/cpu_kernel.py
 #
 # Each fits in one 10-minute call. Back here, the bench's JSON goes to bench/results/:
 #   cp <files_at>/cuda_kernel.json bench/results/cuda_kernel_h200.json
@@ -87,10 +89,21 @@ case "${1:-}" in
       echo "compute-sanitizer $tool: exit $?"; tail -n 3 "$OUT/$tool.log"
     done
     ;;
+  cpu)
+    lscpu | grep -E "Model name|^CPU\(s\)" | tee "$OUT/cpu.txt"
+    grep -o -w -m1 avx512f /proc/cpuinfo >> "$OUT/cpu.txt" || echo "no avx512f" >> "$OUT/cpu.txt"
+    tail -n 1 "$OUT/cpu.txt"
+    rc=0
+    timeout 300 python3 -m pytest tests/test_op_cpu.py tests/test_error_statistics.py tests/test_cpu_tile_loop.py \
+      tests/test_concurrency.py -q -p no:cacheprovider > "$OUT/pytest_cpu.log" 2>&1 || rc=1
+    grep -E "passed|failed|error" "$OUT/pytest_cpu.log" | tail -n 15
+    timeout 200 python3 bench/cpu_kernel.py --reps 21 --out "$OUT/cpu_kernel" 2>&1 | tail -n 8 || rc=1
+    exit $rc
+    ;;
   bench)
     python3 bench/cuda_kernel.py --json "$OUT/cuda_kernel.json" "${@:2}" 2>&1 | tee "$OUT/cuda_kernel.log" | tail -n 60
     exit "${PIPESTATUS[0]}"
     ;;
   *)
-    echo "usage: on_device.sh tests | bench [cuda_kernel.py options]"; exit 2 ;;
+    echo "usage: on_device.sh build | tests | all | cpu | bench [cuda_kernel.py options]"; exit 2 ;;
 esac
