@@ -4,6 +4,9 @@
 #   bench/kernels/build.sh [BUILD_DIR]      (default .device/kbuild; JOBS=2 by default)
 #   OFK_EXPLORE=tiles|epi bench/kernels/build.sh   adds candidate tiles of bench/kernels/explore/tiles.h (float16,
 #                                                  W [N, K]): other tiles and clusters, or other epilogue subtiles
+#   OFK_EXPLORE=sched bench/kernels/build.sh       the stream-K tiles, and every sm90 kernel reads its tile
+#                                                  scheduler's arguments from the environment
+#                                                  (explore/scheduler_knobs.h; run_device.py's sched mode)
 # Objects are rebuilt only when a source or header is newer. Per-file compile times and the -Xptxas -v
 # resource report land in BUILD_DIR/ptxas_<file>.log.
 set -euo pipefail
@@ -22,8 +25,10 @@ case "${OFK_EXPLORE:-}" in
          srcs="$srcs $(ls bench/kernels/explore/explore_[a-e].cu | tr '\n' ' ')" ;;
   epi)   NVFLAGS="$NVFLAGS -DOFK_EXPLORE_EPI_BUILD -Ibench/kernels"
          srcs="$srcs $(ls bench/kernels/explore/explore_[f-i].cu | tr '\n' ' ')" ;;
+  sched) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_SCHED_BUILD -Ibench/kernels"
+         srcs="$srcs bench/kernels/explore/explore_e.cu" ;;
   "") ;;
-  *) echo "OFK_EXPLORE=tiles|epi"; exit 2 ;;
+  *) echo "OFK_EXPLORE=tiles|epi|sched"; exit 2 ;;
 esac
 export out
 newest_header=$(ls -t custom_ops/src/cuda/*.cuh custom_ops/src/cuda/*.h custom_ops/src/*.h bench/kernels/explore/*.h | head -1)

@@ -32,7 +32,7 @@ GemmGeluArgs make_args(int dtype, int act, float alpha, int trans_b, int allow_t
 
 // Tiles measured but not in the shipped table (bench/kernels/explore/tiles.h), compiled into an exploration
 // build (build.sh with OFK_EXPLORE=tiles or =epi), reachable here by index past the table's end.
-#if defined(OFK_EXPLORE_TILES_BUILD) || defined(OFK_EXPLORE_EPI_BUILD)
+#if defined(OFK_EXPLORE_TILES_BUILD) || defined(OFK_EXPLORE_EPI_BUILD) || defined(OFK_EXPLORE_SCHED_BUILD)
 #include "explore/tiles.h"
 #define OFK_EXTRA(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
   sm90_tactic<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>("sm90_f16_tn_" #name),
@@ -42,6 +42,9 @@ const Tactic kExtra[] = {
 #endif
 #ifdef OFK_EXPLORE_EPI_BUILD
     OFK_EXPLORE_EPI_TILES(OFK_EXTRA)
+#endif
+#ifdef OFK_EXPLORE_SCHED_BUILD
+    OFK_EXPLORE_TILES_E(OFK_EXTRA)  // the stream-K tiles, swept over their decomposition modes
 #endif
 };
 constexpr int kExtraCount = static_cast<int>(sizeof(kExtra) / sizeof(kExtra[0]));

@@ -13,6 +13,10 @@ fp16all : all 65,536 fp16 (and bf16) bit patterns through the GEMM (identity W),
 time    : GPU kernel time (CUPTI via torch.profiler, mean of 30 calls after 5 warm-up, as
           shared/anchors/kernel_time.py) of the dispatch and of every sm90 tactic that fits, against cuBLAS
           (torch.mm) and cuBLASLt's tanh-GELU epilogue (torch._addmm_activation) in the same process.
+sched   : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shapes OFK_SCHED_SHAPES: cuBLAS and
+          the dispatch's tactic with L2 hot (the same X and W every call) and cold (rotating copies, > 120 MB
+          together, as inside a model), the tactic with no activation (what the epilogue's math costs), each
+          raster order and swizzle size, and the stream-K tiles forced to stream-K / split-K.
 """
 import ctypes
 import json
@@ -36,10 +40,10 @@ LIB.ofk_dispatch_name.restype = ctypes.c_char_p
 NTACTICS = LIB.ofk_tactic_count()
 TACTICS = [LIB.ofk_tactic_name(i).decode() for i in range(NTACTICS)]
 DT = {"fp16": (1, torch.float16), "bf16": (2, torch.bfloat16), "fp32": (0, torch.float32)}
-ACTS = {"erf": 0, "tanh": 1, "sigmoid": 2}
+ACTS = {"erf": 0, "tanh": 1, "sigmoid": 2, "none": -1}  # none: OFK_EXPLORE=sched builds only
 ALPHA = 1.702
 RESULTS = {"tactics": TACTICS, "device": torch.cuda.get_device_name(), "check": [], "tactic_check": [],
-           "fp16all": [], "time": []}
+           "fp16all": [], "time": [], "sched": []}
 
 
 def ptr(t):
@@ -296,6 +300,69 @@ def run_time():
               f"{r['tactics'].get(bt, float('nan')):.1f}")
 
 
+def run_sched():
+    shapes = os.environ.get("OFK_SCHED_SHAPES", "1024x768x3072,1576x768x3072,4096x768x3072,16384x768x3072,4096x1024x4096")
+    for spec in shapes.split(","):
+        M, K, N = (int(v) for v in spec.split("x"))
+        x, w, b = make("fp16", M, N, K, 1, True)
+        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        copies = max(2, math.ceil(120e6 / (2 * (M * K + N * K))))  # rotating operands: > 120 MB, twice L2
+        xs = [x.clone() for _ in range(copies)]
+        ws = [w.clone() for _ in range(copies)]
+        turn = [0]
+
+        def nxt():
+            turn[0] = (turn[0] + 1) % copies
+            return turn[0]
+
+        def fused(tactic, act="erf", cold=False, env=None):
+            saved = {k: os.environ.get(k) for k in (env or {})}
+            os.environ.update({k: str(v) for k, v in (env or {}).items()})
+            try:
+                if not LIB.ofk_can_implement(tactic, *common("fp16", act, 1, 1, M, N, K, x, w, b, y)):
+                    return None
+                if cold:
+                    return gpu_us(lambda: (lambda i: launch(tactic, "fp16", act, 1, 1, M, N, K, xs[i], ws[i], b, y))(nxt()))
+                return gpu_us(lambda: launch(tactic, "fp16", act, 1, 1, M, N, K, x, w, b, y))
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+
+        name = LIB.ofk_dispatch_name(*common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)).decode()
+        d = TACTICS.index(name)
+        r = {"M": M, "K": K, "N": N, "dispatch": name, "cold_copies": copies,
+             "cublas_hot": gpu_us(lambda: torch.mm(x, w.t())),
+             "cublas_cold": gpu_us(lambda: (lambda i: torch.mm(xs[i], ws[i].t()))(nxt())),
+             "fused_hot": fused(d), "fused_cold": fused(d, cold=True),
+             "identity_hot": fused(d, "none"), "identity_cold": fused(d, "none", cold=True)}
+        for raster in (1, 2):
+            r[f"raster{raster}_cold"] = fused(d, cold=True, env={"OFK_RASTER": raster})
+        for swizzle in (2, 4, 8):
+            r[f"swizzle{swizzle}_cold"] = fused(d, cold=True, env={"OFK_SWIZZLE": swizzle})
+        for i, tname in enumerate(TACTICS):  # every other fp16 W [N, K] tile, cold
+            if tname.startswith("sm90_f16_tn_") and "_sk_" not in tname and i != d:
+                r[f"{tname.split('_tn_')[-1]}_cold"] = fused(i, cold=True)
+        for i, tname in enumerate(TACTICS):
+            if "_sk_" not in tname:
+                continue
+            for label, env in (("streamk", {"OFK_DECOMP": 3}), ("splitk2", {"OFK_DECOMP": 2, "OFK_SPLITS": 2}),
+                               ("splitk3", {"OFK_DECOMP": 2, "OFK_SPLITS": 3}), ("heuristic", {})):
+                r[f"{tname.split('_tn_')[-1]}_{label}_cold"] = fused(i, cold=True, env=env)
+        RESULTS["sched"].append(r)
+        del xs, ws
+        torch.cuda.empty_cache()
+        others = {k: v for k, v in r.items()
+                  if k.endswith("_cold") and k not in ("cublas_cold", "fused_cold", "identity_cold") and v is not None}
+        best = min(others, key=others.get, default=None)
+        print(f"{M}x{K}x{N} {name.split('_tn_')[-1]}: cuBLAS hot {r['cublas_hot']:.1f} cold {r['cublas_cold']:.1f} | "
+              f"fused hot {r['fused_hot']:.1f} cold {r['fused_cold']:.1f} | no activation hot {r['identity_hot']:.1f} "
+              f"cold {r['identity_cold']:.1f} | best other (cold) {best} {r[best] if best else float('nan'):.1f}",
+              flush=True)
+
+
 t0 = time.time()
 try:
     if "check" in MODES:
@@ -308,6 +375,8 @@ try:
         run_time()
     if "sanitize" in MODES:
         run_sanitize()
+    if "sched" in MODES:
+        run_sched()
     if "ncu" in MODES:  # one shape and tactic (OFK_NCU="MxKxN[:tactic name]", default the dispatch's), 5 launches
         spec = os.environ.get("OFK_NCU", "4096x768x3072")
         dims, _, name = spec.partition(":")

@@ -79,6 +79,10 @@ __device__ __forceinline__ void apply_activation(float (&v)[N], const Activation
       for (int i = 0; i < N; ++i)
         v[i] = kPrecise ? silu_alpha_precise(v[i], p.sigmoid_alpha) : x_times_sigmoid(v[i], p.sigmoid_alpha * v[i]);
       break;
+#ifdef OFK_EXPLORE_SCHED_BUILD
+    case -1:  // kernel harness only: no activation, to measure what the epilogue's math costs
+      break;
+#endif
     default:
 #pragma unroll
       for (int i = 0; i < N; ++i) v[i] = kPrecise ? gelu_erf_precise(v[i]) : gelu_erf_fast(v[i]);

@@ -29,6 +29,9 @@
 
 #include "cutlass_activation.cuh"
 #include "tactics.cuh"
+#ifdef OFK_EXPLORE_SCHED_BUILD
+#include "explore/scheduler_knobs.h"  // bench/kernels: the harness's scheduler sweep
+#endif
 
 namespace onnxfuse::cuda {
 
@@ -135,6 +138,10 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
     args.epilogue.dD = stride_d;
     args.hw_info.device_id = dev.device;
     args.hw_info.sm_count = dev.sm_count;
+#ifdef OFK_EXPLORE_SCHED_BUILD
+    ofk_explore::apply_scheduler_knobs(args.scheduler);
+    if constexpr (S == Sm90Schedule::kStreamK) ofk_explore::apply_stream_k_knobs(args.scheduler);
+#endif
     return args;
   }
 };

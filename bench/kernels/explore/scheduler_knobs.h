@@ -1,0 +1,33 @@
+// Kernel harness only (build.sh with OFK_EXPLORE=sched defines OFK_EXPLORE_SCHED_BUILD): the persistent tile
+// scheduler's runtime arguments taken from the environment on every launch, so that run_device.py can sweep
+// them in one process without a rebuild. The shipped library never includes this file.
+//   OFK_RASTER   0 CUTLASS's heuristic (the default) | 1 along M | 2 along N
+//   OFK_SWIZZLE  max swizzle size 1 (the default) | 2 | 4 | 8
+//   OFK_SPLITS   stream-K tactics: split-K factor (1: none)
+//   OFK_DECOMP   stream-K tactics: 0 heuristic | 1 data-parallel | 2 split-K | 3 stream-K
+#pragma once
+
+#include <cstdlib>
+
+#include <cutlass/gemm/kernel/tile_scheduler_detail.hpp>
+
+namespace ofk_explore {
+
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+template <class SchedulerArguments>
+void apply_scheduler_knobs(SchedulerArguments& s) {
+  s.raster_order = static_cast<cutlass::gemm::kernel::detail::RasterOrderOptions>(env_int("OFK_RASTER", 0));
+  s.max_swizzle_size = env_int("OFK_SWIZZLE", 1);
+}
+
+template <class StreamKArguments>
+void apply_stream_k_knobs(StreamKArguments& s) {
+  s.splits = env_int("OFK_SPLITS", 1);
+  s.decomposition_mode = static_cast<cutlass::gemm::kernel::detail::DecompositionMode>(env_int("OFK_DECOMP", 0));
+}
+
+}  // namespace ofk_explore
