@@ -32,28 +32,41 @@ struct ActivationParams {
   float sigmoid_alpha = 1.702f;  // sigmoid form only (named apart from CUTLASS 2 epilogue alpha)
 };
 
-// x / (1 + e^(-z)); __expf is ex2.approx on a pre-scaled argument, __fdividef is rcp + mul (and returns 0
-// when the divisor overflows, which is the right limit here).
-__device__ __forceinline__ float x_times_sigmoid(float x, float z) {
-  return __fdividef(x, 1.0f + __expf(-z));
+// log2(e): e^(-z) = 2^(h) with h = -z·log2(e). The fast forms fold -log2(e) into their constants, so each
+// element costs one multiply less than __expf (which scales its argument before ex2.approx); every FP32
+// instruction per element shows in the epilogue's time (bench/kernels/NOTES.md, v4).
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^h in one MUFU op: ex2.approx.ftz.f32 (max relative error 2^-22), what __expf runs after its multiply.
+__device__ __forceinline__ float fast_exp2(float h) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(h));
+  return r;
 }
 
-// logit(Φ(x)) ≈ x·(c1 + c3·x² + c5·x⁴ + c7·x⁶ + c9·x⁸). Horner on x² with finite constants: an overflowing
-// x² gives ±inf for g (never inf - inf), which the sigmoid maps to the right limit.
+// x / (1 + 2^h) = x·σ(-h·ln 2); __fdividef is rcp + mul (and returns 0 when the divisor overflows, which is
+// the right limit here).
+__device__ __forceinline__ float x_over_one_plus_exp2(float x, float h) {
+  return __fdividef(x, 1.0f + fast_exp2(h));
+}
+
+// logit(Φ(x)) ≈ x·(c1 + c3·x² + c5·x⁴ + c7·x⁶ + c9·x⁸), here times -log2(e) (c1..c9 fitted as above, then
+// scaled in float64). Horner on x² with finite constants: an overflowing x² gives ±inf (never inf - inf),
+// which the sigmoid maps to the right limit.
 __device__ __forceinline__ float gelu_erf_fast(float x) {
   const float x2 = x * x;
-  float g = 2.22529099105917e-06f;
-  g = fmaf(g, x2, -6.09348487446322e-05f);
-  g = fmaf(g, x2, -2.509503035599452e-04f);
-  g = fmaf(g, x2, 7.293985879908167e-02f);
-  g = fmaf(g, x2, 1.5956551534435115f);
-  return x_times_sigmoid(x, g * x);
+  float h = -3.2104162773359513e-06f;
+  h = fmaf(h, x2, 8.791040410119996e-05f);
+  h = fmaf(h, x2, 3.620447584555129e-04f);
+  h = fmaf(h, x2, -1.0522997257257635e-01f);
+  h = fmaf(h, x2, -2.302043776841872f);
+  return x_over_one_plus_exp2(x, h * x);
 }
 
 __device__ __forceinline__ float gelu_tanh_fast(float x) {
-  // 2u = 2·√(2/π)·(x + 0.044715·x³) = x·(1.5957691 + 0.0713548·x²)
-  const float two_u = x * fmaf(0.0713548162726009f, x * x, 1.5957691216057308f);
-  return x_times_sigmoid(x, two_u);
+  // 2u = 2·√(2/π)·(x + 0.044715·x³) = x·(1.5957691 + 0.0713548·x²); h = -2u·log2(e).
+  const float h = x * fmaf(-0.10294323958002442f, x * x, -2.302208198144325f);
+  return x_over_one_plus_exp2(x, h);
 }
 
 __device__ __forceinline__ float gelu_erf_precise(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -76,8 +89,10 @@ __device__ __forceinline__ void apply_activation(float (&v)[N], const Activation
       break;
     case static_cast<int>(Activation::kSigmoid):
 #pragma unroll
-      for (int i = 0; i < N; ++i)
-        v[i] = kPrecise ? silu_alpha_precise(v[i], p.sigmoid_alpha) : x_times_sigmoid(v[i], p.sigmoid_alpha * v[i]);
+      for (int i = 0; i < N; ++i) {
+        v[i] = kPrecise ? silu_alpha_precise(v[i], p.sigmoid_alpha)
+                        : x_over_one_plus_exp2(v[i], (-kLog2e * p.sigmoid_alpha) * v[i]);
+      }
       break;
 #ifdef OFK_EXPLORE_SCHED_BUILD
     case -1:  // kernel harness only: no activation, to measure what the epilogue's math costs
