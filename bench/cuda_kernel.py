@@ -33,6 +33,10 @@ import platform
 import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cupti import kernel_times_us, require_kernels  # noqa: E402  (bench/cupti.py)
 
 SHAPES = [
     (128, 768, 3072), (1024, 768, 3072), (4096, 768, 3072), (16384, 768, 3072),
@@ -188,25 +192,7 @@ class Bench:
 
     def gpu_us(self, fn) -> float:
         """GPU kernel time per call: the sum of all CUDA kernels ``fn`` launches, read by CUPTI."""
-        from torch.profiler import ProfilerActivity, profile
-
-        torch = self.torch
-        for _ in range(self.warmup):
-            fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as p:
-            for _ in range(self.prof_reps):
-                fn()
-            torch.cuda.synchronize()
-        total = 0.0
-        kernels = 0
-        for e in p.events():
-            if str(getattr(e, "device_type", "")).endswith("CUDA"):
-                total += getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0
-                kernels += 1
-        if kernels == 0:
-            raise RuntimeError("CUPTI saw no kernel: the profiler is not tracing this process's GPU work")
-        return total / self.prof_reps
+        return sum(require_kernels(kernel_times_us(fn, reps=self.prof_reps, warmup=self.warmup)).values())
 
     def ort_measure(self, model_bytes, x, y, wall: bool) -> dict:
         """Kernel time (plain session) and, if ``wall``, CUDA-graph replay wall time (second session)."""

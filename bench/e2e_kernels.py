@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import e2e  # noqa: E402  (bench/e2e.py: the same models, built the same way)
+from cupti import kernel_times_us, require_kernels  # noqa: E402
 import onnx  # noqa: E402
 
 from onnxfuse import bench  # noqa: E402
@@ -57,28 +58,6 @@ def group_of(kernel_name: str) -> str:
         if any(k in name for k in keys):
             return group
     return OTHER
-
-
-def profile_kernels(run, reps: int, warmup: int) -> dict[str, float]:
-    """µs of GPU time per call, by kernel name, over ``reps`` calls of ``run`` after ``warmup``."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(warmup):
-        run()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(reps):
-            run()
-        torch.cuda.synchronize()
-    per_kernel: dict[str, float] = {}
-    for event in p.events():
-        if str(getattr(event, "device_type", "")).endswith("CUDA"):
-            us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0) or 0.0
-            per_kernel[event.name] = per_kernel.get(event.name, 0.0) + us / reps
-    if not per_kernel:
-        raise RuntimeError("CUPTI saw no kernel: the profiler is not tracing this process's GPU work")
-    return per_kernel
 
 
 def summarise(per_kernel: dict[str, float]) -> dict:
@@ -109,7 +88,7 @@ def run_model(spec: e2e.Spec, batch: int, sequence: int, reps: int, workdir: Pat
         feeds = random_inputs(proto, shapes, seed=0)
         session = bench.open_session(str(path), "cuda")
         run = bench.DeviceRun(session, feeds, bench.output_shapes(session, feeds))
-        record["profiles"][role] = summarise(profile_kernels(run, reps=reps, warmup=5))
+        record["profiles"][role] = summarise(require_kernels(kernel_times_us(run, reps=reps, warmup=5)))
         e2e.log(f"{spec.name} B={batch} {role}: {record['profiles'][role]['total_us']} us of GPU time per inference")
     b, f = record["profiles"]["baseline"], record["profiles"]["onnxfuse"]
     gelu = b["groups_us"].get("GELU (BiasGelu, FastGelu, Gelu)", 0.0)

@@ -27,6 +27,9 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cupti import kernel_times_us  # noqa: E402  (bench/cupti.py)
+
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
@@ -237,19 +240,8 @@ def run_sanitize():
 
 
 def gpu_us(fn, n=30):
-    from torch.profiler import profile, ProfilerActivity
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-    tot = 0.0
-    for e in p.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA"):
-            tot += getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0
-    return tot / n
+    """Sum of the GPU kernel time per call (0 when ``fn`` launched nothing, e.g. a tactic that refused)."""
+    return sum(kernel_times_us(fn, reps=n, warmup=5).values())
 
 
 SHAPES = [(128, 768, 3072), (1024, 768, 3072), (4096, 768, 3072), (16384, 768, 3072), (128, 1024, 4096),
