@@ -509,6 +509,10 @@ def _render_doctor(report) -> None:
         verdict = (f"[green]ok[/] (max abs error {p['max_abs_error']:.1e})" if p["ok"]
                    else f"[red]failed[/]: {p['error']}")
         table.add_row(f"FusedLinearGelu on {p['provider']}", verdict)
+    if report.library_path:
+        from .runtime import describe_cpu_gemm
+
+        table.add_row("CPU GEMM", f"{report.cpu_gemm or '?'}: {describe_cpu_gemm(report.cpu_gemm)}")
     if report.cuda_devices:
         for d in report.cuda_devices:
             table.add_row(f"cuda:{d['index']}", f"{d['name']} (sm {d['compute_capability']}, {d['memory_gib']} GiB)")

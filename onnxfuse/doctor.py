@@ -33,6 +33,7 @@ class DoctorReport:
     probes: list[dict[str, Any]] = field(default_factory=list)
     cuda_devices: list[dict[str, Any]] = field(default_factory=list)
     gpu_details: dict[str, Any] | None = None
+    cpu_gemm: str | None = None  # "avx512", "avx2" or "blas": the CPU kernel's GEMM on this machine
 
     @property
     def exit_code(self) -> int:
@@ -137,6 +138,7 @@ def run_doctor() -> DoctorReport:
         report.library_error = str(e)
         return report
 
+    report.cpu_gemm = runtime.cpu_gemm_path(report.library_path)
     targets = ["cpu"] + (["cuda"] if runtime.cuda_usable() else [])
     for target in targets:
         probe = runtime.probe_library(report.library_path, providers=target)

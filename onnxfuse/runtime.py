@@ -289,6 +289,33 @@ def probe_model(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
     )
 
 
+_CPU_GEMM_NAMES = {
+    "avx512": "AVX-512 packed GEMM, bias + GELU fused per block",
+    "avx2": "AVX2 packed GEMM, bias + GELU fused per block",
+    "blas": "OpenBLAS per tile, then bias + GELU on the tile (no AVX2 here, or ONNXFUSE_CPU_ISA=scalar)",
+}
+
+
+def cpu_gemm_path(library_path: str | None = None) -> str | None:
+    """Which GEMM the library's CPU kernel runs in this process ("avx512", "avx2" or "blas"), as the library
+    itself chose it for this CPU (``ONNXFUSE_CPU_ISA`` caps the choice). None when the library cannot be
+    loaded or is older than this query."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(library_path or get_library_path())
+        query = lib.OnnxfuseCpuGemm
+    except (OSError, AttributeError, BadInputError):
+        return None
+    query.restype = ctypes.c_char_p
+    return query().decode()
+
+
+def describe_cpu_gemm(path: str | None) -> str:
+    """One line for people: what ``cpu_gemm_path`` returned means."""
+    return _CPU_GEMM_NAMES.get(path or "", "unknown (library not loadable)")
+
+
 def probe_library(library_path: str | None = None, providers: ProviderSpec = "cpu") -> dict[str, Any]:
     """Load the library and run the op once on ``providers``; compare with a float64 reference.
 

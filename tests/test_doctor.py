@@ -4,6 +4,10 @@ missing or unloadable."""
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
+import sys
 
 from click.testing import CliRunner
 
@@ -31,6 +35,34 @@ def test_doctor_table_names_the_essentials(library_path):
     for text in ("onnxruntime", "providers", "op library", "FusedLinearGelu on cpu", "ok"):
         assert text in result.output
     assert "libonnxfuse_ops.so" in result.output
+
+
+def _cpu_gemm_in_fresh_process(cap: str | None) -> str:
+    """The library picks its CPU GEMM once per process: ask a new one, with ONNXFUSE_CPU_ISA set or not."""
+    env = {k: v for k, v in os.environ.items() if k != "ONNXFUSE_CPU_ISA"}
+    if cap is not None:
+        env["ONNXFUSE_CPU_ISA"] = cap
+    out = subprocess.run([sys.executable, "-c", "from onnxfuse import runtime; print(runtime.cpu_gemm_path())"],
+                         env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_doctor_names_the_cpu_gemm_and_the_cap_changes_it(library_path):
+    result = CliRunner().invoke(main, ["doctor", "--json"])
+    chosen = json.loads(result.output)["cpu_gemm"]
+    assert chosen in ("avx512", "avx2", "blas")
+    table = CliRunner().invoke(main, ["doctor"]).output
+    assert "CPU GEMM" in table and chosen in table
+    # ONNXFUSE_CPU_ISA=scalar turns the packed GEMM off; =avx2 caps an AVX-512 machine at AVX2.
+    assert _cpu_gemm_in_fresh_process("scalar") == "blas"
+    if platform.machine() in ("x86_64", "AMD64") and chosen != "blas":
+        assert _cpu_gemm_in_fresh_process("avx2") == "avx2"
+        assert _cpu_gemm_in_fresh_process(None) == chosen
+
+
+def test_cpu_gemm_path_is_none_for_a_library_that_cannot_say(tmp_path):
+    assert runtime.cpu_gemm_path(str(tmp_path / "missing.so")) is None
+    assert runtime.describe_cpu_gemm(None).startswith("unknown")
 
 
 def test_missing_library_is_exit_2_without_traceback(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-// The library's one entry point: ORT calls RegisterCustomOps when a session registers the library
+// The library's entry point: ORT calls RegisterCustomOps when a session registers the library
 // (SessionOptions.register_custom_ops_library). It adds the `ai.onnxfuse` domain with FusedLinearGelu for
 // the CPU provider and, in a CUDA build, for the CUDA provider.
 #include <mutex>
@@ -8,6 +8,7 @@
 #include <onnxruntime_cxx_api.h>  // ORT_API_MANUAL_INIT (CMakeLists.txt): the API comes from RegisterCustomOps
 
 #include "cpu/fused_linear_gelu_cpu.h"
+#include "cpu/packed_gemm.h"
 #include "domain.h"
 
 #ifdef ONNXFUSE_WITH_CUDA
@@ -26,6 +27,12 @@ void KeepAlive(Ort::CustomOpDomain&& domain) {
 }
 
 }  // namespace
+
+// Which GEMM the CPU kernel runs in this process: "avx512", "avx2" (the packed GEMM with its fused epilogue)
+// or "blas" (OpenBLAS, then the activation per tile). For `onnxfuse doctor`; needs no ORT.
+extern "C" __attribute__((visibility("default"))) const char* OnnxfuseCpuGemm() {
+  return onnxfuse::cpu::GemmIsaName(onnxfuse::cpu::PackedGemmIsa());
+}
 
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
 RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
