@@ -13,10 +13,11 @@
 //     of W, 6 broadcasts of A and 6·16·kPanels/width FMAs. During its last steps it prefetches the start
 //     of the panel slice the next call reads, so a new stream does not begin with an L2 miss;
 //   - after the last K slice, the micro-kernel adds the bias to its registers and stores the block; once
-//     the sliver has run against every panel, the activation runs over the sliver's rows (6 x tile width,
-//     at most 6 KiB, still in L1), four vectors in lockstep (activation_simd.h). Applied to the twelve
+//     the sliver has run against every panel, the activation runs over the sliver's rows (6 x the tile's
+//     width: 3 KiB for the op's 128-column tiles, still in L1), four vectors in lockstep (activation_simd.h). Applied to the twelve
 //     accumulators one at a time, the erf-GELU's dependency chains left the core idle: 10 % of the
-//     tile's time against 6 % now. The pre-activation never leaves the core's L1.
+//     tile's time against 6 % now. The pre-activation only ever lives in the output block it turns
+//     into, while that block is in L1.
 //   AVX2: kPanels 1 (12 ymm accumulators); AVX-512: kPanels 4 (24 zmm accumulators), so both are
 //   FMA-bound rather than load-bound.
 #pragma once
