@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     b = (0.1 * rng.standard_normal(N)).astype(np.float32)
     x = rng.standard_normal((M, K)).astype(np.float32)
     packed = aligned(lib.ab_packed_floats(K, N))
-    lib.ab_pack(np.ascontiguousarray(w.T).ctypes.data, K, N, packed.ctypes.data)
+    w_nk = np.ascontiguousarray(w.T)  # named: a temporary's buffer could be freed before the call reads it
+    lib.ab_pack(w_nk.ctypes.data, K, N, packed.ctypes.data)
     matmul = ort_session([helper.make_node("MatMul", ["X", "W"], ["Y"])], [numpy_helper.from_array(w, "W")],
                          M, K, N, args.threads)
     unfused = ort_session([helper.make_node("MatMul", ["X", "W"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["p"]),
