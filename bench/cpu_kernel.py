@@ -47,9 +47,15 @@ def _model(nodes, inputs, outputs, inits, domain=False) -> bytes:
 
 
 def build_models(M, K, N, dtype, approximate, rng):
-    onnx_t, np_t = _TYPES[dtype]
+    _, np_t = _TYPES[dtype]
     w_kn = (rng.standard_normal((K, N)) / math.sqrt(K)).astype(np_t)
     b = (0.1 * rng.standard_normal(N)).astype(np_t)
+    return models_for(M, K, N, w_kn, b, dtype, approximate)
+
+
+def models_for(M, K, N, w_kn, b, dtype="float32", approximate="none"):
+    """(fused, unfused, MatMul alone) as serialized models for X [M, K], W [K, N] and b [N]."""
+    onnx_t, _ = _TYPES[dtype]
     x_info = helper.make_tensor_value_info("X", onnx_t, [M, K])
     y_info = helper.make_tensor_value_info("Y", onnx_t, [M, N])
     # Unfused, as an exporter writes it: X·W (W [K, N]) + b, then Gelu.
@@ -76,7 +82,7 @@ def build_models(M, K, N, dtype, approximate, rng):
 
 def measure(M, K, N, dtype, approximate, threads, reps, warmup, rng):
     fused_m, unfused_m, matmul_m = build_models(M, K, N, dtype, approximate, rng)
-    so = lambda: _session_options(threads)  # noqa: E731
+    so = lambda: session_options(threads)  # noqa: E731
     sessions = {
         "fused": create_session(fused_m, providers="cpu", sess_options=so()),
         "unfused": ort.InferenceSession(unfused_m, so(), providers=["CPUExecutionProvider"]),
@@ -106,7 +112,7 @@ def measure(M, K, N, dtype, approximate, threads, reps, warmup, rng):
     }
 
 
-def _session_options(threads):
+def session_options(threads):
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1

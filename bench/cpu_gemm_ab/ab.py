@@ -19,9 +19,14 @@ import ctypes
 import statistics
 import time
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cpu_kernel import models_for, session_options  # noqa: E402  (bench/cpu_kernel.py: the same peers)
 
 
 def load(path: str):
@@ -42,16 +47,6 @@ def aligned(count: int) -> np.ndarray:
     return raw[offset:offset + count]
 
 
-def ort_session(nodes, inits, M, K, N, threads):
-    graph = helper.make_graph(nodes, "ab", [helper.make_tensor_value_info("X", 1, [M, K])],
-                              [helper.make_tensor_value_info("Y", 1, [M, N])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # a spinning pool steals the next call's cores
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("library")
@@ -69,11 +64,9 @@ def main(argv=None) -> int:
     packed = aligned(lib.ab_packed_floats(K, N))
     w_nk = np.ascontiguousarray(w.T)  # named: a temporary's buffer could be freed before the call reads it
     lib.ab_pack(w_nk.ctypes.data, K, N, packed.ctypes.data)
-    matmul = ort_session([helper.make_node("MatMul", ["X", "W"], ["Y"])], [numpy_helper.from_array(w, "W")],
-                         M, K, N, args.threads)
-    unfused = ort_session([helper.make_node("MatMul", ["X", "W"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["p"]),
-                           helper.make_node("Gelu", ["p"], ["Y"])],
-                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")], M, K, N, args.threads)
+    _, unfused_model, matmul_model = models_for(M, K, N, w, b)
+    matmul = ort.InferenceSession(matmul_model, session_options(args.threads), providers=["CPUExecutionProvider"])
+    unfused = ort.InferenceSession(unfused_model, session_options(args.threads), providers=["CPUExecutionProvider"])
     names = [lib.ab_name(i).decode() for i in range(lib.ab_count())]
     outputs = [np.zeros((M, N), np.float32) for _ in names]
     times: dict[str, list[float]] = {name: [] for name in ["MLAS MatMul", "ORT unfused"] + names}
