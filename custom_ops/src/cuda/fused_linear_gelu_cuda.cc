@@ -73,6 +73,7 @@ class FusedLinearGeluCudaKernel {
     cudaError_t e = cudaDeviceGetAttribute(&dev_.cc_major, cudaDevAttrComputeCapabilityMajor, dev_.device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&dev_.cc_minor, cudaDevAttrComputeCapabilityMinor, dev_.device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&dev_.sm_count, cudaDevAttrMultiProcessorCount, dev_.device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&dev_.l2_bytes, cudaDevAttrL2CacheSize, dev_.device);
     if (e != cudaSuccess) {
       Fail(ORT_FAIL, "cannot query CUDA device " + std::to_string(dev_.device) + ": " + CudaErrorText(e));
     }

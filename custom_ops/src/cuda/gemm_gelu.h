@@ -31,6 +31,7 @@ struct DeviceInfo {
   int device = 0;
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
+  int l2_bytes = 0;  // L2 cache size: decides the order in which a persistent kernel walks its output tiles
 };
 
 // Bytes of scratch the chosen tactic needs (0 for most); the caller allocates it with ORT's allocator.

@@ -138,6 +138,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
     args.epilogue.dD = stride_d;
     args.hw_info.device_id = dev.device;
     args.hw_info.sm_count = dev.sm_count;
+    args.scheduler.max_swizzle_size = sm90_swizzle(a, dev, TileM, TileN, ClusterM, ClusterN);
 #ifdef OFK_EXPLORE_SCHED_BUILD
     ofk_explore::apply_scheduler_knobs(args.scheduler);
     if constexpr (S == Sm90Schedule::kStreamK) ofk_explore::apply_stream_k_knobs(args.scheduler);

@@ -111,6 +111,32 @@ cudaError_t fallback_run(const GemmGeluArgs& args, const DeviceInfo& dev, void* 
 // Shared helpers.
 inline bool aligned_to(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 inline size_t dtype_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
+// The persistent sm90 kernels walk their output tiles along one dimension by default: each wave of tiles then
+// reads one whole operand (all of W, or all of X) and a few panels of the other. When both operands are
+// larger than about half of L2, neither stays there between waves and every wave streams one of them from
+// DRAM again. Swizzling the walk into groups of 8 tiles keeps each wave's panels of both operands small
+// enough to stay in L2. CUTLASS rounds both tile counts up to a multiple of swizzle x cluster and walks the
+// padding too, so the swizzle is used only where that adds at most 3 % of tiles (fp32 2048x4096x16384 on
+// cooperative 256x128 tiles, 8 tile rows padded to 16, ran 2.8x slower). Measured on H200
+// (bench/kernels/NOTES.md, v5), GPU us, swizzle 1 vs 8: fp16 8192x4096x16384 1669 vs 1579, fp16
+// 4096x4096x16384 796 vs 775; where an operand fits in L2 it loses (fp16 2048x4096x16384 381 vs 392,
+// 16384x768x3072 132 vs 182).
+constexpr int kSm90WideSwizzle = 8;
+inline int sm90_swizzle(const GemmGeluArgs& a, const DeviceInfo& dev, int tile_m, int tile_n, int cluster_m,
+                        int cluster_n) {
+  const double elem = static_cast<double>(dtype_bytes(a.dtype));
+  const double x_bytes = static_cast<double>(a.M) * static_cast<double>(a.K) * elem;
+  const double w_bytes = static_cast<double>(a.N) * static_cast<double>(a.K) * elem;
+  const double half_l2 = 0.5 * static_cast<double>(dev.l2_bytes);
+  if (dev.l2_bytes <= 0 || x_bytes <= half_l2 || w_bytes <= half_l2) return 1;
+  const auto round_up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
+  const int64_t ctas_m = round_up((a.M + tile_m - 1) / tile_m, cluster_m);
+  const int64_t ctas_n = round_up((a.N + tile_n - 1) / tile_n, cluster_n);
+  const double padded = static_cast<double>(round_up(ctas_m, kSm90WideSwizzle * cluster_m)) *
+                        static_cast<double>(round_up(ctas_n, kSm90WideSwizzle * cluster_n));
+  return padded <= 1.03 * static_cast<double>(ctas_m) * static_cast<double>(ctas_n) ? kSm90WideSwizzle : 1;
+}
+
 inline ActivationParams activation_params(const GemmGeluArgs& a) {
   return ActivationParams{static_cast<int>(a.act), a.alpha};
 }
