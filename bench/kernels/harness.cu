@@ -14,6 +14,7 @@ DeviceInfo device_info() {
   cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, d.device);
   cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, d.device);
   cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, d.device);
+  cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, d.device);
   return d;
 }
 
@@ -45,6 +46,7 @@ const Tactic kExtra[] = {
 #endif
 #ifdef OFK_EXPLORE_SCHED_BUILD
     OFK_EXPLORE_TILES_E(OFK_EXTRA)  // the stream-K tiles, swept over their decomposition modes
+    OFK_EXPLORE_TILES_J(OFK_EXTRA)  // 128-deep K steps
 #endif
 };
 constexpr int kExtraCount = static_cast<int>(sizeof(kExtra) / sizeof(kExtra[0]));

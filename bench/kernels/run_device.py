@@ -13,6 +13,13 @@ fp16all : all 65,536 fp16 (and bf16) bit patterns through the GEMM (identity W),
 time    : GPU kernel time (CUPTI via torch.profiler, mean of 30 calls after 5 warm-up, as
           shared/anchors/kernel_time.py) of the dispatch and of every sm90 tactic that fits, against cuBLAS
           (torch.mm) and cuBLASLt's tanh-GELU epilogue (torch._addmm_activation) in the same process.
+clocks  : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shapes OFK_SCHED_SHAPES: cuBLAS and
+          the dispatch's tactic with each activation and none, each run back to back for ~1 s while nvidia-smi
+          samples the SM clock and the power draw: whether the epilogue's arithmetic costs clock (power) or
+          time at the same clock.
+swizzle : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shapes OFK_SCHED_SHAPES: the
+          dispatch's tactic with tile-scheduler swizzle 1, 2, 4 and 8 and cuBLAS, in interleaved rounds (the
+          H200 runs these shapes at its power cap, so the clock drifts between back-to-back blocks), medians.
 sched   : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shapes OFK_SCHED_SHAPES: cuBLAS and
           the dispatch's tactic with L2 hot (the same X and W every call) and cold (rotating copies, > 120 MB
           together, as inside a model), the tactic with no activation (what the epilogue's math costs), each
@@ -356,6 +363,78 @@ def run_sched():
               flush=True)
 
 
+def run_swizzle():
+    import statistics
+    shapes = os.environ.get("OFK_SCHED_SHAPES", "8192x4096x16384,2048x4096x16384,16384x1024x4096")
+    for spec in shapes.split(","):
+        M, K, N = (int(v) for v in spec.split("x"))
+        x, w, b = make("fp16", M, N, K, 1, True)
+        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        d = TACTICS.index(LIB.ofk_dispatch_name(*common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)).decode())
+
+        def fused(swizzle):
+            os.environ["OFK_SWIZZLE"] = str(swizzle)
+            try:
+                return gpu_us(lambda: launch(d, "fp16", "erf", 1, 1, M, N, K, x, w, b, y), n=10)
+            finally:
+                os.environ.pop("OFK_SWIZZLE", None)
+
+        runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
+        runs.update({f"swizzle{s}": (lambda s: lambda: fused(s))(s) for s in (1, 2, 4, 8)})
+        got = {k: [] for k in runs}
+        for _ in range(int(os.environ.get("OFK_ROUNDS", "5"))):
+            for k, fn in runs.items():
+                got[k].append(fn())
+        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **{k: statistics.median(v) for k, v in got.items()},
+             "all": got}
+        RESULTS.setdefault("swizzle", []).append(r)
+        print(f"{M}x{K}x{N} {TACTICS[d].split('_tn_')[-1]}: " +
+              " | ".join(f"{k} {r[k]:.1f}" for k in runs), flush=True)
+
+
+def run_clocks():
+    import statistics
+    import subprocess
+    shapes = os.environ.get("OFK_SCHED_SHAPES", "4096x768x3072,16384x768x3072,2048x4096x16384")
+    query = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
+    if subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv"], capture_output=True).returncode:
+        query = query.replace("clocks_event_reasons", "clocks_throttle_reasons")  # older drivers' name
+    for spec in shapes.split(","):
+        M, K, N = (int(v) for v in spec.split("x"))
+        x, w, b = make("fp16", M, N, K, 1, True)
+        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        d = TACTICS.index(LIB.ofk_dispatch_name(*common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)).decode())
+        runs = {"cublas": lambda: torch.mm(x, w.t())}
+        for act in ("none", "sigmoid", "tanh", "erf"):
+            runs[act] = (lambda a: lambda: launch(d, "fp16", a, 1, 1, M, N, K, x, w, b, y))(act)
+        for label, fn in runs.items():
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+            per_call = gpu_us(fn)
+            calls = max(50, int(1.2e6 / per_call))
+            smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits",
+                                    "-lms", "50"], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.2)
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            stop.record()
+            torch.cuda.synchronize()
+            smi.terminate()
+            rows = [r.split(", ") for r in smi.communicate()[0].strip().splitlines()]
+            rows = rows[len(rows) // 4:]  # the loop's steady state: skip the first quarter
+            clk = statistics.median(float(r[0]) for r in rows)
+            pwr = statistics.median(float(r[1]) for r in rows)
+            r = {"M": M, "K": K, "N": N, "run": label, "us_per_call_loop": start.elapsed_time(stop) * 1e3 / calls,
+                 "us_cupti": per_call, "sm_mhz": clk, "power_w": pwr, "temp_c": float(rows[-1][2]),
+                 "event_reasons": sorted({r[3] for r in rows}), "samples": len(rows)}
+            RESULTS.setdefault("clocks", []).append(r)
+            print(f"{M}x{K}x{N} {label:8s} {r['us_per_call_loop']:8.1f} us/call (CUPTI {per_call:7.1f}) "
+                  f"SM {clk:6.0f} MHz  {pwr:5.0f} W  reasons {r['event_reasons']}", flush=True)
+
+
 t0 = time.time()
 try:
     if "check" in MODES:
@@ -370,14 +449,19 @@ try:
         run_sanitize()
     if "sched" in MODES:
         run_sched()
+    if "clocks" in MODES:
+        run_clocks()
+    if "swizzle" in MODES:
+        run_swizzle()
     if "ncu" in MODES:  # one shape and tactic (OFK_NCU="MxKxN[:tactic name]", default the dispatch's), 5 launches
+        ncu_act = os.environ.get("OFK_NCU_ACT", "erf")  # "none" in OFK_EXPLORE=sched builds
         spec = os.environ.get("OFK_NCU", "4096x768x3072")
         dims, _, name = spec.partition(":")
         M, K, N = (int(v) for v in dims.split("x"))
         x, w, b = make("fp16", M, N, K, 1, True)
         y = torch.empty(M, N, device="cuda", dtype=torch.float16)
         for _ in range(5):
-            launch(TACTICS.index(name) if name else -1, "fp16", "erf", 1, 1, M, N, K, x, w, b, y)
+            launch(TACTICS.index(name) if name else -1, "fp16", ncu_act, 1, 1, M, N, K, x, w, b, y)
         torch.cuda.synchronize()
 finally:
     RESULTS["seconds"] = time.time() - t0

@@ -2,7 +2,7 @@
 // scheduler's runtime arguments taken from the environment on every launch, so that run_device.py can sweep
 // them in one process without a rebuild. The shipped library never includes this file.
 //   OFK_RASTER   0 CUTLASS's heuristic (the default) | 1 along M | 2 along N
-//   OFK_SWIZZLE  max swizzle size 1 (the default) | 2 | 4 | 8
+//   OFK_SWIZZLE  max swizzle size 1 | 2 | 4 | 8 (unset: the shipped choice, sm90_swizzle in tactics.cuh)
 //   OFK_SPLITS   stream-K tactics: split-K factor (1: none)
 //   OFK_DECOMP   stream-K tactics: 0 heuristic | 1 data-parallel | 2 split-K | 3 stream-K
 #pragma once
@@ -21,7 +21,7 @@ inline int env_int(const char* name, int fallback) {
 template <class SchedulerArguments>
 void apply_scheduler_knobs(SchedulerArguments& s) {
   s.raster_order = static_cast<cutlass::gemm::kernel::detail::RasterOrderOptions>(env_int("OFK_RASTER", 0));
-  s.max_swizzle_size = env_int("OFK_SWIZZLE", 1);
+  s.max_swizzle_size = env_int("OFK_SWIZZLE", s.max_swizzle_size);  // unset: the shipped choice
 }
 
 template <class StreamKArguments>

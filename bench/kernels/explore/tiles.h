@@ -27,6 +27,11 @@
   X(sk_128x128_c1, 128, 128, 64, 1, 1, kStreamK, 0, 0)           \
   X(sk_128x192_c1, 128, 192, 64, 1, 1, kStreamK, 0, 0)           \
   X(sk_256x128_c2, 256, 128, 64, 2, 1, kStreamK, 0, 0)
+// OFK_EXPLORE=sched, round 2: 128-deep K steps (half the stage hand-offs per tile, 3-4 stages), for the
+// K = 768 shapes where the main loop waits on its loads (bench/kernels/NOTES.md, v5).
+#define OFK_EXPLORE_TILES_J(X)                                        \
+  X(pp_128x128x128_c1x2_e64x128, 128, 128, 128, 1, 2, kPingpong, 64, 128) \
+  X(pp_64x64x128_c1, 64, 64, 128, 1, 1, kPingpong, 0, 0)
 #define OFK_EXPLORE_TILES(X)                                                                  \
   OFK_EXPLORE_TILES_A(X) OFK_EXPLORE_TILES_B(X) OFK_EXPLORE_TILES_C(X) OFK_EXPLORE_TILES_D(X) \
   OFK_EXPLORE_TILES_E(X)
