@@ -47,6 +47,7 @@ const Tactic kExtra[] = {
 #ifdef OFK_EXPLORE_SCHED_BUILD
     OFK_EXPLORE_TILES_E(OFK_EXTRA)  // the stream-K tiles, swept over their decomposition modes
     OFK_EXPLORE_TILES_J(OFK_EXTRA)  // 128-deep K steps
+    OFK_EXPLORE_TILES_K(OFK_EXTRA)  // W multicast along M under a wave
 #endif
 };
 constexpr int kExtraCount = static_cast<int>(sizeof(kExtra) / sizeof(kExtra[0]));

@@ -7,7 +7,7 @@ check   : every dtype x activation x transB x bias over aligned, misaligned, odd
           error vs a float64 reference against the unfused path's error (mm in the dtype, bias add, GELU:
           what ORT runs), with the output poisoned with NaN first.
 tactics : every tactic forced on a shape it takes: same check (a tactic the dispatch never picks still
-          has to be right).
+          has to be right); OFK_TACTICS_MATCH=substring checks only the tactics whose name has it.
 fp16all : all 65,536 fp16 (and bf16) bit patterns through the GEMM (identity W), every activation: finite
           wherever float64 is finite.
 time    : GPU kernel time (CUPTI via torch.profiler, mean of 30 calls after 5 warm-up, as
@@ -170,7 +170,10 @@ def run_check():
 
 def run_tactics():
     bad = 0
+    only = os.environ.get("OFK_TACTICS_MATCH", "")  # a substring: check just those tactics
     for i, name in enumerate(TACTICS):
+        if only not in name:
+            continue
         for dt, tf32 in (("fp16", 1), ("bf16", 1), ("fp32", 1), ("fp32", 0)):
             for trans_b in (1, 0):
                 M, N, K = 1000, 1032, 776

@@ -32,6 +32,11 @@
 #define OFK_EXPLORE_TILES_J(X)                                        \
   X(pp_128x128x128_c1x2_e64x128, 128, 128, 128, 1, 2, kPingpong, 64, 128) \
   X(pp_64x64x128_c1, 64, 64, 128, 1, 1, kPingpong, 0, 0)
+// OFK_EXPLORE=sched, round 3: clusters along M for the tiles under a wave, so that the CTAs of one column of
+// tiles share each W panel through TMA multicast (W is the large operand when M is small).
+#define OFK_EXPLORE_TILES_K(X)                                        \
+  X(pp_64x64_c2x1_e64x64, 64, 64, 64, 2, 1, kPingpong, 64, 64)        \
+  X(pp_64x128_c2x1_e64x128, 64, 128, 64, 2, 1, kPingpong, 64, 128)
 #define OFK_EXPLORE_TILES(X)                                                                  \
   OFK_EXPLORE_TILES_A(X) OFK_EXPLORE_TILES_B(X) OFK_EXPLORE_TILES_C(X) OFK_EXPLORE_TILES_D(X) \
   OFK_EXPLORE_TILES_E(X)
