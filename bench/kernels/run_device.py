@@ -303,12 +303,19 @@ def run_time():
               f"{r['tactics'].get(bt, float('nan')):.1f}")
 
 
-def run_sched():
-    shapes = os.environ.get("OFK_SCHED_SHAPES", "1024x768x3072,1576x768x3072,4096x768x3072,16384x768x3072,4096x1024x4096")
-    for spec in shapes.split(","):
+def fp16_problems(default_shapes):
+    """The OFK_SCHED_SHAPES problems (fp16, W [N, K], with bias): (M, K, N, x, w, b, y, dispatch's tactic index)."""
+    for spec in os.environ.get("OFK_SCHED_SHAPES", default_shapes).split(","):
         M, K, N = (int(v) for v in spec.split("x"))
         x, w, b = make("fp16", M, N, K, 1, True)
         y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        d = TACTICS.index(LIB.ofk_dispatch_name(*common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)).decode())
+        yield M, K, N, x, w, b, y, d
+
+
+def run_sched():
+    shapes = "1024x768x3072,1576x768x3072,4096x768x3072,16384x768x3072,4096x1024x4096"
+    for M, K, N, x, w, b, y, d in fp16_problems(shapes):
         copies = max(2, math.ceil(120e6 / (2 * (M * K + N * K))))  # rotating operands: > 120 MB, twice L2
         xs = [x.clone() for _ in range(copies)]
         ws = [w.clone() for _ in range(copies)]
@@ -334,8 +341,7 @@ def run_sched():
                     else:
                         os.environ[k] = v
 
-        name = LIB.ofk_dispatch_name(*common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)).decode()
-        d = TACTICS.index(name)
+        name = TACTICS[d]
         r = {"M": M, "K": K, "N": N, "dispatch": name, "cold_copies": copies,
              "cublas_hot": gpu_us(lambda: torch.mm(x, w.t())),
              "cublas_cold": gpu_us(lambda: (lambda i: torch.mm(xs[i], ws[i].t()))(nxt())),
@@ -368,12 +374,7 @@ def run_sched():
 
 def run_swizzle():
     import statistics
-    shapes = os.environ.get("OFK_SCHED_SHAPES", "8192x4096x16384,2048x4096x16384,16384x1024x4096")
-    for spec in shapes.split(","):
-        M, K, N = (int(v) for v in spec.split("x"))
-        x, w, b = make("fp16", M, N, K, 1, True)
-        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
-        d = TACTICS.index(LIB.ofk_dispatch_name(*common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)).decode())
+    for M, K, N, x, w, b, y, d in fp16_problems("8192x4096x16384,2048x4096x16384,16384x1024x4096"):
 
         def fused(swizzle):
             os.environ["OFK_SWIZZLE"] = str(swizzle)
@@ -398,15 +399,10 @@ def run_swizzle():
 def run_clocks():
     import statistics
     import subprocess
-    shapes = os.environ.get("OFK_SCHED_SHAPES", "4096x768x3072,16384x768x3072,2048x4096x16384")
     query = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
     if subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv"], capture_output=True).returncode:
         query = query.replace("clocks_event_reasons", "clocks_throttle_reasons")  # older drivers' name
-    for spec in shapes.split(","):
-        M, K, N = (int(v) for v in spec.split("x"))
-        x, w, b = make("fp16", M, N, K, 1, True)
-        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
-        d = TACTICS.index(LIB.ofk_dispatch_name(*common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)).decode())
+    for M, K, N, x, w, b, y, d in fp16_problems("4096x768x3072,16384x768x3072,2048x4096x16384"):
         runs = {"cublas": lambda: torch.mm(x, w.t())}
         for act in ("none", "sigmoid", "tanh", "erf"):
             runs[act] = (lambda a: lambda: launch(d, "fp16", a, 1, 1, M, N, K, x, w, b, y))(act)
