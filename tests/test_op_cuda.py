@@ -182,16 +182,22 @@ def rel_l2(y: np.ndarray, ref: np.ndarray) -> float:
     return float(np.linalg.norm(y.astype(np.float64) - ref) / (den if den > 0 else 1.0))
 
 
-def run_pair(library, dtype, x, w_nk, b, approximate, trans_b):
-    """(fused Y, ORT-unfused Y, float64 reference) for one case."""
+def fused_and_unfused(library, dtype, x, w_nk, b, approximate, trans_b=1):
+    """(fused Y, ORT-unfused Y) for one case; the fused node takes W as [N, K] (trans_b=1) or [K, N]."""
     w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
     fused = cuda_session(fused_model(dtype, x.shape, w, b, approximate, trans_b), library)
     (y_fused,) = fused.run(None, {"X": x})
+    del fused
     # ORT's own path may put a node it has no CUDA kernel for on the CPU: that is ORT's unfused path too.
     unfused = cuda_session(unfused_model(dtype, x.shape, np.ascontiguousarray(w_nk.T), b, approximate), library,
                            fallback=True)
     (y_unfused,) = unfused.run(None, {"X": x})
-    return y_fused, y_unfused, reference(x, w_nk, b, approximate)
+    return y_fused, y_unfused
+
+
+def run_pair(library, dtype, x, w_nk, b, approximate, trans_b):
+    """(fused Y, ORT-unfused Y, float64 reference) for one case."""
+    return (*fused_and_unfused(library, dtype, x, w_nk, b, approximate, trans_b), reference(x, w_nk, b, approximate))
 
 
 def check_against_ort(dtype, y_fused, y_unfused, ref, where, small_slack=True):
@@ -254,17 +260,6 @@ def test_error_ratio_per_dtype_over_grid(library, dtype):
     assert ratio <= 1.05
 
 
-def fused_and_unfused(library, dtype, x, w_nk, b, approximate="none"):
-    """(fused Y, ORT-unfused Y), W [N, K], without a float64 reference (for outputs too big for one)."""
-    fused = cuda_session(fused_model(dtype, x.shape, w_nk, b, approximate, 1), library)
-    (y_fused,) = fused.run(None, {"X": x})
-    del fused
-    unfused = cuda_session(unfused_model(dtype, x.shape, np.ascontiguousarray(w_nk.T), b, approximate), library,
-                           fallback=True)
-    (y_unfused,) = unfused.run(None, {"X": x})
-    return y_fused, y_unfused
-
-
 # Both operands larger than half of L2 (X 32-64 MiB, W 64-128 MiB): the sm90 kernels walk their tiles in
 # swizzled groups (sm90_swizzle in tactics.cuh). Every 128-row block of the output is checked (8 rows each,
 # against float64), so a tile the walk skipped or wrote twice would show.
@@ -273,7 +268,7 @@ def test_large_operands_every_tile_block(library, dtype):
     m, k, n = 4096, 4096, 8192
     rng = np.random.default_rng(11)
     x, w_nk, b = make_inputs(rng, (m, k), n, dtype, 1, True)
-    y_fused, y_unfused = fused_and_unfused(library, dtype, x, w_nk, b)
+    y_fused, y_unfused = fused_and_unfused(library, dtype, x, w_nk, b, "none")
     rows = (np.arange(0, m, 128)[:, None] + rng.integers(0, 128, size=(m // 128, 8))).ravel()
     ref = reference(x[rows], w_nk, b, "none")
     check_against_ort(dtype, y_fused[rows], y_unfused[rows], ref, f"{dtype} X({m}, {k}) N={n}", small_slack=False)
