@@ -434,34 +434,24 @@ def run_clocks():
                   f"SM {clk:6.0f} MHz  {pwr:5.0f} W  reasons {r['event_reasons']}", flush=True)
 
 
+def run_ncu():  # one shape and tactic (OFK_NCU="MxKxN[:tactic name]", default the dispatch's), 5 launches
+    act = os.environ.get("OFK_NCU_ACT", "erf")  # "none" in OFK_EXPLORE=sched builds
+    dims, _, name = os.environ.get("OFK_NCU", "4096x768x3072").partition(":")
+    M, K, N = (int(v) for v in dims.split("x"))
+    x, w, b = make("fp16", M, N, K, 1, True)
+    y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    for _ in range(5):
+        launch(TACTICS.index(name) if name else -1, "fp16", act, 1, 1, M, N, K, x, w, b, y)
+    torch.cuda.synchronize()
+
+
+RUNS = {"check": run_check, "tactics": run_tactics, "fp16all": run_fp16all, "time": run_time,
+        "sanitize": run_sanitize, "sched": run_sched, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu}
 t0 = time.time()
 try:
-    if "check" in MODES:
-        run_check()
-    if "tactics" in MODES:
-        run_tactics()
-    if "fp16all" in MODES:
-        run_fp16all()
-    if "time" in MODES:
-        run_time()
-    if "sanitize" in MODES:
-        run_sanitize()
-    if "sched" in MODES:
-        run_sched()
-    if "clocks" in MODES:
-        run_clocks()
-    if "swizzle" in MODES:
-        run_swizzle()
-    if "ncu" in MODES:  # one shape and tactic (OFK_NCU="MxKxN[:tactic name]", default the dispatch's), 5 launches
-        ncu_act = os.environ.get("OFK_NCU_ACT", "erf")  # "none" in OFK_EXPLORE=sched builds
-        spec = os.environ.get("OFK_NCU", "4096x768x3072")
-        dims, _, name = spec.partition(":")
-        M, K, N = (int(v) for v in dims.split("x"))
-        x, w, b = make("fp16", M, N, K, 1, True)
-        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
-        for _ in range(5):
-            launch(TACTICS.index(name) if name else -1, "fp16", ncu_act, 1, 1, M, N, K, x, w, b, y)
-        torch.cuda.synchronize()
+    for mode, run in RUNS.items():  # in this order, whatever the order on the command line
+        if mode in MODES:
+            run()
 finally:
     RESULTS["seconds"] = time.time() - t0
     with open(OUT, "w") as f:
