@@ -123,7 +123,8 @@ class FusedLinearGeluCudaKernel {
 
     // Scratch, if the chosen tactic needs any, comes from ORT's GPU allocator and goes back to it when
     // this call returns: later work on the same stream is ordered after the kernel, as for ORT's own kernels.
-    const size_t workspace_bytes = cuda::gemm_gelu_workspace_size(args, dev_);
+    const cuda::GemmGeluPlan plan = cuda::plan_gemm_gelu(args, dev_);
+    const size_t workspace_bytes = plan.workspace_bytes;
     Ort::Allocator allocator{nullptr};
     void* workspace = nullptr;
     struct Release {
@@ -139,7 +140,7 @@ class FusedLinearGeluCudaKernel {
       release.p = workspace;
     }
 
-    const cudaError_t e = cuda::launch_gemm_gelu(args, dev_, workspace, workspace_bytes, stream);
+    const cudaError_t e = cuda::launch_gemm_gelu(plan, args, dev_, workspace, workspace_bytes, stream);
     if (e != cudaSuccess) {
       const std::string what = std::string(TypeName(type_)) + " M=" + std::to_string(s.M) +
                                " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N) +

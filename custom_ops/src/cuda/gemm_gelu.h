@@ -34,13 +34,21 @@ struct DeviceInfo {
   int l2_bytes = 0;  // L2 cache size: decides the order in which a persistent kernel walks its output tiles
 };
 
-// Bytes of scratch the chosen tactic needs (0 for most); the caller allocates it with ORT's allocator.
-size_t gemm_gelu_workspace_size(const GemmGeluArgs& args, const DeviceInfo& dev);
+// What launch_gemm_gelu runs for one call: the tactic (an index into the dispatch table, -1 when no backend
+// can take the problem) and the bytes of scratch it needs (0 for most; the caller allocates them with ORT's
+// allocator). Choosing walks the shape table and asks candidates whether they fit, the larger part of a
+// call's host time, so a caller plans once per call and launches that plan.
+struct GemmGeluPlan {
+  int tactic = -1;
+  size_t workspace_bytes = 0;
+};
+GemmGeluPlan plan_gemm_gelu(const GemmGeluArgs& args, const DeviceInfo& dev);
 
-// Picks a tactic for (args, dev) and enqueues exactly one kernel on `stream` (zero-size problems enqueue
-// nothing). Never synchronizes. Returns cudaErrorNotSupported when no backend can take the problem.
-cudaError_t launch_gemm_gelu(const GemmGeluArgs& args, const DeviceInfo& dev, void* workspace,
-                             size_t workspace_bytes, cudaStream_t stream);
+// Enqueues exactly one kernel, the plan's, on `stream` (zero-size problems enqueue nothing). Never
+// synchronizes. `plan` must come from plan_gemm_gelu for the same args and device. Returns
+// cudaErrorNotSupported when the plan has no tactic.
+cudaError_t launch_gemm_gelu(const GemmGeluPlan& plan, const GemmGeluArgs& args, const DeviceInfo& dev,
+                             void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // The name of the tactic launch_gemm_gelu would pick, for benchmarks and `onnxfuse inspect`-style reports.
 const char* gemm_gelu_tactic_name(const GemmGeluArgs& args, const DeviceInfo& dev);

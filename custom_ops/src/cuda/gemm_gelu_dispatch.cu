@@ -2,7 +2,9 @@
 // it. Order of preference: the sm90 tile the shape table names, the other sm90 tiles, the sm80 kernel, the
 // any-alignment fallback. Each tactic's can_implement decides whether it takes the problem; one that refuses
 // passes to the next, so an unusual shape costs speed, never a crash. Nothing here allocates, synchronizes or
-// keeps mutable state: concurrent calls from several ORT sessions are safe.
+// keeps mutable state (the rows' tactics are looked up by name once, in a thread-safe static, and only read
+// after): concurrent calls from several ORT sessions are safe.
+#include <array>
 #include <cstring>
 
 #include "tactics.cuh"
@@ -94,18 +96,37 @@ bool ends_with(const char* s, const char* suffix) {
   return ls >= lx && std::strcmp(s + ls - lx, suffix) == 0;
 }
 
+constexpr int kRuleCount = static_cast<int>(sizeof(kShapeTable) / sizeof(kShapeTable[0]));
+
+// The sm90 tactics each shape-table row names (one per dtype and layout that has the tile), found by name
+// once per process rather than on every call.
+struct RuleTactics {
+  int index[8];
+  int count = 0;
+};
+const RuleTactics* rule_tactics() {
+  static const auto table = [] {
+    std::array<RuleTactics, kRuleCount> t{};
+    for (int r = 0; r < kRuleCount; ++r)
+      for (int i = 0; i < kTacticCount && t[r].count < 8; ++i)
+        if (std::strncmp(kTactics[i].name, "sm90_", 5) == 0 && ends_with(kTactics[i].name, kShapeTable[r].tile))
+          t[r].index[t[r].count++] = i;
+    return t;
+  }();
+  return table.data();
+}
+
 int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
   if (dev.cc_major == 9 && dev.cc_minor == 0 && dev.sm_count > 0) {
     const double tiles = static_cast<double>((a.M + 127) / 128) * static_cast<double>((a.N + 127) / 128);
     const double waves = tiles / dev.sm_count;
     const bool tf32 = a.dtype == DType::kFloat32;
-    for (const ShapeRule& rule : kShapeTable) {
+    for (int r = 0; r < kRuleCount; ++r) {
+      const ShapeRule& rule = kShapeTable[r];
       if (rule.tf32 != tf32 || waves > rule.max_waves || a.K < rule.min_k) continue;
-      const char* tile = rule.tile;
-      for (int i = 0; i < kTacticCount; ++i)
-        if (std::strncmp(kTactics[i].name, "sm90_", 5) == 0 && ends_with(kTactics[i].name, tile) &&
-            kTactics[i].can_implement(a, dev))
-          return i;
+      const RuleTactics& named = rule_tactics()[r];
+      for (int j = 0; j < named.count; ++j)
+        if (kTactics[named.index[j]].can_implement(a, dev)) return named.index[j];
       break;
     }
   }
@@ -126,21 +147,22 @@ GemmGeluArgs effective(GemmGeluArgs a) {
 int gemm_gelu_tactic_count() { return kTacticCount; }
 const Tactic& gemm_gelu_tactic_at(int index) { return kTactics[index]; }
 
-size_t gemm_gelu_workspace_size(const GemmGeluArgs& given, const DeviceInfo& dev) {
+GemmGeluPlan plan_gemm_gelu(const GemmGeluArgs& given, const DeviceInfo& dev) {
   const GemmGeluArgs args = effective(given);
-  if (empty_problem(args)) return 0;
-  const int i = pick(args, dev);
-  return i < 0 ? 0 : kTactics[i].workspace(args, dev);
+  GemmGeluPlan plan;
+  if (empty_problem(args) || args.M < 0 || args.N < 0 || args.K < 0) return plan;
+  plan.tactic = pick(args, dev);
+  if (plan.tactic >= 0) plan.workspace_bytes = kTactics[plan.tactic].workspace(args, dev);
+  return plan;
 }
 
-cudaError_t launch_gemm_gelu(const GemmGeluArgs& given, const DeviceInfo& dev, void* workspace,
-                             size_t workspace_bytes, cudaStream_t stream) {
+cudaError_t launch_gemm_gelu(const GemmGeluPlan& plan, const GemmGeluArgs& given, const DeviceInfo& dev,
+                             void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const GemmGeluArgs args = effective(given);
   if (args.M < 0 || args.N < 0 || args.K < 0) return cudaErrorInvalidValue;
   if (empty_problem(args)) return cudaSuccess;  // nothing to write; K = 0 alone still writes act(bias)
-  const int i = pick(args, dev);
-  if (i < 0) return cudaErrorNotSupported;
-  return kTactics[i].run(args, dev, workspace, workspace_bytes, stream);
+  if (plan.tactic < 0 || plan.tactic >= kTacticCount) return cudaErrorNotSupported;
+  return kTactics[plan.tactic].run(args, dev, workspace, workspace_bytes, stream);
 }
 
 const char* gemm_gelu_tactic_name(const GemmGeluArgs& given, const DeviceInfo& dev) {

@@ -14,7 +14,9 @@
 #define NDEBUG
 #endif
 
+#include <atomic>
 #include <climits>
+#include <cstdint>
 #include <type_traits>
 
 #include <cute/tensor.hpp>
@@ -161,21 +163,54 @@ size_t Sm90Tactic<Config>::workspace(const GemmGeluArgs& a, const DeviceInfo& de
   return K::Gemm::get_workspace_size(K::make_arguments(a, dev));
 }
 
+// The dynamic shared memory a kernel launches with (above the 48 KB default) is a per-device attribute of the
+// kernel: set once per device here, where CUTLASS's device adapter sets it again before every launch, along
+// with the non-portable cluster size flag that clusters of 2 CTAs do not need. Two racing first calls both
+// set it, which is harmless; devices past 63 simply set it every time.
+template <class GemmKernel>
+cudaError_t allow_dynamic_smem_once(int device, int smem_bytes) {
+  static std::atomic<uint64_t> done_on{0};
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done_on.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e == cudaSuccess) done_on.fetch_or(bit, std::memory_order_release);
+  return e;
+}
+
+// Precondition: can_implement(a, dev) (the dispatch and launch_gemm_gelu_with_tactic check it first).
 template <class Config>
 cudaError_t Sm90Tactic<Config>::run(const GemmGeluArgs& a, const DeviceInfo& dev, void* workspace,
                                     size_t workspace_bytes, cudaStream_t stream) {
   using K = Sm90Kernel<Config>;
+  using GemmKernel = typename K::GemmKernel;
   if (!K::shape_fits(a, dev)) return cudaErrorNotSupported;
   const auto args = K::make_arguments(a, dev);
-  typename K::Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
-  if (K::Gemm::get_workspace_size(args) > workspace_bytes) return cudaErrorInvalidValue;
-  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return cudaErrorUnknown;
-  if (gemm.run(stream) != cutlass::Status::kSuccess) {
-    const cudaError_t err = cudaGetLastError();
-    return err != cudaSuccess ? err : cudaErrorLaunchFailure;
+  if (GemmKernel::get_workspace_size(args) > workspace_bytes) return cudaErrorInvalidValue;
+  if (GemmKernel::initialize_workspace(args, workspace, stream) != cutlass::Status::kSuccess) return cudaErrorUnknown;
+  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
+
+  constexpr int smem_bytes = GemmKernel::SharedStorageSize;
+  if (const cudaError_t e = allow_dynamic_smem_once<GemmKernel>(dev.device, smem_bytes); e != cudaSuccess) return e;
+  // The launch CUTLASS's adapter makes, without its per-call attribute calls: grid and block from the kernel,
+  // the cluster shape as a launch attribute.
+  cudaLaunchConfig_t config{};
+  config.gridDim = GemmKernel::get_grid_shape(params);
+  config.blockDim = GemmKernel::get_block_shape();
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cute::size<0>(typename K::ClusterShape{});
+  cluster.val.clusterDim.y = cute::size<1>(typename K::ClusterShape{});
+  cluster.val.clusterDim.z = 1;
+  if (cluster.val.clusterDim.x * cluster.val.clusterDim.y > 1) {
+    config.attrs = &cluster;
+    config.numAttrs = 1;
   }
-  return cudaGetLastError();
+  void* kernel_params[] = {&params};
+  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>),
+                             kernel_params);
 }
 
 }  // namespace onnxfuse::cuda

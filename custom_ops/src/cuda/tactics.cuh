@@ -18,7 +18,7 @@ struct Tactic {
   const char* name;
   CanImplementFn can_implement;  // shape, alignment, dtype, layout and architecture: false means "try the next"
   WorkspaceFn workspace;
-  RunFn run;
+  RunFn run;  // called only where can_implement said yes for the same arguments
 };
 
 // Hopper (sm_90a) CUTLASS 3 kernels: TMA loads, warp-specialized GMMA main loop, fused epilogue.
