@@ -1,5 +1,7 @@
 // A C ABI over the kernel dispatch, for run_device.py (ctypes + torch tensors): no ONNX Runtime needed to
 // check and time the kernels on their own.
+#include <chrono>
+
 #include <cuda_runtime.h>
 
 #include "gemm_gelu.h"
@@ -56,6 +58,16 @@ const Tactic* const kExtra = nullptr;
 constexpr int kExtraCount = 0;
 #endif
 
+__global__ void empty_kernel() {}
+
+template <class F>
+double host_ns_per_call(int iters, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) f();
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() / iters;
+}
+
 const Tactic& tactic_at(int i) {
   return i < gemm_gelu_tactic_count() ? gemm_gelu_tactic_at(i) : kExtra[i - gemm_gelu_tactic_count()];
 }
@@ -73,7 +85,7 @@ int ofk_launch(int tactic, int dtype, int act, float alpha, int trans_b, int all
   static const DeviceInfo dev = device_info();
   const GemmGeluArgs a = make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y);
   auto s = static_cast<cudaStream_t>(stream);
-  if (tactic < 0) return launch_gemm_gelu(a, dev, workspace, workspace_bytes, s);
+  if (tactic < 0) return launch_gemm_gelu(plan_gemm_gelu(a, dev), a, dev, workspace, workspace_bytes, s);
   if (tactic < gemm_gelu_tactic_count()) return launch_gemm_gelu_with_tactic(tactic, a, dev, workspace, workspace_bytes, s);
   if (a.M == 0 || a.N == 0) return cudaSuccess;
   const Tactic& t = tactic_at(tactic);
@@ -91,13 +103,36 @@ int ofk_can_implement(int tactic, int dtype, int act, float alpha, int trans_b, 
 unsigned long long ofk_workspace(int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M,
                                  long long N, long long K, const void* x, const void* w, const void* bias, void* y) {
   static const DeviceInfo dev = device_info();
-  return gemm_gelu_workspace_size(make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y), dev);
+  return plan_gemm_gelu(make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y), dev).workspace_bytes;
 }
 
 const char* ofk_dispatch_name(int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M, long long N,
                               long long K, const void* x, const void* w, const void* bias, void* y) {
   static const DeviceInfo dev = device_info();
   return gemm_gelu_tactic_name(make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y), dev);
+}
+
+// Host nanoseconds per call of the dispatch's launch path (what the ORT kernel's Compute adds on top of ORT's
+// own bookkeeping), of its tactic choice + workspace query alone, and of launching an empty kernel (the
+// floor), each over `iters` calls without synchronizing (the GPU queue absorbs them; keep iters small).
+// out[0] = plan + launch, out[1] = plan_gemm_gelu alone, out[2] = empty kernel launch, out[3] = the two
+// cudaFuncSetAttribute calls CUTLASS makes before each launch of a clustered kernel with > 48 KB of smem.
+int ofk_host_ns(int dtype, int act, int trans_b, long long M, long long N, long long K, const void* x,
+                const void* w, const void* bias, void* y, void* stream, int iters, double* out) {
+  static const DeviceInfo dev = device_info();
+  const GemmGeluArgs a = make_args(dtype, act, 1.702f, trans_b, 1, M, N, K, x, w, bias, y);
+  auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaSuccess;
+  out[0] = host_ns_per_call(iters, [&] {
+    if (e == cudaSuccess) e = launch_gemm_gelu(plan_gemm_gelu(a, dev), a, dev, nullptr, 0, s);
+  });
+  out[1] = host_ns_per_call(iters, [&] { (void)plan_gemm_gelu(a, dev); });
+  out[2] = host_ns_per_call(iters, [&] { empty_kernel<<<1, 32, 0, s>>>(); });
+  out[3] = host_ns_per_call(iters, [&] {
+    cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10);
+  });
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // extern "C"

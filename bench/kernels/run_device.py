@@ -24,6 +24,8 @@ sched   : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shap
           the dispatch's tactic with L2 hot (the same X and W every call) and cold (rotating copies, > 120 MB
           together, as inside a model), the tactic with no activation (what the epilogue's math costs), each
           raster order and swizzle size, and the stream-K tiles forced to stream-K / split-K.
+host    : (only when named) host microseconds per call of the launch path (tactic choice, CUTLASS's argument
+          set-up, the launch) at row counts where the GPU work is tiny, against launching an empty kernel.
 """
 import ctypes
 import json
@@ -42,7 +44,7 @@ torch.backends.cudnn.allow_tf32 = False
 
 LIB = ctypes.CDLL(sys.argv[1])
 OUT = sys.argv[2]
-MODES = set(sys.argv[3:]) or {"check", "tactics", "fp16all", "time"}  # "sanitize", "ncu" only when named
+MODES = set(sys.argv[3:]) or {"check", "tactics", "fp16all", "time"}  # the others only when named
 for fn in ("ofk_launch", "ofk_can_implement", "ofk_workspace"):
     getattr(LIB, fn).restype = ctypes.c_int if fn != "ofk_workspace" else ctypes.c_ulonglong
 LIB.ofk_tactic_name.restype = ctypes.c_char_p
@@ -445,8 +447,34 @@ def run_ncu():  # one shape and tactic (OFK_NCU="MxKxN[:tactic name]", default t
     torch.cuda.synchronize()
 
 
+def run_host():  # host cost of the launch path, fp16 and fp32, at row counts where the GPU work is tiny
+    LIB.ofk_host_ns.restype = ctypes.c_int
+    out = (ctypes.c_double * 4)()
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    for dt in ("fp16", "fp32"):
+        for M, K, N in ((1, 1024, 1024), (16, 768, 3072), (128, 768, 3072), (4096, 768, 3072)):
+            x, w, b = make(dt, M, N, K, 1, True)
+            y = torch.empty(M, N, device="cuda", dtype=DT[dt][1])
+            samples = []
+            for _ in range(7):
+                torch.cuda.synchronize()
+                rc = LIB.ofk_host_ns(DT[dt][0], ACTS["erf"], 1, ctypes.c_longlong(M), ctypes.c_longlong(N),
+                                     ctypes.c_longlong(K), ptr(x), ptr(w), ptr(b), ptr(y), stream, 100, out)
+                assert rc == 0, rc
+                samples.append(tuple(out))
+            torch.cuda.synchronize()
+            med = [sorted(s[i] for s in samples)[len(samples) // 2] / 1e3 for i in range(4)]
+            tactic = LIB.ofk_dispatch_name(*common(dt, "erf", 1, 1, M, N, K, x, w, b, y)).decode()
+            r = {"dtype": dt, "M": M, "K": K, "N": N, "tactic": tactic, "plan_and_launch_us": med[0],
+                 "plan_us": med[1], "empty_kernel_launch_us": med[2], "two_func_set_attribute_us": med[3]}
+            RESULTS.setdefault("host", []).append(r)
+            print(f"host {dt} {M}x{K}x{N} {tactic}: plan + launch {med[0]:.2f} us (plan {med[1]:.2f}), empty "
+                  f"kernel launch {med[2]:.2f}, 2x cudaFuncSetAttribute {med[3]:.2f}", flush=True)
+
+
 RUNS = {"check": run_check, "tactics": run_tactics, "fp16all": run_fp16all, "time": run_time,
-        "sanitize": run_sanitize, "sched": run_sched, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu}
+        "sanitize": run_sanitize, "sched": run_sched, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu,
+        "host": run_host}
 t0 = time.time()
 try:
     for mode, run in RUNS.items():  # in this order, whatever the order on the command line
