@@ -19,7 +19,10 @@ host time per node makes small batches slower, so this measures that cost on its
     python3 bench/host_overhead.py --provider cuda --json $OUT/host_overhead.json
 
 It prints a table and the ratio of the fused chain's wall time per layer to the unfused one's (< 1: the fused
-node costs less host time than the nodes it replaces). ``--provider cpu`` runs the same on the CPU kernel.
+node costs less host time than the nodes it replaces). ``--other-library OTHER.so`` adds the fused chain run
+by a second build of the op library to the same interleaved group: an A/B of two builds within one process
+(separate processes differ by more than the change being measured). ``--provider cpu`` runs the same on the
+CPU kernel.
 """
 
 from __future__ import annotations
@@ -86,11 +89,11 @@ def node_host_us(profile_file: str) -> dict[str, list[float]]:
     return by_op
 
 
-def profiled_host_cost(model: bytes, provider: str, feeds: dict, runs: int) -> dict:
-    """Median host µs per node call by op type, and per layer (summed over one layer's ops), over ``runs``
-    profiled runs after the first (which includes one-off setup)."""
+def profiled_host_cost(model: bytes, provider: str, feeds: dict, runs: int, library: str | None = None) -> dict:
+    """Median host µs per node call by op type over ``runs`` profiled runs after the first (which includes
+    one-off setup)."""
     with tempfile.TemporaryDirectory(prefix="onnxfuse-host-") as tmp:
-        session = open_session(model, provider, profile_dir=tmp)
+        session = open_session(model, provider, profile_dir=tmp, library_path=library)
         run = DeviceRun(session, feeds, output_shapes(session, feeds))
         for _ in range(runs):
             run()
@@ -112,19 +115,28 @@ def gpu_us_per_run(run, reps: int) -> float | None:
 
 
 def bench(layers: int, width: int, rows: list[int], dtype: str, provider: str, budget_s: float,
-          profile_runs: int, gpu_time: bool) -> list[dict]:
+          profile_runs: int, gpu_time: bool, other_library: str | None = None) -> list[dict]:
+    """One row per M. ``other_library``: a second build of the op library, whose fused chain ("fused_other")
+    runs in the same interleaved group, so that two builds compare within one process."""
     fused, unfused = (m.SerializeToString() for m in chain_models(layers, width, dtype))
+    variants = {"fused": (fused, None), "unfused": (unfused, None)}
+    if other_library:
+        variants["fused_other"] = (fused, other_library)
     results = []
     for m in rows:
         feeds = {"X": _random_input((m, width), dtype, seed=m)}
-        sessions = {name: open_session(model, provider) for name, model in (("fused", fused), ("unfused", unfused))}
-        runs = {name: DeviceRun(s, feeds, output_shapes(s, feeds)) for name, s in sessions.items()}
+        runs = {}
+        for name, (model, library) in variants.items():
+            session = open_session(model, provider, library_path=library)
+            runs[name] = DeviceRun(session, feeds, output_shapes(session, feeds))
         timings = measure(list(runs.values()), TimingPolicy(budget_s=budget_s, rel_tol=0.02))
         row = {"M": m, "K": width, "N": width, "layers": layers, "dtype": dtype, "provider": provider}
+        if other_library:
+            row["other_library"] = other_library
         for (name, run), t in zip(runs.items(), timings):
+            model, library = variants[name]
             row[name] = {"wall": t.to_dict(), "wall_us_per_layer": t.median_ms * 1e3 / layers,
-                         "host_us_by_op": profiled_host_cost(fused if name == "fused" else unfused, provider,
-                                                             feeds, profile_runs)}
+                         "host_us_by_op": profiled_host_cost(model, provider, feeds, profile_runs, library)}
             row[name]["host_us_per_layer"] = sum(
                 v["median_us"] * v["calls_per_run"] for v in row[name]["host_us_by_op"].values()) / layers
             if gpu_time and provider == "cuda":
@@ -133,9 +145,11 @@ def bench(layers: int, width: int, rows: list[int], dtype: str, provider: str, b
                     row[name]["gpu_us_per_layer"] = g / layers
         row["wall_ratio"] = row["fused"]["wall_us_per_layer"] / row["unfused"]["wall_us_per_layer"]
         row["host_ratio"] = row["fused"]["host_us_per_layer"] / row["unfused"]["host_us_per_layer"]
+        if other_library:
+            row["wall_ratio_to_other"] = row["fused"]["wall_us_per_layer"] / row["fused_other"]["wall_us_per_layer"]
         results.append(row)
         print(line(row), flush=True)
-        del runs, sessions
+        del runs
     return results
 
 
@@ -146,10 +160,14 @@ def line(r: dict) -> str:
     gpu = ""
     if "gpu_us_per_layer" in r["fused"]:
         gpu = f" | GPU us/layer {r['fused']['gpu_us_per_layer']:.1f} vs {r['unfused']['gpu_us_per_layer']:.1f}"
+    other = ""
+    if "fused_other" in r:
+        other = (f" | other library's fused {r['fused_other']['wall_us_per_layer']:6.1f} us/layer "
+                 f"(this / other x{r['wall_ratio_to_other']:.2f})")
     return (f"M={r['M']:<5d} wall us/layer fused {r['fused']['wall_us_per_layer']:6.1f} unfused "
             f"{r['unfused']['wall_us_per_layer']:6.1f} (x{r['wall_ratio']:.2f}) | host us/layer "
             f"{r['fused']['host_us_per_layer']:5.1f} vs {r['unfused']['host_us_per_layer']:5.1f} "
-            f"(x{r['host_ratio']:.2f}) | per call: {ops(r['fused'])}; {ops(r['unfused'])}{gpu}")
+            f"(x{r['host_ratio']:.2f}) | per call: {ops(r['fused'])}; {ops(r['unfused'])}{gpu}{other}")
 
 
 def main(argv=None) -> int:
@@ -162,11 +180,13 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=3.0, help="seconds of interleaved timing per row count")
     p.add_argument("--profile-runs", type=int, default=200)
     p.add_argument("--gpu-time", action="store_true", help="GPU kernel time per run from CUPTI (torch)")
+    p.add_argument("--other-library", help="a second build of the op library: its fused chain joins the same "
+                   "interleaved timing, for an A/B of two builds within one process")
     p.add_argument("--json", help="write every number here")
     a = p.parse_args(argv)
     _provider_name(a.provider)
     rows = bench(a.layers, a.width, [int(v) for v in a.rows.split(",")], a.dtype, a.provider, a.budget,
-                 a.profile_runs, a.gpu_time)
+                 a.profile_runs, a.gpu_time, a.other_library)
     if a.json:
         Path(a.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
     return 0

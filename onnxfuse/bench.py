@@ -162,10 +162,11 @@ def _provider_name(provider: str) -> str:
 
 
 def open_session(model: str | bytes, provider: str, *, cuda_graph: bool = False, profile_dir: str | None = None,
-                 label: str | None = None):
+                 label: str | None = None, library_path: str | None = None):
     """An InferenceSession with onnxfuse's custom ops, on ``provider`` ('cuda' or 'cpu'). Raises
     ``BadInputError`` when ORT cannot use that provider here (rather than quietly running on CPU);
-    ``label`` names a model given as bytes in that message."""
+    ``label`` names a model given as bytes in that message; ``library_path`` picks another build of the op
+    library than the installed one (two builds can serve two sessions of one process)."""
     from .runtime import create_session, cuda_usable
 
     wanted = _provider_name(provider)
@@ -188,7 +189,7 @@ def open_session(model: str | bytes, provider: str, *, cuda_graph: bool = False,
     else:
         providers = [wanted]
     try:
-        session = create_session(model, providers=providers, sess_options=options)
+        session = create_session(model, providers=providers, sess_options=options, library_path=library_path)
     except BadInputError as e:
         if label is None:
             raise

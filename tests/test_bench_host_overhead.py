@@ -69,3 +69,16 @@ def test_a_cpu_run_reports_per_layer_times_and_ratios(tmp_path, capsys):
         assert r["fused"]["host_us_by_op"]["FusedLinearGelu"]["calls_per_run"] == 2
         assert r["wall_ratio"] == pytest.approx(r["fused"]["wall_us_per_layer"] / r["unfused"]["wall_us_per_layer"])
     assert "M=4" in capsys.readouterr().out
+
+
+def test_a_second_build_of_the_library_joins_the_same_timing(tmp_path, library_path):
+    other = tmp_path / "libonnxfuse_ops_other.so"  # a second file: ORT loads it as a library of its own
+    other.write_bytes(Path(library_path).read_bytes())
+    out = tmp_path / "ab.json"
+    assert ho.main(["--provider", "cpu", "--layers", "2", "--width", "16", "--rows", "3", "--budget", "0.05",
+                    "--profile-runs", "3", "--other-library", str(other), "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["other_library"] == str(other)
+    assert row["fused_other"]["host_us_by_op"]["FusedLinearGelu"]["calls_per_run"] == 2
+    assert row["wall_ratio_to_other"] == pytest.approx(
+        row["fused"]["wall_us_per_layer"] / row["fused_other"]["wall_us_per_layer"])
