@@ -36,8 +36,8 @@ struct DeviceInfo {
 
 // What launch_gemm_gelu runs for one call: the tactic (an index into the dispatch table, -1 when no backend
 // can take the problem) and the bytes of scratch it needs (0 for most; the caller allocates them with ORT's
-// allocator). Choosing walks the shape table and asks candidates whether they fit, the larger part of a
-// call's host time, so a caller plans once per call and launches that plan.
+// allocator). Choosing walks the shape table and asks candidates whether they fit: a caller plans once per
+// call and launches that plan, rather than choosing again for the launch.
 struct GemmGeluPlan {
   int tactic = -1;
   size_t workspace_bytes = 0;
