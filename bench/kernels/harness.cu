@@ -78,6 +78,11 @@ extern "C" {
 int ofk_tactic_count() { return gemm_gelu_tactic_count() + kExtraCount; }
 const char* ofk_tactic_name(int i) { return tactic_at(i).name; }
 
+#ifdef OFK_EXPLORE_SCHED_BUILD
+// The epilogue timeline buffer of explore/epilogue_trace.h for the launches that follow (null: none).
+void ofk_set_trace(void* buffer) { ofk_explore::trace_buffer = static_cast<unsigned long long*>(buffer); }
+#endif
+
 // tactic < 0: the dispatch's own choice. Returns a cudaError_t.
 int ofk_launch(int tactic, int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M, long long N,
                long long K, const void* x, const void* w, const void* bias, void* y, void* workspace,

@@ -24,6 +24,14 @@ sched   : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shap
           the dispatch's tactic with L2 hot (the same X and W every call) and cold (rotating copies, > 120 MB
           together, as inside a model), the tactic with no activation (what the epilogue's math costs), each
           raster order and swizzle size, and the stream-K tiles forced to stream-K / split-K.
+groups  : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shapes OFK_SCHED_SHAPES: the dispatch's
+          tactic with each activation form as shipped and in chained groups (GROUPS), no activation and
+          cuBLAS, in interleaved rounds (OFK_ROUNDS, default 5), medians; each grouped output compared bit
+          for bit with the shipped form's.
+trace   : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shapes OFK_SCHED_SHAPES: one launch of
+          the dispatch's tactic with the epilogue timeline (erf and none): per SM clock cycles of the math of
+          each epilogue step, between the steps of one tile, between one warpgroup's tiles, and from one
+          warpgroup's last step to the other's first.
 host    : (only when named) host microseconds per call of the launch path (tactic choice, CUTLASS's argument
           set-up, the launch) at row counts where the GPU work is tiny, against launching an empty kernel.
 """
@@ -53,6 +61,10 @@ NTACTICS = LIB.ofk_tactic_count()
 TACTICS = [LIB.ofk_tactic_name(i).decode() for i in range(NTACTICS)]
 DT = {"fp16": (1, torch.float16), "bf16": (2, torch.bfloat16), "fp32": (0, torch.float32)}
 ACTS = {"erf": 0, "tanh": 1, "sigmoid": 2, "none": -1}  # none: OFK_EXPLORE=sched builds only (run_sched)
+# OFK_EXPLORE=sched builds only: the fast forms in chained groups of 2-8 elements (run_groups), the erf form
+# and no activation with the epilogue timeline (run_trace) (bench/kernels/explore/epilogue_groups.h)
+GROUPS = {"erf_g2": -2, "erf_g4": -3, "erf_g8": -4, "tanh_g8": -5, "sigmoid_g8": -6}
+ACTS.update(GROUPS, erf_traced=-7, none_traced=-8)
 FORMS = ("erf", "tanh", "sigmoid")  # what the op computes: check, tactics and fp16all go over these
 ALPHA = 1.702
 RESULTS = {"tactics": TACTICS, "device": torch.cuda.get_device_name(), "check": [], "tactic_check": [],
@@ -398,6 +410,83 @@ def run_swizzle():
               " | ".join(f"{k} {r[k]:.1f}" for k in runs), flush=True)
 
 
+def run_groups():
+    import statistics
+    default = "1024x768x3072,4096x768x3072,6304x768x3072,16384x768x3072,4096x1024x4096,2048x4096x16384"
+    for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", default)):
+        same = {}
+        for act in GROUPS:
+            shipped = act.split("_")[0]  # the same values, bit for bit
+            ref = torch.empty_like(y)
+            assert launch(d, "fp16", shipped, 1, 1, M, N, K, x, w, b, ref) == 0
+            y.fill_(float("nan"))
+            assert launch(d, "fp16", act, 1, 1, M, N, K, x, w, b, y) == 0
+            same[act] = bool(torch.equal(y.view(torch.int16), ref.view(torch.int16)))
+        runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
+        for act in ("none", "erf", "tanh", "sigmoid", *GROUPS):
+            runs[act] = (lambda a: lambda: gpu_us(lambda: launch(d, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(act)
+        got = {k: [] for k in runs}
+        for _ in range(int(os.environ.get("OFK_ROUNDS", "5"))):
+            for k, fn in runs.items():
+                got[k].append(fn())
+        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **{k: statistics.median(v) for k, v in got.items()},
+             "bit_identical_to_shipped": same, "all": got}
+        RESULTS.setdefault("groups", []).append(r)
+        print(f"{M}x{K}x{N} {TACTICS[d].split('_tn_')[-1]}: " + " | ".join(f"{k} {r[k]:.1f}" for k in runs) +
+              f" | bit-identical to the shipped forms: {all(same.values())}", flush=True)
+
+
+def run_trace():
+    import statistics
+    LIB.ofk_set_trace.argtypes = [ctypes.c_void_p]
+    cap = 1 << 20
+    for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", "4096x768x3072,16384x768x3072")):
+        for act in ("erf_traced", "none_traced"):
+            for _ in range(3):
+                launch(d, "fp16", act, 1, 1, M, N, K, x, w, b, y)  # warm, untraced
+            buf = torch.zeros(1 + 2 * cap, dtype=torch.int64, device="cuda")
+            LIB.ofk_set_trace(ctypes.c_void_p(buf.data_ptr()))
+            assert launch(d, "fp16", act, 1, 1, M, N, K, x, w, b, y) == 0
+            torch.cuda.synchronize()
+            LIB.ofk_set_trace(None)
+            n = min(int(buf[0].item()), cap)
+            rec = buf[1:1 + 2 * n].view(n, 2).cpu().tolist()
+            # per (SM, warp): the start and end clocks of each call, in order
+            calls = {}
+            for clock, meta in rec:
+                sm, warp, end = meta & 0xFF, (meta >> 8) & 0xFF, (meta >> 16) & 0xF
+                calls.setdefault((sm, warp), {0: [], 1: []})[end].append(clock)
+            math, step, tile, handoff = [], [], [], []
+            warps = sorted({wp for _, wp in calls})
+            first = [wp for wp in warps if wp % 4 == 0]  # warp 0 of each consumer warpgroup
+            for (sm, warp), c in calls.items():
+                if warp not in first:
+                    continue
+                st, en = sorted(c[0]), sorted(c[1])
+                math += [e - s0 for s0, e in zip(st, en)]
+                step += [st[i + 1] - st[i] for i in range(0, len(st) - 1, 2)]        # step 0 -> step 1 of a tile
+                tile += [st[i + 2] - st[i] for i in range(0, len(st) - 2, 2)]        # tile -> this warpgroup's next
+            for sm in {s for s, _ in calls}:
+                if len(first) < 2 or (sm, first[0]) not in calls or (sm, first[1]) not in calls:
+                    continue
+                a, bq = sorted(calls[(sm, first[0])][1]), sorted(calls[(sm, first[1])][0])
+                # each epilogue of the second warpgroup against the last math end of the first before it
+                for s0 in bq[0::2]:
+                    prev = [e for e in a if e <= s0]
+                    if prev:
+                        handoff.append(s0 - prev[-1])
+            med = lambda v: statistics.median(v) if v else float("nan")
+            r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], "act": act, "records": n, "warps": warps,
+                 "math_cycles": med(math), "step_to_step_cycles": med(step), "tile_to_tile_cycles": med(tile),
+                 "other_wg_math_end_to_start_cycles": med(handoff),
+                 "gpu_us": gpu_us(lambda: launch(d, "fp16", act, 1, 1, M, N, K, x, w, b, y), n=10)}
+            RESULTS.setdefault("trace", []).append(r)
+            print(f"{M}x{K}x{N} {act}: {n} records, warps {warps}; median cycles: math {r['math_cycles']:.0f}, "
+                  f"step 0 -> 1 {r['step_to_step_cycles']:.0f}, tile -> next tile (same warpgroup) "
+                  f"{r['tile_to_tile_cycles']:.0f}, other warpgroup's math end -> start "
+                  f"{r['other_wg_math_end_to_start_cycles']:.0f}; {r['gpu_us']:.1f} us", flush=True)
+
+
 def run_clocks():
     import statistics
     import subprocess
@@ -473,7 +562,7 @@ def run_host():  # host cost of the launch path, fp16 and fp32, at row counts wh
 
 
 RUNS = {"check": run_check, "tactics": run_tactics, "fp16all": run_fp16all, "time": run_time,
-        "sanitize": run_sanitize, "sched": run_sched, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu,
+        "sanitize": run_sanitize, "sched": run_sched, "groups": run_groups, "trace": run_trace, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu,
         "host": run_host}
 t0 = time.time()
 try:

@@ -30,6 +30,9 @@ namespace onnxfuse::cuda {
 struct ActivationParams {
   int act = 0;          // static_cast<int>(onnxfuse::Activation)
   float sigmoid_alpha = 1.702f;  // sigmoid form only (named apart from CUTLASS 2 epilogue alpha)
+#ifdef OFK_EXPLORE_SCHED_BUILD
+  unsigned long long* trace = nullptr;  // kernel harness only (bench/kernels/explore/epilogue_trace.h)
+#endif
 };
 
 // log2(e): e^(-z) = 2^(h) with h = -z·log2(e). The fast forms fold -log2(e) into their constants, so each
@@ -78,6 +81,12 @@ __device__ __forceinline__ float gelu_tanh_precise(float x) {
 
 __device__ __forceinline__ float silu_alpha_precise(float x, float alpha) { return x / (1.0f + expf(-alpha * x)); }
 
+}  // namespace onnxfuse::cuda
+#ifdef OFK_EXPLORE_SCHED_BUILD
+#include "explore/epilogue_groups.h"  // bench/kernels: the kernel harness's extra activation codes
+#endif
+namespace onnxfuse::cuda {
+
 // Applies the activation to a whole fragment. The switch is on a kernel-uniform value, outside the
 // element loop: every thread takes the same branch, and each branch is a straight-line loop.
 template <bool kPrecise, int N>
@@ -97,6 +106,7 @@ __device__ __forceinline__ void apply_activation(float (&v)[N], const Activation
 #ifdef OFK_EXPLORE_SCHED_BUILD
     case -1:  // kernel harness only: no activation, to measure what the epilogue's math costs
       break;
+    OFK_EXPLORE_ACTIVATION_CASES(v, p)  // kernel harness only: other issue orders, traced epilogues
 #endif
     default:
 #pragma unroll

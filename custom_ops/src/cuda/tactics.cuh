@@ -7,6 +7,9 @@
 
 #include "activation_math.cuh"
 #include "gemm_gelu.h"
+#ifdef OFK_EXPLORE_SCHED_BUILD
+#include "explore/epilogue_trace.h"  // bench/kernels: the harness's epilogue timeline
+#endif
 
 namespace onnxfuse::cuda {
 
@@ -138,7 +141,11 @@ inline int sm90_swizzle(const GemmGeluArgs& a, const DeviceInfo& dev, int tile_m
 }
 
 inline ActivationParams activation_params(const GemmGeluArgs& a) {
-  return ActivationParams{static_cast<int>(a.act), a.alpha};
+  ActivationParams p{static_cast<int>(a.act), a.alpha};
+#ifdef OFK_EXPLORE_SCHED_BUILD
+  p.trace = ofk_explore::trace_buffer;  // kernel harness only: null unless its trace mode set one
+#endif
+  return p;
 }
 
 // Benchmark and test hooks: every tactic by index, and a launch that forces one (still checking it fits).

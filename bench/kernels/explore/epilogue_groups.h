@@ -1,0 +1,80 @@
+// Kernel harness only (build.sh with OFK_EXPLORE=sched): extra activation codes for the epilogue experiments
+// of bench/kernels/NOTES.md v6, as switch cases (OFK_EXPLORE_ACTIVATION_CASES) in apply_activation.
+//   -2 / -3 / -4  the fast erf in chained groups of 2 / 4 / 8 elements: each group's first product (x·x)
+//                 takes + (the previous group's last result & zero bits the compiler cannot see), so the
+//                 values are unchanged but a group cannot start before the previous one ends
+//   -5 / -6       tanh / sigmoid in chained groups of 8
+//   -7 / -8       the shipped erf / no activation, with the epilogue timeline of epilogue_trace.h
+// Included by activation_math.cuh after the fast forms, outside its namespace.
+#pragma once
+
+#include "explore/epilogue_trace.h"
+
+namespace onnxfuse::cuda::explore {
+
+template <int G, int N, class Form>
+__device__ __forceinline__ void in_chained_groups(float (&v)[N], unsigned zero_bits, Form form) {
+  if constexpr (N % G != 0) {  // sm80 and fallback fragments (1-8 elements): ungrouped
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = form(v[i], 0.0f);
+  } else {
+    float link = 0.0f;
+#pragma unroll
+    for (int g = 0; g < N; g += G) {
+#pragma unroll
+      for (int i = g; i < g + G; ++i) v[i] = form(v[i], link);
+      link = __uint_as_float(__float_as_uint(v[g + G - 1]) & zero_bits);
+    }
+  }
+}
+
+// The shipped forms of activation_math.cuh with `link` added to their first product.
+__device__ __forceinline__ float erf_linked(float x, float link) {
+  const float x2 = fmaf(x, x, link);
+  float h = -3.2104162773359513e-06f;
+  h = fmaf(h, x2, 8.791040410119996e-05f);
+  h = fmaf(h, x2, 3.620447584555129e-04f);
+  h = fmaf(h, x2, -1.0522997257257635e-01f);
+  h = fmaf(h, x2, -2.302043776841872f);
+  return x_over_one_plus_exp2(x, h * x);
+}
+__device__ __forceinline__ float tanh_linked(float x, float link) {
+  return x_over_one_plus_exp2(x, x * fmaf(-0.10294323958002442f, fmaf(x, x, link), -2.302208198144325f));
+}
+
+// 0 at run time from a kernel parameter, so the compiler cannot fold it: the sign bit of the sigmoid alpha
+// (the harness passes 1.702).
+__device__ __forceinline__ unsigned zero_bits(const ActivationParams& p) {
+  return __float_as_uint(p.sigmoid_alpha) & 0x80000000u;
+}
+
+}  // namespace onnxfuse::cuda::explore
+
+#define OFK_EXPLORE_ACTIVATION_CASES(v, p)                                                                   \
+  case -2:                                                                                                 \
+    explore::in_chained_groups<2>(v, explore::zero_bits(p), explore::erf_linked);                          \
+    break;                                                                                                 \
+  case -3:                                                                                                 \
+    explore::in_chained_groups<4>(v, explore::zero_bits(p), explore::erf_linked);                          \
+    break;                                                                                                 \
+  case -4:                                                                                                 \
+    explore::in_chained_groups<8>(v, explore::zero_bits(p), explore::erf_linked);                          \
+    break;                                                                                                 \
+  case -5:                                                                                                 \
+    explore::in_chained_groups<8>(v, explore::zero_bits(p), explore::tanh_linked);                         \
+    break;                                                                                                 \
+  case -6: {                                                                                               \
+    const float k = -kLog2e * p.sigmoid_alpha;                                                             \
+    explore::in_chained_groups<8>(v, explore::zero_bits(p),                                                \
+                                  [k](float x, float l) { return x_over_one_plus_exp2(x, fmaf(k, x, l)); }); \
+    break;                                                                                                 \
+  }                                                                                                        \
+  case -7:                                                                                                 \
+    ofk_explore::trace_point(p.trace, 0);                                                                  \
+    for (int i = 0; i < N; ++i) v[i] = kPrecise ? gelu_erf_precise(v[i]) : gelu_erf_fast(v[i]);           \
+    ofk_explore::trace_point(p.trace, 1);                                                                  \
+    break;                                                                                                 \
+  case -8:                                                                                                 \
+    ofk_explore::trace_point(p.trace, 0);                                                                  \
+    ofk_explore::trace_point(p.trace, 1);                                                                  \
+    break;
