@@ -2,8 +2,8 @@
 // GMMA main loop (ping-pong or cooperative), and an epilogue visitor tree that computes
 //     D = act(acc + bias[n])
 // in registers on the fp32 accumulator: the pre-activation never reaches global memory, and there is no C
-// operand load (ElementC = void). The bias is a row broadcast whose null pointer means "no bias" (it then
-// broadcasts the null default 0), so one instantiation serves bias and no-bias.
+// operand load (ElementC = void). The bias is a row broadcast read straight into registers (sm90_bias_row.cuh)
+// whose null pointer means "no bias" (zeros), so one instantiation serves bias and no-bias.
 //
 // Included only by the sm90_*.cu instantiation files (compiled for sm_90a).
 #pragma once
@@ -30,6 +30,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "cutlass_activation.cuh"
+#include "sm90_bias_row.cuh"
 #include "tactics.cuh"
 #ifdef OFK_EXPLORE_SCHED_BUILD
 #include "explore/scheduler_knobs.h"  // bench/kernels: the harness's scheduler sweep
@@ -80,9 +81,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
                                           cute::Shape<cute::Int<EpiM>, cute::Int<EpiN>>>;
 
   // Epilogue visitor tree: act(acc + bias_row[n]).
-  using BiasRow = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, ElementCompute,
-                                                              cute::Stride<cute::_0, cute::_1, int64_t>,
-                                                              kAlignment, /*EnableNullptr=*/true>;
+  using BiasRow = Sm90BiasRow<Element, ElementCompute, kAlignment>;
   using AddBias = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, BiasRow>;
@@ -133,7 +132,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
     args.mainloop = {static_cast<const Element*>(a.x), stride_a, static_cast<const Element*>(a.w), stride_b};
     auto& fusion = args.epilogue.thread;
     // Sm90EVT arguments are {children..., node}: {{acc, bias, plus}, activation}.
-    fusion = {{{}, {static_cast<const Element*>(a.bias), Element(0), {}}, {}}, activation_params(a)};
+    fusion = {{{}, {static_cast<const Element*>(a.bias)}, {}}, activation_params(a)};
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = StrideC{};
     args.epilogue.ptr_D = static_cast<Element*>(a.y);
