@@ -30,13 +30,7 @@ __device__ __forceinline__ void in_chained_groups(float (&v)[N], unsigned zero_b
 
 // The shipped forms of activation_math.cuh with `link` added to their first product.
 __device__ __forceinline__ float erf_linked(float x, float link) {
-  const float x2 = fmaf(x, x, link);
-  float h = -3.2104162773359513e-06f;
-  h = fmaf(h, x2, 8.791040410119996e-05f);
-  h = fmaf(h, x2, 3.620447584555129e-04f);
-  h = fmaf(h, x2, -1.0522997257257635e-01f);
-  h = fmaf(h, x2, -2.302043776841872f);
-  return x_over_one_plus_exp2(x, h * x);
+  return x_over_one_plus_exp2(x, erf_logit_h(x, fmaf(x, x, link)));
 }
 __device__ __forceinline__ float tanh_linked(float x, float link) {
   return x_over_one_plus_exp2(x, x * fmaf(-0.10294323958002442f, fmaf(x, x, link), -2.302208198144325f));

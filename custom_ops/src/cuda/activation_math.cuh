@@ -54,17 +54,18 @@ __device__ __forceinline__ float x_over_one_plus_exp2(float x, float h) {
 }
 
 // logit(Φ(x)) ≈ x·(c1 + c3·x² + c5·x⁴ + c7·x⁶ + c9·x⁸), here times -log2(e) (c1..c9 fitted as above, then
-// scaled in float64). Horner on x² with finite constants: an overflowing x² gives ±inf (never inf - inf),
-// which the sigmoid maps to the right limit.
-__device__ __forceinline__ float gelu_erf_fast(float x) {
-  const float x2 = x * x;
+// scaled in float64), given x and x². Horner on x² with finite constants: an overflowing x² gives ±inf (never
+// inf - inf), which the sigmoid maps to the right limit.
+__device__ __forceinline__ float erf_logit_h(float x, float x2) {
   float h = -3.2104162773359513e-06f;
   h = fmaf(h, x2, 8.791040410119996e-05f);
   h = fmaf(h, x2, 3.620447584555129e-04f);
   h = fmaf(h, x2, -1.0522997257257635e-01f);
   h = fmaf(h, x2, -2.302043776841872f);
-  return x_over_one_plus_exp2(x, h * x);
+  return h * x;
 }
+
+__device__ __forceinline__ float gelu_erf_fast(float x) { return x_over_one_plus_exp2(x, erf_logit_h(x, x * x)); }
 
 __device__ __forceinline__ float gelu_tanh_fast(float x) {
   // 2u = 2·√(2/π)·(x + 0.044715·x³) = x·(1.5957691 + 0.0713548·x²); h = -2u·log2(e).
