@@ -50,6 +50,8 @@ const Tactic kExtra[] = {
     OFK_EXPLORE_TILES_E(OFK_EXTRA)  // the stream-K tiles, swept over their decomposition modes
     OFK_EXPLORE_TILES_J(OFK_EXTRA)  // 128-deep K steps
     OFK_EXPLORE_TILES_K(OFK_EXTRA)  // W multicast along M under a wave
+    OFK_EXPLORE_TILES_L(OFK_EXTRA)  // the overlapped ping-pong kernel's 128x128 tile, and what it replaced
+    OFK_EXPLORE_TILES_M(OFK_EXTRA)
 #endif
 };
 constexpr int kExtraCount = static_cast<int>(sizeof(kExtra) / sizeof(kExtra[0]));

@@ -39,6 +39,7 @@ import ctypes
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -436,6 +437,40 @@ def run_groups():
               f" | bit-identical to the shipped forms: {all(same.values())}", flush=True)
 
 
+def run_overlap():
+    """The overlapped ping-pong kernel (explore tiles L, "ppo_*") against the dispatch's CUTLASS tactic and cuBLAS:
+    outputs bit for bit (same math, same rounding, another store path) and GPU time in interleaved rounds."""
+    import statistics
+    default = ("128x768x3072,197x768x3072,1024x768x3072,1576x768x3072,4096x768x3072,6304x768x3072,16384x768x3072,"
+               "4096x1024x4096,2048x4096x16384")
+    for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", default)):
+        runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
+        same = {}
+        ref = torch.empty_like(y)
+        match = re.compile(os.environ.get("OFK_OVERLAP_MATCH", "_f16_tn_(ppo_|pp_64x|pp_128x128_c1x2_e|coop_128x192_c2x1_e)"))
+        for i in [d] + [i for i, t in enumerate(TACTICS) if match.search(t) and i != d]:
+            if not LIB.ofk_can_implement(i, *common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)):
+                continue
+            name = TACTICS[i].split("_tn_")[-1]
+            for act in FORMS if i != d else ():
+                assert launch(d, "fp16", act, 1, 1, M, N, K, x, w, b, ref) == 0
+                y.fill_(float("nan"))
+                assert launch(i, "fp16", act, 1, 1, M, N, K, x, w, b, y) == 0
+                same[f"{name} {act}"] = bool(torch.equal(y.view(torch.int16), ref.view(torch.int16)))
+            for act in ("erf", "tanh"):
+                runs[f"{name} {act}"] = (lambda i, a: lambda: gpu_us(
+                    lambda: launch(i, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(i, act)
+        got = {k: [] for k in runs}
+        for _ in range(int(os.environ.get("OFK_ROUNDS", "5"))):
+            for k, fn in runs.items():
+                got[k].append(fn())
+        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **{k: statistics.median(v) for k, v in got.items()},
+             "bit_identical_to_dispatch": same, "all": got}
+        RESULTS.setdefault("overlap", []).append(r)
+        print(f"{M}x{K}x{N}: " + " | ".join(f"{k} {r[k]:.1f}" for k in runs) +
+              f" | bit-identical: {all(same.values())} {[k for k, v in same.items() if not v]}", flush=True)
+
+
 def run_trace():
     import statistics
     LIB.ofk_set_trace.argtypes = [ctypes.c_void_p]
@@ -562,7 +597,7 @@ def run_host():  # host cost of the launch path, fp16 and fp32, at row counts wh
 
 
 RUNS = {"check": run_check, "tactics": run_tactics, "fp16all": run_fp16all, "time": run_time,
-        "sanitize": run_sanitize, "sched": run_sched, "groups": run_groups, "trace": run_trace, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu,
+        "sanitize": run_sanitize, "sched": run_sched, "groups": run_groups, "overlap": run_overlap, "trace": run_trace, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu,
         "host": run_host}
 t0 = time.time()
 try:

@@ -56,14 +56,17 @@ constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics
 
 // The shape table: which sm90 tile to try first, by operand width, by how many 128x128 output tiles the
 // problem has relative to the number of SMs ("waves") and by K. The first row that matches wins; a tuner can
-// rewrite the rows. Measured on H200, fp16 GPU us (bench/results/kernels_v3_*.json, bench/kernels/NOTES.md v3):
-//  - up to a wave, 64x64 tiles (most CTAs; 128x768x3072 5.0, 512x768x3072 9.0), but 64x128 from a third
-//    to half a wave (197x768x3072: 6.9 vs 8.8) and with long K (128x4096x16384: 39.8 vs 42.8);
+// rewrite the rows. Measured on H200, fp16 GPU us, erf form (bench/results/kernels_v3_*.json and
+// kernels_v7_overlap.json, bench/kernels/NOTES.md v3 and v7):
+//  - up to a wave, the overlapped ping-pong kernel's 64x64 tiles (most CTAs; 128x768x3072 4.7, 512x768x3072
+//    8.4), but 64x128 from a third to half a wave (197x768x3072: 6.5 vs 7.2) and with K >= 1024
+//    (512x1024x4096: 10.1 vs 12.1; 128x4096x16384: 39.9 vs 42.9);
 //  - long K beyond a wave: ping-pong 128x128, X multicast, CUTLASS's epilogue steps (one more main-loop
 //    stage: 8192x4096x16384 1755 vs 2297 with 64x128 steps);
-//  - 1-2 waves: cooperative 128x192 with W multicast (1024x768x3072: 12.6 vs 16.2 for ping-pong 128x128);
-//  - more: ping-pong 128x128 with 64x128 epilogue steps hides the epilogue behind the other warpgroup's main
-//    loop (16384x768x3072: 134.9 vs 151.9 cooperative 128x192; 1576x768x3072: 21.2 vs 22.1);
+//  - 1-2 waves: overlapped 64x128 (1024x768x3072: 12.0 vs 12.7 for cooperative 128x192 with W multicast;
+//    1024x1024x4096: 17.0 vs 25.4);
+//  - more: ping-pong 128x128 with 64x128 epilogue steps (16384x768x3072: 132.3 vs 134.7 overlapped, 151.9
+//    cooperative 128x192; 2048x768x3072: 21.0 vs 21.2 overlapped);
 //  - TF32: cooperative 256x128 at 1-2 waves and at long K, where its larger MMA per byte wins
 //    (8192x4096x16384: 3521 us vs 4309), else ping-pong.
 struct ShapeRule {
@@ -73,12 +76,12 @@ struct ShapeRule {
   const char* tile;  // the tile's suffix in the tactic name
 };
 constexpr ShapeRule kShapeTable[] = {
-    {false, 0.3, 0, "pp_64x64_c1_e64x64"},
-    {false, 0.5, 0, "pp_64x128_c1_e64x128"},
-    {false, 1.0, 2048, "pp_64x128_c1_e64x128"},
-    {false, 1.0, 0, "pp_64x64_c1_e64x64"},
+    {false, 0.3, 0, "ppo_64x64_c1"},
+    {false, 0.5, 0, "ppo_64x128_c1"},
+    {false, 1.0, 1024, "ppo_64x128_c1"},
+    {false, 1.0, 0, "ppo_64x64_c1"},
     {false, 1e300, 2048, "pp_128x128_c1x2"},
-    {false, 2.0, 0, "coop_128x192_c2x1_e128x64"},
+    {false, 2.0, 0, "ppo_64x128_c1"},
     {false, 1e300, 0, "pp_128x128_c1x2_e64x128"},
     {true, 0.5, 0, "pp_64x64_c1"},
     {true, 1.0, 0, "pp_128x128_c1"},

@@ -21,16 +21,17 @@
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
+#include <cutlass/device_kernel.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/epilogue/fusion/operations.hpp>
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
 #include "cutlass_activation.cuh"
 #include "sm90_bias_row.cuh"
+#include "sm90_overlapped_pingpong.cuh"
 #include "tactics.cuh"
 #ifdef OFK_EXPLORE_SCHED_BUILD
 #include "explore/scheduler_knobs.h"  // bench/kernels: the harness's scheduler sweep
@@ -67,7 +68,8 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
 
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
-  static constexpr bool kPingpong = S == Sm90Schedule::kPingpong;
+  static constexpr bool kOverlapped = S == Sm90Schedule::kOverlappedPingpong;
+  static constexpr bool kPingpong = S == Sm90Schedule::kPingpong || kOverlapped;
   using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
@@ -96,16 +98,21 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
       void, LayoutD, kAlignment,  // no C operand
       Element, LayoutD, kAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
 
+  // The shared memory the epilogue keeps from the main loop's stages: CUTLASS's staging buffers, or one buffer per
+  // consumer warp for the overlapped kernel.
+  static constexpr int kEpilogueSmemBytes =
+      kOverlapped ? 2 * cutlass::NumWarpsPerWarpGroup * Sm90WarpEpilogue<Element, TileN>::kStageElements *
+                        static_cast<int>(sizeof(Element))
+                  : static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage));
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB,
       kAlignment, ElementAccumulator, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      MainloopSchedule>::CollectiveOp;
+      cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueSmemBytes>, MainloopSchedule>::CollectiveOp;
 
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                                          CollectiveEpilogue, TileScheduler>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  using GemmKernel = std::conditional_t<
+      kOverlapped, Sm90OverlappedPingpong<CollectiveMainloop, Element>,
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
+                                           TileScheduler>>;
 
   static bool shape_fits(const GemmGeluArgs& a, const DeviceInfo& dev) {
     const int64_t ldb = TransB ? a.K : a.N;
@@ -116,27 +123,29 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
            (a.bias == nullptr || aligned_to(a.bias, 16));
   }
 
-  static typename Gemm::Arguments make_arguments(const GemmGeluArgs& a, const DeviceInfo& dev) {
+  static typename GemmKernel::Arguments make_arguments(const GemmGeluArgs& a, const DeviceInfo& dev) {
     const int M = static_cast<int>(a.M), N = static_cast<int>(a.N), K = static_cast<int>(a.K);
-    using StrideA = typename Gemm::GemmKernel::StrideA;
-    using StrideB = typename Gemm::GemmKernel::StrideB;
-    using StrideD = typename Gemm::GemmKernel::StrideD;
-    using StrideC = typename Gemm::GemmKernel::StrideC;
+    using StrideA = typename GemmKernel::StrideA;
+    using StrideB = typename GemmKernel::StrideB;
     const StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
     const StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
-    const StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(M, N, 1));
 
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    typename GemmKernel::Arguments args{};
     args.problem_shape = {M, N, K, 1};
     args.mainloop = {static_cast<const Element*>(a.x), stride_a, static_cast<const Element*>(a.w), stride_b};
-    auto& fusion = args.epilogue.thread;
-    // Sm90EVT arguments are {children..., node}: {{acc, bias, plus}, activation}.
-    fusion = {{{}, {static_cast<const Element*>(a.bias)}, {}}, activation_params(a)};
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = StrideC{};
-    args.epilogue.ptr_D = static_cast<Element*>(a.y);
-    args.epilogue.dD = stride_d;
+    if constexpr (kOverlapped) {
+      args.epilogue = {static_cast<Element*>(a.y), N, static_cast<const Element*>(a.bias), M, N, activation_params(a)};
+    } else {
+      using StrideD = typename GemmKernel::StrideD;
+      args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+      auto& fusion = args.epilogue.thread;
+      // Sm90EVT arguments are {children..., node}: {{acc, bias, plus}, activation}.
+      fusion = {{{}, {static_cast<const Element*>(a.bias)}, {}}, activation_params(a)};
+      args.epilogue.ptr_C = nullptr;
+      args.epilogue.dC = typename GemmKernel::StrideC{};
+      args.epilogue.ptr_D = static_cast<Element*>(a.y);
+      args.epilogue.dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(M, N, 1));
+    }
     args.hw_info.device_id = dev.device;
     args.hw_info.sm_count = dev.sm_count;
     args.scheduler.max_swizzle_size = sm90_swizzle(a, dev, TileM, TileN, ClusterM, ClusterN);
@@ -152,14 +161,14 @@ template <class Config>
 bool Sm90Tactic<Config>::can_implement(const GemmGeluArgs& a, const DeviceInfo& dev) {
   using K = Sm90Kernel<Config>;
   if (!K::shape_fits(a, dev)) return false;
-  return K::Gemm::can_implement(K::make_arguments(a, dev)) == cutlass::Status::kSuccess;
+  return K::GemmKernel::can_implement(K::make_arguments(a, dev));
 }
 
 template <class Config>
 size_t Sm90Tactic<Config>::workspace(const GemmGeluArgs& a, const DeviceInfo& dev) {
   using K = Sm90Kernel<Config>;
   if (!K::shape_fits(a, dev)) return 0;
-  return K::Gemm::get_workspace_size(K::make_arguments(a, dev));
+  return K::GemmKernel::get_workspace_size(K::make_arguments(a, dev));
 }
 
 // The dynamic shared memory a kernel launches with (above the 48 KB default) is a per-device attribute of the

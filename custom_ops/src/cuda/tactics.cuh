@@ -29,9 +29,10 @@ enum class Sm90Schedule : int {
   kPingpong,     // two consumer warpgroups on two tiles: one's epilogue overlaps the other's main loop
   kCooperative,  // two consumer warpgroups split one tile: larger tiles, epilogue not overlapped
   kStreamK,      // cooperative, with the work split along K too (stream-K): every SM busy at 1-2 waves
+  kOverlappedPingpong,  // ping-pong whose two warpgroups' epilogues may overlap (sm90_overlapped_pingpong.cuh)
 };
 
-// EpiM x EpiN: the epilogue's subtile, the piece of the tile stored per step through shared memory (M must be
+// EpiM x EpiN: the CUTLASS epilogue's subtile (the overlapped kernel ignores them), the piece of the tile stored per step through shared memory (M must be
 // 64 for ping-pong, 128 for cooperative); 0 x 0 lets CUTLASS choose (64x32 ping-pong, 128x32 cooperative).
 template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Sm90Schedule S,
           int EpiM, int EpiN>
@@ -42,26 +43,25 @@ struct Sm90Config {};
 // listed by the dispatch table, so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs
 // ~1 min of nvcc on a 2-core machine and cicc takes ~5 GB for a file of three, so a file holds at most three
 // and the lists hold only tiles that win somewhere (bench/kernels/NOTES.md has the measurements,
-// bench/kernels/explore/ the candidates that lost). Why each, fp16 H200 GPU times in us (NOTES.md v3):
-//  pp_64x64_c1_e64x64   ping-pong 64x64, the whole tile stored in one epilogue step: the most CTAs for up to
-//                       a wave of 128x128 tiles (128x768x3072: 5.0 vs 10.4 for 128x128; 512x768x3072: 9.0)
-//  pp_64x128_c1_e64x128 ping-pong 64x128 in one epilogue step: a third to half a wave (197x768x3072: 6.9 vs
-//                       8.8 for 64x64, 7.7 with CUTLASS's steps) and about a wave with long K
-//                       (128x4096x16384: 39.8 vs 42.8 for 64x64)
-//  coop_128x192_c2x1_e128x64  cooperative 128x192, W tile multicast to a 2x1 cluster: 1-2 waves, where
-//                       3072/192 = 16 column tiles fill the SMs with less of a partial last wave
-//                       (1024x768x3072: 12.6 vs 15.2 for cooperative 256x128)
-//  pp_128x128_c1x2_e64x128  ping-pong 128x128, X tile multicast to a 1x2 cluster, 64x128 epilogue steps
-//                       (half the steps of CUTLASS's 64x32 choice, each with its barrier and TMA store):
-//                       many waves at K <= 1024, where one warpgroup's epilogue overlaps the other's
-//                       short main loop (4096x768x3072: 37.7 vs 41.6; 16384x768x3072: 134.9 vs 144.1)
+// bench/kernels/explore/ the candidates that lost). Why each, fp16 H200 GPU times in us, erf form:
+//  ppo_64x64_c1         overlapped ping-pong 64x64 (sm90_overlapped_pingpong.cuh: the two warpgroups'
+//                       epilogues are not ordered): the most CTAs, for up to a wave of 128x128 tiles at short K
+//                       (128x768x3072: 4.7 vs 5.0 for CUTLASS's ping-pong 64x64 and 9.5 for 128x128;
+//                       512x768x3072: 8.4 vs 9.0; NOTES.md v7)
+//  ppo_64x128_c1        overlapped ping-pong 64x128: a third to half a wave (197x768x3072: 6.5 vs 6.9 for
+//                       CUTLASS's 64x128), up to a wave with K >= 1024 (512x1024x4096: 10.1 vs 12.1 for 64x64;
+//                       128x4096x16384: 39.9 vs 40.3) and 1-2 waves (1024x768x3072: 12.0 vs 12.7 for cooperative
+//                       128x192; 1024x1024x4096: 17.0 vs 25.4)
+//  pp_128x128_c1x2_e64x128  CUTLASS's ping-pong 128x128, X tile multicast to a 1x2 cluster, 64x128 epilogue
+//                       steps (half the steps of CUTLASS's 64x32 choice, each with its barrier and TMA store):
+//                       many waves at K <= 1024 (4096x768x3072: 37.1, the overlapped kernel 36.8: a tie;
+//                       16384x768x3072: 132.3 vs 134.7)
 //  pp_128x128_c1x2      the same with CUTLASS's epilogue steps, whose smaller staging buffer leaves one more
 //                       main-loop stage: long K (8192x4096x16384: 1755 vs 2297 with 64x128 steps)
 #define ONNXFUSE_SM90_TILES_16BIT_SMALL(X)                              \
-  X(pp_64x64_c1_e64x64, 64, 64, 64, 1, 1, kPingpong, 64, 64)            \
-  X(pp_64x128_c1_e64x128, 64, 128, 64, 1, 1, kPingpong, 64, 128)
+  X(ppo_64x64_c1, 64, 64, 64, 1, 1, kOverlappedPingpong, 0, 0)          \
+  X(ppo_64x128_c1, 64, 128, 64, 1, 1, kOverlappedPingpong, 0, 0)
 #define ONNXFUSE_SM90_TILES_16BIT_LARGE(X)                              \
-  X(coop_128x192_c2x1_e128x64, 128, 192, 64, 2, 1, kCooperative, 128, 64) \
   X(pp_128x128_c1x2_e64x128, 128, 128, 64, 1, 2, kPingpong, 64, 128)    \
   X(pp_128x128_c1x2, 128, 128, 64, 1, 2, kPingpong, 0, 0)
 #define ONNXFUSE_SM90_TILES_16BIT(X) ONNXFUSE_SM90_TILES_16BIT_SMALL(X) ONNXFUSE_SM90_TILES_16BIT_LARGE(X)

@@ -1,0 +1,215 @@
+// A ping-pong GEMM kernel whose two consumer warpgroups' epilogues may run at the same time: CUTLASS's
+// collectives (TMA main loop, GMMA, tile scheduler) under a kernel layer of our own.
+//
+// CUTLASS's ping-pong kernel orders its two consumer warpgroups twice per tile: their main loops take turns on
+// the Tensor Cores (so that one warpgroup's epilogue overlaps the other's main loop), and their epilogues take
+// turns too, because both stage through the same shared-memory buffer under the same named barrier. When an
+// epilogue outlasts a main loop, as GELU's does at K <= 1024, the second order makes the epilogues the
+// kernel's critical path: per pair of tiles, two epilogues back to back instead of one main loop plus one
+// epilogue (bench/kernels/NOTES.md, v6). Here the main loops keep their order and the epilogues have none:
+// each warp stages its own rows through its own buffer (sm90_warp_epilogue.cuh).
+//
+// Roles (384 threads): warp 0 of warpgroup 0 issues the TMA loads of every tile this CTA computes; warpgroups
+// 1 and 2 take alternate tiles of the persistent tile walk, each running main loop -> epilogue per tile.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/kernel/sm90_tile_scheduler.hpp>
+#include <cutlass/kernel_hardware_info.hpp>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "sm90_warp_epilogue.cuh"
+
+namespace onnxfuse::cuda {
+
+template <class CollectiveMainloop_, class Element_>
+class Sm90OverlappedPingpong {
+ public:
+  using CollectiveMainloop = CollectiveMainloop_;
+  using Element = Element_;
+  using TileShape = typename CollectiveMainloop::TileShape;
+  using TiledMma = typename CollectiveMainloop::TiledMma;
+  using ClusterShape = typename CollectiveMainloop::DispatchPolicy::ClusterShape;
+  using StrideA = typename CollectiveMainloop::StrideA;
+  using StrideB = typename CollectiveMainloop::StrideB;
+  using ProblemShape = cute::Shape<int, int, int, int>;  // M, N, K, L (L = 1)
+  using TileScheduler = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
+  static constexpr int kTileM = cute::size<0>(TileShape{});
+  static constexpr int kTileN = cute::size<1>(TileShape{});
+  using Epilogue = Sm90WarpEpilogue<Element, kTileN>;
+
+  static constexpr int kMmaWarpGroups = 2;
+  static constexpr int kConsumerWarps = kMmaWarpGroups * cutlass::NumWarpsPerWarpGroup;
+  static constexpr uint32_t MaxThreadsPerBlock = (1 + kMmaWarpGroups) * cutlass::NumThreadsPerWarpGroup;
+  static constexpr uint32_t MinBlocksPerMultiprocessor = 1;
+  // The producer warpgroup gives registers to the consumers (setmaxnreg), as in CUTLASS's ping-pong kernel:
+  // 128 fp32 accumulators per consumer thread for a 128x128 tile.
+  static constexpr uint32_t kLoadRegisters = 40;
+  static constexpr uint32_t kMmaRegisters = 232;
+  // Shared memory the epilogue takes from the main loop's stages: one staging buffer per consumer warp.
+  static constexpr int kEpilogueSmemBytes = kConsumerWarps * Epilogue::kStageElements * static_cast<int>(sizeof(Element));
+
+  // The main loops' turns on the Tensor Cores: warpgroup 0, 1, 0, 1, ...
+  using MmaOrderBarrier = cutlass::OrderedSequenceBarrier<1, kMmaWarpGroups>;
+
+  struct SharedStorage {
+    struct PipelineStorage : cute::aligned_struct<16, cute::_1> {
+      alignas(16) typename CollectiveMainloop::PipelineStorage mainloop;
+      alignas(16) typename MmaOrderBarrier::SharedStorage mma_order;
+    } pipelines;
+    struct TensorStorage : cute::aligned_struct<128, cute::_1> {
+      typename CollectiveMainloop::TensorStorage mainloop;
+      alignas(128) cute::array_aligned<Element, kConsumerWarps * Epilogue::kStageElements> epilogue;
+    } tensors;
+  };
+  static constexpr int SharedStorageSize = sizeof(SharedStorage);
+  static_assert(SharedStorageSize <= 227 * 1024, "over the H100/H200 shared memory per block");
+
+  struct Arguments {
+    ProblemShape problem_shape{};
+    typename CollectiveMainloop::Arguments mainloop{};
+    typename Epilogue::Params epilogue{};
+    cutlass::KernelHardwareInfo hw_info{};
+    typename TileScheduler::Arguments scheduler{};
+  };
+  struct Params {
+    ProblemShape problem_shape{};
+    typename CollectiveMainloop::Params mainloop{};
+    typename Epilogue::Params epilogue{};
+    cutlass::KernelHardwareInfo hw_info{};
+    typename TileScheduler::Params scheduler{};
+  };
+
+  static bool can_implement(Arguments const& args) {
+    return CollectiveMainloop::can_implement(args.problem_shape, args.mainloop) &&
+           TileScheduler::can_implement(args.scheduler);
+  }
+  static size_t get_workspace_size(Arguments const&) { return 0; }
+  static cutlass::Status initialize_workspace(Arguments const&, void* = nullptr, cudaStream_t = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  static Params to_underlying_arguments(Arguments const& args, void*) {
+    cutlass::KernelHardwareInfo hw_info{args.hw_info.device_id, args.hw_info.sm_count, 0};
+    if (hw_info.sm_count <= 0)
+      hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(hw_info.device_id);
+    return {args.problem_shape, CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, nullptr),
+            args.epilogue, hw_info,
+            TileScheduler::to_underlying_arguments(args.problem_shape, TileShape{}, ClusterShape{}, hw_info,
+                                                   args.scheduler, nullptr)};
+  }
+
+  static dim3 get_grid_shape(Params const& params) {
+    typename TileScheduler::Arguments args{};
+    args.max_swizzle_size = 1 << params.scheduler.log_swizzle_size_;
+    args.raster_order = params.scheduler.raster_order_ == TileScheduler::RasterOrder::AlongN
+                            ? TileScheduler::RasterOrderOptions::AlongN
+                            : TileScheduler::RasterOrderOptions::AlongM;
+    return TileScheduler::get_grid_shape(params.scheduler, params.problem_shape, TileShape{}, ClusterShape{},
+                                         params.hw_info, args);
+  }
+  static dim3 get_block_shape() { return dim3(MaxThreadsPerBlock, 1, 1); }
+
+  CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace cute;
+    enum class Role { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
+    SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem_buf);
+    const int lane = cutlass::canonical_lane_idx();
+    const int warp = cutlass::canonical_warp_idx_sync();
+    const int warp_in_group = warp % cutlass::NumWarpsPerWarpGroup;
+    const int group_thread = int(threadIdx.x) % cutlass::NumThreadsPerWarpGroup;
+    const auto role = Role(cutlass::canonical_warp_group_idx());
+
+    if (warp == 0 && cute::elect_one_sync()) CollectiveMainloop::prefetch_tma_descriptors(params.mainloop);
+
+    using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
+    typename MainloopPipeline::Params pipeline_params;
+    if (role == Role::Producer && warp_in_group == 0) pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
+    if (role != Role::Producer) pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
+    pipeline_params.is_leader = group_thread == 0;
+    pipeline_params.num_consumers = cutlass::NumThreadsPerWarpGroup;  // one warpgroup consumes each stage
+    pipeline_params.num_producers = CollectiveMainloop::NumProducerThreadEvents;
+    pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
+    MainloopPipeline pipeline(shared.pipelines.mainloop, pipeline_params, ClusterShape{});
+
+    typename MmaOrderBarrier::Params order_params;
+    order_params.group_id = cutlass::canonical_warp_group_idx() - static_cast<int>(Role::Consumer0);
+    order_params.group_size = cutlass::NumThreadsPerWarpGroup;
+    MmaOrderBarrier mma_order(shared.pipelines.mma_order, order_params);
+
+    // Barrier initialization must be visible to every CTA of the cluster before anyone uses it.
+    auto cluster_wait = [] {
+      if constexpr (size(ClusterShape{}) > 1) {
+        cute::cluster_arrive_relaxed();
+        return [] { cute::cluster_wait(); };
+      } else {
+        __syncthreads();
+        return [] {};
+      }
+    }();
+
+    CollectiveMainloop mainloop;
+    const auto problem = params.problem_shape;
+    auto load_inputs = mainloop.load_init(problem, params.mainloop);
+    Tensor gA_mkl = get<0>(load_inputs);  // (BLK_M, BLK_K, m, k, l)
+    Tensor gB_nkl = get<1>(load_inputs);  // (BLK_N, BLK_K, n, k, l)
+    const auto k_tiles = size<3>(gA_mkl);
+
+    typename CollectiveMainloop::PipelineState consume_state;
+    auto produce_state = cutlass::make_producer_start_state<MainloopPipeline>();
+    TileScheduler scheduler{params.scheduler};
+    if (role == Role::Consumer1) {  // the second warpgroup starts one tile and one tile's stages later
+      scheduler.advance_to_next_work();
+      consume_state.advance(k_tiles);
+    }
+    auto work = scheduler.initial_work_tile_info(ClusterShape{});
+    cluster_wait();
+
+    auto block_coord = [&](auto const& w) {
+      return make_coord(idx2crd(w.M_idx, shape<2>(gA_mkl)), idx2crd(w.N_idx, shape<2>(gB_nkl)), _,
+                        idx2crd(w.L_idx, shape<4>(gB_nkl)));
+    };
+
+    if (role == Role::Producer) {
+      cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
+      if (warp_in_group == 0) {
+        for (; work.is_valid(); work = scheduler.get_current_work()) {
+          mainloop.load(params.mainloop, pipeline, produce_state, load_inputs, block_coord(work),
+                        cute::make_coord_iterator(shape<3>(gA_mkl)), k_tiles, lane, cute::block_rank_in_cluster(),
+                        shared.tensors.mainloop);
+          produce_state.advance(k_tiles);
+          scheduler.advance_to_next_work();
+        }
+        // Keep the CTA alive until the consumers have released every stage (cluster peers multicast into it).
+        mainloop.load_tail(pipeline, produce_state);
+      }
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
+      TiledMma tiled_mma;
+      Element* stage = shared.tensors.epilogue.data() + (warp - cutlass::NumWarpsPerWarpGroup) * Epilogue::kStageElements;
+      for (; work.is_valid(); work = scheduler.get_current_work()) {
+        const int m0 = work.M_idx * kTileM, n0 = work.N_idx * kTileN;
+        // The bias is read before this warpgroup's turn on the Tensor Cores: its latency hides in the wait.
+        typename Epilogue::BiasPairs bias;
+        Epilogue::load_bias(bias, params.epilogue, n0, lane);
+        Tensor accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));  // (MMA, MMA_M, MMA_N)
+
+        mma_order.wait();
+        mainloop.mma(pipeline, consume_state, accumulators, k_tiles, group_thread, shared.tensors.mainloop,
+                     params.mainloop);
+        mma_order.arrive();  // the other warpgroup's main loop may start
+        mainloop.mma_tail(pipeline, consume_state, k_tiles);
+        consume_state.advance(k_tiles * kMmaWarpGroups);  // skip the other warpgroup's stages
+
+        Epilogue::store(accumulators, bias, params.epilogue, m0, n0, warp_in_group, lane, stage);
+        scheduler.advance_to_next_work(kMmaWarpGroups);
+      }
+    }
+#endif
+  }
+};
+
+}  // namespace onnxfuse::cuda
