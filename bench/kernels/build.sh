@@ -26,7 +26,7 @@ case "${OFK_EXPLORE:-}" in
   epi)   NVFLAGS="$NVFLAGS -DOFK_EXPLORE_EPI_BUILD -Ibench/kernels"
          srcs="$srcs $(ls bench/kernels/explore/explore_[f-i].cu | tr '\n' ' ')" ;;
   sched) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_SCHED_BUILD -Ibench/kernels"
-         srcs="$srcs bench/kernels/explore/explore_e.cu bench/kernels/explore/explore_j.cu bench/kernels/explore/explore_k.cu bench/kernels/explore/explore_l.cu bench/kernels/explore/explore_m.cu" ;;
+         srcs="$srcs bench/kernels/explore/explore_e.cu bench/kernels/explore/explore_j.cu bench/kernels/explore/explore_k.cu bench/kernels/explore/explore_l.cu bench/kernels/explore/explore_m.cu bench/kernels/explore/explore_n.cu" ;;
   "") ;;
   *) echo "OFK_EXPLORE=tiles|epi|sched"; exit 2 ;;
 esac

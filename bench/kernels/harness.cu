@@ -52,6 +52,7 @@ const Tactic kExtra[] = {
     OFK_EXPLORE_TILES_K(OFK_EXTRA)  // W multicast along M under a wave
     OFK_EXPLORE_TILES_L(OFK_EXTRA)  // the overlapped ping-pong kernel's 128x128 tile, and what it replaced
     OFK_EXPLORE_TILES_M(OFK_EXTRA)
+    OFK_EXPLORE_TILES_N(OFK_EXTRA)  // split-N cooperative tiles
 #endif
 };
 constexpr int kExtraCount = static_cast<int>(sizeof(kExtra) / sizeof(kExtra[0]));

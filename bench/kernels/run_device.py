@@ -447,7 +447,7 @@ def run_overlap():
         runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
         same = {}
         ref = torch.empty_like(y)
-        match = re.compile(os.environ.get("OFK_OVERLAP_MATCH", "_f16_tn_(ppo_|pp_64x|pp_128x128_c1x2_e|coop_128x192_c2x1_e)"))
+        match = re.compile(os.environ.get("OFK_OVERLAP_MATCH", "_f16_tn_(ppo_|pp_64x|pp_128x128_c1x2_e|coop_128x192_c2x1_e|coopn_)"))
         for i in [d] + [i for i, t in enumerate(TACTICS) if match.search(t) and i != d]:
             if not LIB.ofk_can_implement(i, *common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)):
                 continue

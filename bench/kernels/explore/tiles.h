@@ -47,6 +47,12 @@
   X(pp_64x128_c1_e64x128, 64, 128, 64, 1, 1, kPingpong, 64, 128)
 #define OFK_EXPLORE_TILES_M(X) \
   X(coop_128x192_c2x1_e128x64, 128, 192, 64, 2, 1, kCooperative, 128, 64)
+// Round 5: tiles split along N between the two warpgroups, whose tile counts fill the SMs evenly where 128-row
+// tiles leave a partial last wave (4096 rows: 22 x 24 = 528 tiles of 192x128, 4.0 waves; 6304 rows: 792, 6.0).
+#define OFK_EXPLORE_TILES_N(X)                                          \
+  X(coopn_192x128_c1x2, 192, 128, 64, 1, 2, kSplitNCooperative, 0, 0)   \
+  X(coopn_256x128_c1x2, 256, 128, 64, 1, 2, kSplitNCooperative, 0, 0)   \
+  X(coopn_192x128_c1, 192, 128, 64, 1, 1, kSplitNCooperative, 0, 0)
 #define OFK_EXPLORE_TILES(X)                                                                  \
   OFK_EXPLORE_TILES_A(X) OFK_EXPLORE_TILES_B(X) OFK_EXPLORE_TILES_C(X) OFK_EXPLORE_TILES_D(X) \
   OFK_EXPLORE_TILES_E(X)

@@ -68,8 +68,11 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
 
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
-  static constexpr bool kOverlapped = S == Sm90Schedule::kOverlappedPingpong;
-  static constexpr bool kPingpong = S == Sm90Schedule::kPingpong || kOverlapped;
+  // Our kernel layer (sm90_overlapped_pingpong.cuh: per-warp epilogues, no order between the warpgroups'
+  // epilogues) or CUTLASS's kernels.
+  static constexpr bool kSplitN = S == Sm90Schedule::kSplitNCooperative;
+  static constexpr bool kOwnKernel = S == Sm90Schedule::kOverlappedPingpong || kSplitN;
+  static constexpr bool kPingpong = S == Sm90Schedule::kPingpong || S == Sm90Schedule::kOverlappedPingpong;
   using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
@@ -82,7 +85,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
   using EpilogueTile = std::conditional_t<EpiM == 0, cutlass::epilogue::collective::EpilogueTileAuto,
                                           cute::Shape<cute::Int<EpiM>, cute::Int<EpiN>>>;
 
-  // Epilogue visitor tree: act(acc + bias_row[n]).
+  // CUTLASS's epilogue: a visitor tree act(acc + bias_row[n]).
   using BiasRow = Sm90BiasRow<Element, ElementCompute, kAlignment>;
   using AddBias = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, kRound>,
@@ -91,28 +94,39 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
       cutlass::epilogue::fusion::Sm90Compute<CutlassActivationFor<Element>::template Fn, Element, ElementCompute,
                                              kRound>,
       AddBias>;
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  // Builders are named here and instantiated only where used: CUTLASS's cooperative builders refuse the 192-row
+  // tiles our split-N kernel takes.
+  using EpilogueBuilder = cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile, ElementAccumulator,
       ElementCompute,
       void, LayoutD, kAlignment,  // no C operand
-      Element, LayoutD, kAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
+      Element, LayoutD, kAlignment, EpilogueSchedule, Fusion>;
 
   // The shared memory the epilogue keeps from the main loop's stages: CUTLASS's staging buffers, or one buffer per
-  // consumer warp for the overlapped kernel.
-  static constexpr int kEpilogueSmemBytes =
-      kOverlapped ? 2 * cutlass::NumWarpsPerWarpGroup * Sm90WarpEpilogue<Element, TileN>::kStageElements *
-                        static_cast<int>(sizeof(Element))
-                  : static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage));
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB,
-      kAlignment, ElementAccumulator, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueSmemBytes>, MainloopSchedule>::CollectiveOp;
+  // consumer warp for our kernels (16 rows of the warpgroup's columns).
+  static constexpr int epilogue_smem_bytes() {
+    if constexpr (kOwnKernel)
+      return 2 * cutlass::NumWarpsPerWarpGroup * 16 * (kSplitN ? TileN / 2 : TileN) * static_cast<int>(sizeof(Element));
+    else
+      return static_cast<int>(sizeof(typename EpilogueBuilder::CollectiveOp::SharedStorage));
+  }
+  using MainloopBuilder = std::conditional_t<
+      kSplitN, Sm90SplitNMainloop<Element, LayoutA, LayoutB, TileShape, ClusterShape, epilogue_smem_bytes()>,
+      cutlass::gemm::collective::CollectiveBuilder<
+          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB,
+          kAlignment, ElementAccumulator, TileShape, ClusterShape,
+          cutlass::gemm::collective::StageCountAutoCarveout<epilogue_smem_bytes()>, MainloopSchedule>>;
+  using CollectiveMainloop = typename MainloopBuilder::CollectiveOp;
 
-  using GemmKernel = std::conditional_t<
-      kOverlapped, Sm90OverlappedPingpong<CollectiveMainloop, Element>,
-      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
-                                           TileScheduler>>;
+  struct OwnKernel {
+    using type = Sm90OverlappedPingpong<CollectiveMainloop, Element,
+                                        kSplitN ? Sm90ConsumerSplit::kSplitN : Sm90ConsumerSplit::kPingpong>;
+  };
+  struct CutlassKernel {
+    using type = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      typename EpilogueBuilder::CollectiveOp, TileScheduler>;
+  };
+  using GemmKernel = typename std::conditional_t<kOwnKernel, OwnKernel, CutlassKernel>::type;
 
   static bool shape_fits(const GemmGeluArgs& a, const DeviceInfo& dev) {
     const int64_t ldb = TransB ? a.K : a.N;
@@ -133,7 +147,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
     typename GemmKernel::Arguments args{};
     args.problem_shape = {M, N, K, 1};
     args.mainloop = {static_cast<const Element*>(a.x), stride_a, static_cast<const Element*>(a.w), stride_b};
-    if constexpr (kOverlapped) {
+    if constexpr (kOwnKernel) {
       args.epilogue = {static_cast<Element*>(a.y), N, static_cast<const Element*>(a.bias), M, N, activation_params(a)};
     } else {
       using StrideD = typename GemmKernel::StrideD;

@@ -24,7 +24,49 @@
 
 namespace onnxfuse::cuda {
 
-template <class CollectiveMainloop_, class Element_>
+// How the two consumer warpgroups share the work:
+//  kPingpong   each takes its own tile (alternate tiles of the walk); their main loops take turns on the Tensor
+//              Cores, so that one's epilogue runs during the other's main loop;
+//  kSplitN     both work on one tile, each on its own half of the columns (the main loop is CUTLASS's
+//              cooperative one, split along N instead of M): tiles whose row count is an odd multiple of 64,
+//              such as 192, whose count of tiles can fill the SMs evenly where 128-row tiles leave a partial
+//              last wave. Measured and not shipped (bench/kernels/NOTES.md v7): both warpgroups read all of A
+//              from shared memory and run 64-column GMMAs, and the epilogue is not overlapped; it loses to
+//              ping-pong 128x128 everywhere (4096x768x3072: 42.3 us vs 37.2). Kept for the kernel harness.
+enum class Sm90ConsumerSplit { kPingpong, kSplitN };
+
+// CUTLASS's TMA + GMMA main-loop collective for a tile split along N between the two consumer warpgroups (what
+// CUTLASS's collective builder makes for its cooperative kernel, with the warpgroups side by side along N rather
+// than M): each warpgroup runs GMMAs of (TileM x TileN/2), TileM / 64 of them along M.
+template <class Element, class LayoutA, class LayoutB, class TileShape, class ClusterShape, int CarveoutBytes>
+struct Sm90SplitNMainloop {
+  using Major = cute::GMMA::Major;
+  static constexpr Major kMajorA = cutlass::gemm::collective::detail::gmma_ss_tag_to_major_A<Element, LayoutA>();
+  static constexpr Major kMajorB = cutlass::gemm::collective::detail::gmma_ss_tag_to_major_B<Element, LayoutB>();
+  using HalfTile = cute::Shape<cute::_64, cute::Int<cute::size<1>(TileShape{}) / 2>, cute::_64>;  // picks the GMMA
+  using TiledMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, HalfTile, kMajorA, kMajorB>(),
+      cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
+  using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
+      cute::shape<1>(ClusterShape{})));
+  using GmemTiledCopyB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
+      cute::shape<0>(ClusterShape{})));
+  using SmemLayoutAtomA = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                                   kMajorA, Element, decltype(cute::get<0>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
+  using SmemLayoutAtomB = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                                   kMajorB, Element, decltype(cute::get<1>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
+  static constexpr int kStages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
+      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, Element, Element, TileShape>(
+      cutlass::gemm::collective::StageCountAutoCarveout<CarveoutBytes>{});
+  using CollectiveOp = cutlass::gemm::collective::CollectiveMma<
+      cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<kStages, ClusterShape,
+                                                        cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
+      TileShape, Element, cutlass::gemm::TagToStrideA_t<LayoutA>, Element, cutlass::gemm::TagToStrideB_t<LayoutB>,
+      TiledMma, GmemTiledCopyA, SmemLayoutAtomA, void, cute::identity, GmemTiledCopyB, SmemLayoutAtomB, void,
+      cute::identity>;
+};
+
+template <class CollectiveMainloop_, class Element_, Sm90ConsumerSplit Split = Sm90ConsumerSplit::kPingpong>
 class Sm90OverlappedPingpong {
  public:
   using CollectiveMainloop = CollectiveMainloop_;
@@ -38,9 +80,12 @@ class Sm90OverlappedPingpong {
   using TileScheduler = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
-  using Epilogue = Sm90WarpEpilogue<Element, kTileN>;
+  static constexpr bool kSplitN = Split == Sm90ConsumerSplit::kSplitN;
+  static constexpr int kGroupTileN = kSplitN ? kTileN / 2 : kTileN;  // the columns one warpgroup computes
+  using Epilogue = Sm90WarpEpilogue<Element, kGroupTileN>;
 
   static constexpr int kMmaWarpGroups = 2;
+  static constexpr int kTilesInFlight = kSplitN ? 1 : kMmaWarpGroups;  // tiles the CTA's consumers work on at once
   static constexpr int kConsumerWarps = kMmaWarpGroups * cutlass::NumWarpsPerWarpGroup;
   static constexpr uint32_t MaxThreadsPerBlock = (1 + kMmaWarpGroups) * cutlass::NumThreadsPerWarpGroup;
   static constexpr uint32_t MinBlocksPerMultiprocessor = 1;
@@ -130,7 +175,8 @@ class Sm90OverlappedPingpong {
     if (role == Role::Producer && warp_in_group == 0) pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
     if (role != Role::Producer) pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
     pipeline_params.is_leader = group_thread == 0;
-    pipeline_params.num_consumers = cutlass::NumThreadsPerWarpGroup;  // one warpgroup consumes each stage
+    // One warpgroup consumes each stage (ping-pong), or both (split N).
+    pipeline_params.num_consumers = kMmaWarpGroups * cutlass::NumThreadsPerWarpGroup / kTilesInFlight;
     pipeline_params.num_producers = CollectiveMainloop::NumProducerThreadEvents;
     pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
     MainloopPipeline pipeline(shared.pipelines.mainloop, pipeline_params, ClusterShape{});
@@ -161,7 +207,7 @@ class Sm90OverlappedPingpong {
     typename CollectiveMainloop::PipelineState consume_state;
     auto produce_state = cutlass::make_producer_start_state<MainloopPipeline>();
     TileScheduler scheduler{params.scheduler};
-    if (role == Role::Consumer1) {  // the second warpgroup starts one tile and one tile's stages later
+    if (!kSplitN && role == Role::Consumer1) {  // the second warpgroup starts one tile and its stages later
       scheduler.advance_to_next_work();
       consume_state.advance(k_tiles);
     }
@@ -190,22 +236,25 @@ class Sm90OverlappedPingpong {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
       TiledMma tiled_mma;
       Element* stage = shared.tensors.epilogue.data() + (warp - cutlass::NumWarpsPerWarpGroup) * Epilogue::kStageElements;
+      const int group = static_cast<int>(role) - static_cast<int>(Role::Consumer0);
+      // The thread's index in the tiled MMA: its warpgroup's (ping-pong) or both warpgroups' (split N).
+      const int mma_thread = kSplitN ? group * cutlass::NumThreadsPerWarpGroup + group_thread : group_thread;
       for (; work.is_valid(); work = scheduler.get_current_work()) {
-        const int m0 = work.M_idx * kTileM, n0 = work.N_idx * kTileN;
+        const int m0 = work.M_idx * kTileM, n0 = work.N_idx * kTileN + (kSplitN ? group * kGroupTileN : 0);
         // The bias is read before this warpgroup's turn on the Tensor Cores: its latency hides in the wait.
         typename Epilogue::BiasPairs bias;
         Epilogue::load_bias(bias, params.epilogue, n0, lane);
         Tensor accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));  // (MMA, MMA_M, MMA_N)
 
-        mma_order.wait();
-        mainloop.mma(pipeline, consume_state, accumulators, k_tiles, group_thread, shared.tensors.mainloop,
+        if constexpr (!kSplitN) mma_order.wait();
+        mainloop.mma(pipeline, consume_state, accumulators, k_tiles, mma_thread, shared.tensors.mainloop,
                      params.mainloop);
-        mma_order.arrive();  // the other warpgroup's main loop may start
+        if constexpr (!kSplitN) mma_order.arrive();  // the other warpgroup's main loop may start
         mainloop.mma_tail(pipeline, consume_state, k_tiles);
-        consume_state.advance(k_tiles * kMmaWarpGroups);  // skip the other warpgroup's stages
+        consume_state.advance(k_tiles * kTilesInFlight);  // ping-pong: skip the other warpgroup's stages
 
         Epilogue::store(accumulators, bias, params.epilogue, m0, n0, warp_in_group, lane, stage);
-        scheduler.advance_to_next_work(kMmaWarpGroups);
+        scheduler.advance_to_next_work(kTilesInFlight);
       }
     }
 #endif

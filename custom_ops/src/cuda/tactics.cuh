@@ -30,6 +30,8 @@ enum class Sm90Schedule : int {
   kCooperative,  // two consumer warpgroups split one tile: larger tiles, epilogue not overlapped
   kStreamK,      // cooperative, with the work split along K too (stream-K): every SM busy at 1-2 waves
   kOverlappedPingpong,  // ping-pong whose two warpgroups' epilogues may overlap (sm90_overlapped_pingpong.cuh)
+  kSplitNCooperative,   // one tile, its columns split between the two warpgroups, the same per-warp epilogue
+                        // (kernel harness only: it lost everywhere, bench/kernels/NOTES.md v7)
 };
 
 // EpiM x EpiN: the CUTLASS epilogue's subtile (the overlapped kernel ignores them), the piece of the tile stored per step through shared memory (M must be
