@@ -328,6 +328,16 @@ def fp16_problems(default_shapes):
         yield M, K, N, x, w, b, y, d
 
 
+def interleaved_rounds(runs):
+    """Each of ``runs`` (name -> fn returning us) once per round, OFK_ROUNDS rounds: (medians, all values)."""
+    import statistics
+    got = {k: [] for k in runs}
+    for _ in range(int(os.environ.get("OFK_ROUNDS", "5"))):
+        for k, fn in runs.items():
+            got[k].append(fn())
+    return {k: statistics.median(v) for k, v in got.items()}, got
+
+
 def run_sched():
     shapes = "1024x768x3072,1576x768x3072,4096x768x3072,16384x768x3072,4096x1024x4096"
     for M, K, N, x, w, b, y, d in fp16_problems(shapes):
@@ -388,7 +398,6 @@ def run_sched():
 
 
 def run_swizzle():
-    import statistics
     for M, K, N, x, w, b, y, d in fp16_problems("8192x4096x16384,2048x4096x16384,16384x1024x4096"):
 
         def fused(swizzle):
@@ -400,37 +409,36 @@ def run_swizzle():
 
         runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
         runs.update({f"swizzle{s}": (lambda s: lambda: fused(s))(s) for s in (1, 2, 4, 8)})
-        got = {k: [] for k in runs}
-        for _ in range(int(os.environ.get("OFK_ROUNDS", "5"))):
-            for k, fn in runs.items():
-                got[k].append(fn())
-        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **{k: statistics.median(v) for k, v in got.items()},
+        medians, got = interleaved_rounds(runs)
+        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **medians,
              "all": got}
         RESULTS.setdefault("swizzle", []).append(r)
         print(f"{M}x{K}x{N} {TACTICS[d].split('_tn_')[-1]}: " +
               " | ".join(f"{k} {r[k]:.1f}" for k in runs), flush=True)
 
 
+def bit_identical(problem, ref, other):
+    """Whether tactic/form ``other`` writes exactly the fp16 bits of ``ref`` (each a (tactic index, form) pair)."""
+    M, K, N, x, w, b, y = problem
+    want = torch.empty_like(y)
+    assert launch(ref[0], "fp16", ref[1], 1, 1, M, N, K, x, w, b, want) == 0
+    y.fill_(float("nan"))
+    assert launch(other[0], "fp16", other[1], 1, 1, M, N, K, x, w, b, y) == 0
+    return bool(torch.equal(y.view(torch.int16), want.view(torch.int16)))
+
+
 def run_groups():
-    import statistics
     default = "1024x768x3072,4096x768x3072,6304x768x3072,16384x768x3072,4096x1024x4096,2048x4096x16384"
     for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", default)):
         same = {}
         for act in GROUPS:
             shipped = act.split("_")[0]  # the same values, bit for bit
-            ref = torch.empty_like(y)
-            assert launch(d, "fp16", shipped, 1, 1, M, N, K, x, w, b, ref) == 0
-            y.fill_(float("nan"))
-            assert launch(d, "fp16", act, 1, 1, M, N, K, x, w, b, y) == 0
-            same[act] = bool(torch.equal(y.view(torch.int16), ref.view(torch.int16)))
+            same[act] = bit_identical((M, K, N, x, w, b, y), (d, shipped), (d, act))
         runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
         for act in ("none", "erf", "tanh", "sigmoid", *GROUPS):
             runs[act] = (lambda a: lambda: gpu_us(lambda: launch(d, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(act)
-        got = {k: [] for k in runs}
-        for _ in range(int(os.environ.get("OFK_ROUNDS", "5"))):
-            for k, fn in runs.items():
-                got[k].append(fn())
-        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **{k: statistics.median(v) for k, v in got.items()},
+        medians, got = interleaved_rounds(runs)
+        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **medians,
              "bit_identical_to_shipped": same, "all": got}
         RESULTS.setdefault("groups", []).append(r)
         print(f"{M}x{K}x{N} {TACTICS[d].split('_tn_')[-1]}: " + " | ".join(f"{k} {r[k]:.1f}" for k in runs) +
@@ -438,33 +446,26 @@ def run_groups():
 
 
 def run_overlap():
-    """The overlapped ping-pong kernel (explore tiles L, "ppo_*") against the dispatch's CUTLASS tactic and cuBLAS:
-    outputs bit for bit (same math, same rounding, another store path) and GPU time in interleaved rounds."""
-    import statistics
+    """The per-warp-epilogue kernels (overlapped ping-pong "ppo_*", split-N "coopn_*") against the dispatch's tactic,
+    the CUTLASS tiles they replaced, and cuBLAS: outputs bit for bit (same math, same rounding, another store path)
+    and GPU time in interleaved rounds. OFK_OVERLAP_MATCH (a regex on tactic names) picks the tactics."""
     default = ("128x768x3072,197x768x3072,1024x768x3072,1576x768x3072,4096x768x3072,6304x768x3072,16384x768x3072,"
                "4096x1024x4096,2048x4096x16384")
     for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", default)):
         runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
         same = {}
-        ref = torch.empty_like(y)
         match = re.compile(os.environ.get("OFK_OVERLAP_MATCH", "_f16_tn_(ppo_|pp_64x|pp_128x128_c1x2_e|coop_128x192_c2x1_e|coopn_)"))
         for i in [d] + [i for i, t in enumerate(TACTICS) if match.search(t) and i != d]:
             if not LIB.ofk_can_implement(i, *common("fp16", "erf", 1, 1, M, N, K, x, w, b, y)):
                 continue
             name = TACTICS[i].split("_tn_")[-1]
             for act in FORMS if i != d else ():
-                assert launch(d, "fp16", act, 1, 1, M, N, K, x, w, b, ref) == 0
-                y.fill_(float("nan"))
-                assert launch(i, "fp16", act, 1, 1, M, N, K, x, w, b, y) == 0
-                same[f"{name} {act}"] = bool(torch.equal(y.view(torch.int16), ref.view(torch.int16)))
+                same[f"{name} {act}"] = bit_identical((M, K, N, x, w, b, y), (d, act), (i, act))
             for act in ("erf", "tanh"):
                 runs[f"{name} {act}"] = (lambda i, a: lambda: gpu_us(
                     lambda: launch(i, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(i, act)
-        got = {k: [] for k in runs}
-        for _ in range(int(os.environ.get("OFK_ROUNDS", "5"))):
-            for k, fn in runs.items():
-                got[k].append(fn())
-        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **{k: statistics.median(v) for k, v in got.items()},
+        medians, got = interleaved_rounds(runs)
+        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **medians,
              "bit_identical_to_dispatch": same, "all": got}
         RESULTS.setdefault("overlap", []).append(r)
         print(f"{M}x{K}x{N}: " + " | ".join(f"{k} {r[k]:.1f}" for k in runs) +
