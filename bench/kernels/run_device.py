@@ -428,15 +428,24 @@ def bit_identical(problem, ref, other):
 
 
 def run_groups():
+    """The activation in chained groups (sparser issue, same values) on the dispatch's tactic, and on the tactics
+    whose names match OFK_GROUPS_TACTICS (a regex; e.g. the overlapped ping-pong kernel's "ppo_128")."""
     default = "1024x768x3072,4096x768x3072,6304x768x3072,16384x768x3072,4096x1024x4096,2048x4096x16384"
+    extra = os.environ.get("OFK_GROUPS_TACTICS")
     for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", default)):
+        tactics = [d] + ([i for i, t in enumerate(TACTICS) if "_f16_tn_" in t and re.search(extra, t) and i != d and
+                          LIB.ofk_can_implement(i, *common("fp16", "erf", 1, 1, M, N, K, x, w, b, y))]
+                         if extra else [])
         same = {}
-        for act in GROUPS:
-            shipped = act.split("_")[0]  # the same values, bit for bit
-            same[act] = bit_identical((M, K, N, x, w, b, y), (d, shipped), (d, act))
         runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
-        for act in ("none", "erf", "tanh", "sigmoid", *GROUPS):
-            runs[act] = (lambda a: lambda: gpu_us(lambda: launch(d, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(act)
+        for i in tactics:
+            tag = "" if i == d else TACTICS[i].split("_tn_")[-1] + " "
+            for act in GROUPS:
+                shipped = act.split("_")[0]  # the same values, bit for bit
+                same[tag + act] = bit_identical((M, K, N, x, w, b, y), (d, shipped), (i, act))
+            for act in ("none", "erf", "tanh", "sigmoid", *GROUPS):
+                runs[tag + act] = (lambda i, a: lambda: gpu_us(
+                    lambda: launch(i, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(i, act)
         medians, got = interleaved_rounds(runs)
         r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **medians,
              "bit_identical_to_shipped": same, "all": got}
