@@ -31,7 +31,7 @@
 
 #include "cutlass_activation.cuh"
 #include "sm90_bias_row.cuh"
-#include "sm90_overlapped_pingpong.cuh"
+#include "sm90_warp_epilogue_kernel.cuh"
 #include "tactics.cuh"
 #ifdef OFK_EXPLORE_SCHED_BUILD
 #include "explore/scheduler_knobs.h"  // bench/kernels: the harness's scheduler sweep
@@ -68,7 +68,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
 
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
-  // Our kernel layer (sm90_overlapped_pingpong.cuh: per-warp epilogues, no order between the warpgroups'
+  // Our kernel layer (sm90_warp_epilogue_kernel.cuh: per-warp epilogues, no order between the warpgroups'
   // epilogues) or CUTLASS's kernels.
   static constexpr bool kSplitN = S == Sm90Schedule::kSplitNCooperative;
   static constexpr bool kOwnKernel = S == Sm90Schedule::kOverlappedPingpong || kSplitN;
@@ -102,11 +102,12 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
       void, LayoutD, kAlignment,  // no C operand
       Element, LayoutD, kAlignment, EpilogueSchedule, Fusion>;
 
-  // The shared memory the epilogue keeps from the main loop's stages: CUTLASS's staging buffers, or one buffer per
-  // consumer warp for our kernels (16 rows of the warpgroup's columns).
+  // The shared memory the epilogue keeps from the main loop's stages: CUTLASS's staging buffers, or our kernel's
+  // per-warp buffers.
+  static constexpr Sm90ConsumerSplit kSplit = kSplitN ? Sm90ConsumerSplit::kSplitN : Sm90ConsumerSplit::kPingpong;
   static constexpr int epilogue_smem_bytes() {
     if constexpr (kOwnKernel)
-      return 2 * cutlass::NumWarpsPerWarpGroup * 16 * (kSplitN ? TileN / 2 : TileN) * static_cast<int>(sizeof(Element));
+      return sm90_warp_epilogue_smem_bytes<Element, TileN, kSplit>();
     else
       return static_cast<int>(sizeof(typename EpilogueBuilder::CollectiveOp::SharedStorage));
   }
@@ -119,8 +120,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
   using CollectiveMainloop = typename MainloopBuilder::CollectiveOp;
 
   struct OwnKernel {
-    using type = Sm90OverlappedPingpong<CollectiveMainloop, Element,
-                                        kSplitN ? Sm90ConsumerSplit::kSplitN : Sm90ConsumerSplit::kPingpong>;
+    using type = Sm90WarpEpilogueKernel<CollectiveMainloop, Element, kSplit>;
   };
   struct CutlassKernel {
     using type = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,

@@ -1,4 +1,4 @@
-// The epilogue of the overlapped ping-pong kernel (sm90_overlapped_pingpong.cuh): D = act(acc + bias[n]) for one
+// The epilogue of our sm90 kernel layer (sm90_warp_epilogue_kernel.cuh): D = act(acc + bias[n]) for one
 // consumer warpgroup's tile, written by each warp on its own, with no barrier between warps.
 //
 // Why its own epilogue: CUTLASS's TMA epilogue stages the whole tile through one shared buffer under a

@@ -29,7 +29,7 @@ enum class Sm90Schedule : int {
   kPingpong,     // two consumer warpgroups on two tiles: one's epilogue overlaps the other's main loop
   kCooperative,  // two consumer warpgroups split one tile: larger tiles, epilogue not overlapped
   kStreamK,      // cooperative, with the work split along K too (stream-K): every SM busy at 1-2 waves
-  kOverlappedPingpong,  // ping-pong whose two warpgroups' epilogues may overlap (sm90_overlapped_pingpong.cuh)
+  kOverlappedPingpong,  // ping-pong whose two warpgroups' epilogues may overlap (sm90_warp_epilogue_kernel.cuh)
   kSplitNCooperative,   // one tile, its columns split between the two warpgroups, the same per-warp epilogue
                         // (kernel harness only: it lost everywhere, bench/kernels/NOTES.md v7)
 };
@@ -46,7 +46,7 @@ struct Sm90Config {};
 // ~1 min of nvcc on a 2-core machine and cicc takes ~5 GB for a file of three, so a file holds at most three
 // and the lists hold only tiles that win somewhere (bench/kernels/NOTES.md has the measurements,
 // bench/kernels/explore/ the candidates that lost). Why each, fp16 H200 GPU times in us, erf form:
-//  ppo_64x64_c1         overlapped ping-pong 64x64 (sm90_overlapped_pingpong.cuh: the two warpgroups'
+//  ppo_64x64_c1         overlapped ping-pong 64x64 (sm90_warp_epilogue_kernel.cuh: the two warpgroups'
 //                       epilogues are not ordered): the most CTAs, for up to a wave of 128x128 tiles at short K
 //                       (128x768x3072: 4.7 vs 5.0 for CUTLASS's ping-pong 64x64 and 9.5 for 128x128;
 //                       512x768x3072: 8.4 vs 9.0; NOTES.md v7)

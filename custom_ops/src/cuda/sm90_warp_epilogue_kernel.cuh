@@ -1,16 +1,18 @@
-// A ping-pong GEMM kernel whose two consumer warpgroups' epilogues may run at the same time: CUTLASS's
-// collectives (TMA main loop, GMMA, tile scheduler) under a kernel layer of our own.
+// A GEMM kernel with a per-warp epilogue (sm90_warp_epilogue.cuh): CUTLASS's collectives (TMA main loop, GMMA,
+// tile scheduler) under a kernel layer of our own, whose two consumer warpgroups never wait for each other's
+// epilogue.
 //
-// CUTLASS's ping-pong kernel orders its two consumer warpgroups twice per tile: their main loops take turns on
-// the Tensor Cores (so that one warpgroup's epilogue overlaps the other's main loop), and their epilogues take
-// turns too, because both stage through the same shared-memory buffer under the same named barrier. When an
-// epilogue outlasts a main loop, as GELU's does at K <= 1024, the second order makes the epilogues the
-// kernel's critical path: per pair of tiles, two epilogues back to back instead of one main loop plus one
-// epilogue (bench/kernels/NOTES.md, v6). Here the main loops keep their order and the epilogues have none:
-// each warp stages its own rows through its own buffer (sm90_warp_epilogue.cuh).
+// Why: CUTLASS's ping-pong kernel orders its two consumer warpgroups twice per tile. Their main loops take turns
+// on the Tensor Cores (so that one warpgroup's epilogue overlaps the other's main loop), and their epilogues
+// take turns too, because both stage through the same shared-memory buffer under the same named barrier. When
+// an epilogue outlasts a main loop, as GELU's does at K <= 1024, a warpgroup's epilogue waits for the other's
+// (bench/kernels/NOTES.md, v6). Here the main loops keep their order and the epilogues have none: each warp
+// stages its own rows through its own buffer. Shipped for the 64x64 and 64x128 ping-pong tiles, where it wins
+// 2-33 % (NOTES v7); at many waves it ties CUTLASS's kernel.
 //
 // Roles (384 threads): warp 0 of warpgroup 0 issues the TMA loads of every tile this CTA computes; warpgroups
-// 1 and 2 take alternate tiles of the persistent tile walk, each running main loop -> epilogue per tile.
+// 1 and 2 take alternate tiles of the persistent tile walk (ping-pong), or share each tile (split N), each
+// running main loop -> epilogue per tile.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -66,8 +68,24 @@ struct Sm90SplitNMainloop {
       cute::identity>;
 };
 
+constexpr int kSm90ConsumerWarps = 2 * cutlass::NumWarpsPerWarpGroup;
+
+// The columns of a tile one consumer warpgroup computes and stores.
+template <Sm90ConsumerSplit Split>
+constexpr int sm90_group_tile_n(int tile_n) {
+  return Split == Sm90ConsumerSplit::kSplitN ? tile_n / 2 : tile_n;
+}
+
+// Shared memory the epilogue takes from the main loop's stages: one staging buffer per consumer warp. Needed
+// before the main-loop collective exists (its stage count is what is left), hence a function of the tile alone.
+template <class Element, int TileN, Sm90ConsumerSplit Split>
+constexpr int sm90_warp_epilogue_smem_bytes() {
+  return kSm90ConsumerWarps * Sm90WarpEpilogue<Element, sm90_group_tile_n<Split>(TileN)>::kStageElements *
+         static_cast<int>(sizeof(Element));
+}
+
 template <class CollectiveMainloop_, class Element_, Sm90ConsumerSplit Split = Sm90ConsumerSplit::kPingpong>
-class Sm90OverlappedPingpong {
+class Sm90WarpEpilogueKernel {
  public:
   using CollectiveMainloop = CollectiveMainloop_;
   using Element = Element_;
@@ -81,21 +99,18 @@ class Sm90OverlappedPingpong {
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
   static constexpr bool kSplitN = Split == Sm90ConsumerSplit::kSplitN;
-  static constexpr int kGroupTileN = kSplitN ? kTileN / 2 : kTileN;  // the columns one warpgroup computes
+  static constexpr int kGroupTileN = sm90_group_tile_n<Split>(kTileN);
   using Epilogue = Sm90WarpEpilogue<Element, kGroupTileN>;
 
   static constexpr int kMmaWarpGroups = 2;
   static constexpr int kTilesInFlight = kSplitN ? 1 : kMmaWarpGroups;  // tiles the CTA's consumers work on at once
-  static constexpr int kConsumerWarps = kMmaWarpGroups * cutlass::NumWarpsPerWarpGroup;
+  static constexpr int kConsumerWarps = kSm90ConsumerWarps;
   static constexpr uint32_t MaxThreadsPerBlock = (1 + kMmaWarpGroups) * cutlass::NumThreadsPerWarpGroup;
   static constexpr uint32_t MinBlocksPerMultiprocessor = 1;
   // The producer warpgroup gives registers to the consumers (setmaxnreg), as in CUTLASS's ping-pong kernel:
   // 128 fp32 accumulators per consumer thread for a 128x128 tile.
   static constexpr uint32_t kLoadRegisters = 40;
   static constexpr uint32_t kMmaRegisters = 232;
-  // Shared memory the epilogue takes from the main loop's stages: one staging buffer per consumer warp.
-  static constexpr int kEpilogueSmemBytes = kConsumerWarps * Epilogue::kStageElements * static_cast<int>(sizeof(Element));
-
   // The main loops' turns on the Tensor Cores: warpgroup 0, 1, 0, 1, ...
   using MmaOrderBarrier = cutlass::OrderedSequenceBarrier<1, kMmaWarpGroups>;
 
@@ -107,6 +122,7 @@ class Sm90OverlappedPingpong {
     struct TensorStorage : cute::aligned_struct<128, cute::_1> {
       typename CollectiveMainloop::TensorStorage mainloop;
       alignas(128) cute::array_aligned<Element, kConsumerWarps * Epilogue::kStageElements> epilogue;
+      static_assert(sizeof(epilogue) == sm90_warp_epilogue_smem_bytes<Element, kTileN, Split>());
     } tensors;
   };
   static constexpr int SharedStorageSize = sizeof(SharedStorage);
