@@ -417,6 +417,17 @@ def run_swizzle():
               " | ".join(f"{k} {r[k]:.1f}" for k in runs), flush=True)
 
 
+def record_rounds(mode, shape, dispatch, runs, same):
+    """Times ``runs`` in interleaved rounds and records them under RESULTS[mode], with ``same`` (variant -> whether
+    its output was bit-identical to its reference)."""
+    M, K, N = shape
+    medians, got = interleaved_rounds(runs)
+    r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[dispatch], **medians, "bit_identical": same, "all": got}
+    RESULTS.setdefault(mode, []).append(r)
+    print(f"{M}x{K}x{N} {TACTICS[dispatch].split('_tn_')[-1]}: " + " | ".join(f"{k} {r[k]:.1f}" for k in runs) +
+          f" | bit-identical: {all(same.values())} {[k for k, v in same.items() if not v]}", flush=True)
+
+
 def bit_identical(problem, ref, other):
     """Whether tactic/form ``other`` writes exactly the fp16 bits of ``ref`` (each a (tactic index, form) pair)."""
     M, K, N, x, w, b, y = problem
@@ -446,12 +457,7 @@ def run_groups():
             for act in ("none", "erf", "tanh", "sigmoid", *GROUPS):
                 runs[tag + act] = (lambda i, a: lambda: gpu_us(
                     lambda: launch(i, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(i, act)
-        medians, got = interleaved_rounds(runs)
-        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **medians,
-             "bit_identical_to_shipped": same, "all": got}
-        RESULTS.setdefault("groups", []).append(r)
-        print(f"{M}x{K}x{N} {TACTICS[d].split('_tn_')[-1]}: " + " | ".join(f"{k} {r[k]:.1f}" for k in runs) +
-              f" | bit-identical to the shipped forms: {all(same.values())}", flush=True)
+        record_rounds("groups", (M, K, N), d, runs, same)
 
 
 def run_overlap():
@@ -473,12 +479,7 @@ def run_overlap():
             for act in ("erf", "tanh"):
                 runs[f"{name} {act}"] = (lambda i, a: lambda: gpu_us(
                     lambda: launch(i, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(i, act)
-        medians, got = interleaved_rounds(runs)
-        r = {"M": M, "K": K, "N": N, "dispatch": TACTICS[d], **medians,
-             "bit_identical_to_dispatch": same, "all": got}
-        RESULTS.setdefault("overlap", []).append(r)
-        print(f"{M}x{K}x{N}: " + " | ".join(f"{k} {r[k]:.1f}" for k in runs) +
-              f" | bit-identical: {all(same.values())} {[k for k, v in same.items() if not v]}", flush=True)
+        record_rounds("overlap", (M, K, N), d, runs, same)
 
 
 def run_trace():
