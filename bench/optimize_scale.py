@@ -153,7 +153,7 @@ def data_file_accounting(model_path: Path) -> dict:
     bytes) before one; raises AssertionError otherwise. Returns sizes."""
     model = onnx.load_model(str(model_path), load_external_data=False)
     spans: dict[str, list[tuple[int, int, str]]] = {}
-    from onnxfuse.io import all_tensors
+    from onnxfuse.model_io import all_tensors
 
     for t in all_tensors(model):
         if t.data_location != TensorProto.EXTERNAL:
@@ -227,7 +227,7 @@ def main(argv=None) -> int:
             print(stderr.decode(errors="replace"), file=sys.stderr)
             return 1
         report = json.loads(stdout)
-        baseline_s, baseline_rss, *_ = run_measured([sys.executable, "-c", "import onnxfuse.fuse, onnxfuse.io"], env)
+        baseline_s, baseline_rss, *_ = run_measured([sys.executable, "-c", "import onnxfuse.fuse, onnxfuse.model_io"], env)
         accounting = data_file_accounting(out)
         assert report["fused"] == args.layers, report
         figures = {

@@ -432,9 +432,9 @@ def batch_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], bat
 
 def _load_for_specs(path: str) -> onnx.ModelProto:
     """The graph without external weights: enough for input specs and embedding-table sizes. Read and
-    checked by ``io.load_model`` (empty, truncated, a folder, a git-LFS pointer, missing external data:
+    checked by ``model_io.load_model`` (empty, truncated, a folder, a git-LFS pointer, missing external data:
     each one line)."""
-    from . import io as model_io
+    from . import model_io
 
     return model_io.load_model(path)
 

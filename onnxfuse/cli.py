@@ -93,7 +93,7 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
     if misplaced:
         raise BadInputError(f"{', '.join(misplaced)}: meaningful only with --verify")
     if json_path and json_path != "-":  # refuse an unwritable report path before writing the model
-        from .io import check_output_path
+        from .model_io import check_output_path
 
         check_output_path(None, json_path)
 
@@ -239,7 +239,7 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
     if inputs_path is not None and (samples is not None or shape_options):
         raise BadInputError("--inputs brings its own samples and shapes: drop --samples/--shape")
     shapes = dict(parse_shape_option(text) for text in shape_options)
-    from .io import check_output_path
+    from .model_io import check_output_path
     from .plots import check_plot_path
 
     if json_path and json_path != "-":  # refuse unwritable report paths before the models run

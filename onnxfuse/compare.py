@@ -380,7 +380,7 @@ def _load(model: str | Path | onnx.ModelProto, role: str) -> _Loaded:
     if isinstance(model, onnx.ModelProto):
         return _Loaded(model, f"<{role} model in memory>", model.SerializeToString())
     path = Path(model)
-    from . import io as model_io
+    from . import model_io
 
     try:  # every way a file can be bad (empty, truncated, a folder, an LFS pointer, external data), one line
         proto = model_io.load_model(path)

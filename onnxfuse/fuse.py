@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import domain, io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
+from . import domain, model_io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
 from .domain import DEFAULT_SIGMOID_ALPHA, DOMAIN, OP_TYPE, OP_VERSION
 from .errors import BadInputError
 from .patterns import ACTIVATION_RULES, Activation, Fusion, NewTensor, Refusal, casts, linear
@@ -35,7 +35,7 @@ APPROXIMATIONS = ("tanh", "sigmoid")
 
 @dataclass(frozen=True, eq=False)
 class Derived:
-    """How a new constant's bytes come from its source's: applied by ``io.save_model`` for external
+    """How a new constant's bytes come from its source's: applied by ``model_io.save_model`` for external
     sources, one tensor at a time. ``source`` is the source tensor's external reference (no data)."""
 
     source: onnx.TensorProto
@@ -81,8 +81,8 @@ class FuseResult:
     def save(self, path, *, check: bool = True, before_publish=None) -> None:
         """Write the fused model (atomically, external data streamed): the one correct way to save it,
         since transposed external weights only exist once written. ``before_publish``: see
-        ``io.save_model``."""
-        io.save_model(self.model, path, source_dir=self.source_dir, derived=self.derived, check=check,
+        ``model_io.save_model``."""
+        model_io.save_model(self.model, path, source_dir=self.source_dir, derived=self.derived, check=check,
                       before_publish=before_publish)
 
 
@@ -165,9 +165,9 @@ class _Names:
 
 def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.TensorProto, Derived | None]:
     """The TensorProto of a new constant. Inline sources are transformed now. External ones are never
-    loaded here: the tensor is a placeholder whose external location is ``io.PENDING`` (so a writer that
+    loaded here: the tensor is a placeholder whose external location is ``model_io.PENDING`` (so a writer that
     does not know about it fails loudly instead of writing the untransformed bytes), and the Derived
-    tells ``io.save_model`` how to compute it while streaming."""
+    tells ``model_io.save_model`` how to compute it while streaming."""
     src = view.constant(nt.source)
     if src.data_location == onnx.TensorProto.EXTERNAL:
         ref = onnx.TensorProto(name=src.name, data_type=src.data_type, dims=list(src.dims))
@@ -175,7 +175,7 @@ def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.Tensor
         ref.external_data.extend(src.external_data)
         t = onnx.TensorProto(name=name, data_type=nt.data_type, dims=list(nt.dims))
         t.data_location = onnx.TensorProto.EXTERNAL
-        t.external_data.add(key="location", value=io.PENDING)
+        t.external_data.add(key="location", value=model_io.PENDING)
         return t, Derived(ref, tuple(src.dims), nt.transpose, nt.scale, nt.data_type)
     derived = Derived(onnx.TensorProto(), tuple(src.dims), nt.transpose, nt.scale, nt.data_type)
     value = derived(numpy_helper.to_array(src).reshape(-1))
@@ -380,7 +380,7 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
         raise BadInputError(f"--approximate must be one of {', '.join(APPROXIMATIONS)}, not {approximate!r}")
     if base_dir is None and any(t.data_location == onnx.TensorProto.EXTERNAL
                                 and int(np.prod(t.dims, dtype=np.int64)) <= SMALL_CONSTANT_ELEMENTS
-                                for t in io.all_tensors(model)):
+                                for t in model_io.all_tensors(model)):
         # Rules read small constants (√2, 0.5, biases' shapes never); without their folder they would
         # silently not match.
         raise ValueError("fuse_model: this model keeps small constants in external data; pass base_dir=")
@@ -399,7 +399,7 @@ def inspect_file(path) -> Report:
     """What ``optimize`` would do to the model at ``path``: the blocks it would fuse and every refusal.
     The rewrite runs in memory (on placeholders: weights are not read); nothing is written."""
     start = time.perf_counter()
-    model = io.load_model(path)
+    model = model_io.load_model(path)
     report = fuse_model(model, base_dir=base_dir_of(path)).report
     report.model = os.fspath(path)
     report.seconds = time.perf_counter() - start
@@ -411,12 +411,12 @@ def optimize_file(input_path, output_path, *, approximate: str | None = None, be
     ``before_publish(temp_model_path)`` runs on the finished file before it takes ``output_path``'s place;
     an exception it raises leaves ``output_path`` as it was."""
     start = time.perf_counter()
-    io.check_output_path(input_path, output_path)
-    model = io.load_model(input_path)
+    model_io.check_output_path(input_path, output_path)
+    model = model_io.load_model(input_path)
     result = fuse_model(model, approximate=approximate, base_dir=base_dir_of(input_path))
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
     # default domain (ORT's transformers optimizer output), which it rejects before we touch them.
-    result.save(output_path, check=io.checkable(model), before_publish=before_publish)
+    result.save(output_path, check=model_io.checkable(model), before_publish=before_publish)
     report = result.report
     report.model, report.output = os.fspath(input_path), os.fspath(output_path)
     report.seconds = time.perf_counter() - start

@@ -25,7 +25,7 @@ DECADES = 8
 
 def check_plot_path(path: str | Path) -> None:
     """Refuse a plot path we cannot write, before any work is done."""
-    from .io import check_output_path
+    from .model_io import check_output_path
 
     if Path(path).suffix.lower() != ".png":
         raise BadInputError(f"--plot '{path}': the plot is a PNG, give a file name ending in .png")

@@ -28,7 +28,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse import io
+from onnxfuse import model_io
 from onnxfuse.fuse import fuse_model, optimize_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -186,11 +186,11 @@ def wait(pid: int, timeout: float = 120.0) -> int:
 
 
 def test_kill_at_every_file_system_step_of_save(world, tmp_path):
-    result = fuse_model(io.load_model(world["src"]), base_dir=world["src"].parent)
+    result = fuse_model(model_io.load_model(world["src"]), base_dir=world["src"].parent)
     target = tmp_path / "t"
 
     def save():
-        io.save_model(result.model, target / OUT, source_dir=world["src"].parent, derived=result.derived)
+        model_io.save_model(result.model, target / OUT, source_dir=world["src"].parent, derived=result.derived)
 
     # a dry run records the steps, from a target holding the old model (the longest path)
     reset_target(target, world, with_old=True)
@@ -229,10 +229,10 @@ def test_random_sigkill_during_save(world, tmp_path):
 
     def child(w: int):
         def work():
-            result = fuse_model(io.load_model(src), base_dir=src.parent)
+            result = fuse_model(model_io.load_model(src), base_dir=src.parent)
             os.write(w, b"s")
             start = time.perf_counter()
-            io.save_model(result.model, target / OUT, source_dir=src.parent, derived=result.derived)
+            model_io.save_model(result.model, target / OUT, source_dir=src.parent, derived=result.derived)
             os.write(w, f"{time.perf_counter() - start:.6f}".encode())
         return work
 

@@ -32,7 +32,7 @@ def _optimize_measured(src: Path, out: Path) -> tuple[dict, int, int]:
         [sys.executable, "-m", "onnxfuse.cli", "optimize", str(src), "-o", str(out), "--json", "-"], env)
     assert code == 0, stderr.decode(errors="replace")
     _, base_rss, code, _, stderr = run_measured(
-        [sys.executable, "-c", "import onnxfuse.cli, onnxfuse.fuse, onnxfuse.io"], env)
+        [sys.executable, "-c", "import onnxfuse.cli, onnxfuse.fuse, onnxfuse.model_io"], env)
     assert code == 0, stderr
     return json.loads(stdout), rss, base_rss
 

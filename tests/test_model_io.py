@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxfuse import io
+from onnxfuse import model_io
 from onnxfuse.errors import BadInputError
 from onnxfuse.fuse import fuse_model, optimize_file
 from tests.graphs import build, build_mlp
@@ -42,7 +42,7 @@ def good(tmp_path):
 
 
 def test_load_good_model(good):
-    assert io.load_model(good).graph.node
+    assert model_io.load_model(good).graph.node
 
 
 @pytest.mark.parametrize("make,message", [
@@ -56,7 +56,7 @@ def test_bad_files(tmp_path, make, message):
     path = tmp_path / "bad.onnx"
     make(path)
     with pytest.raises(BadInputError, match=message) as e:
-        io.load_model(path)
+        model_io.load_model(path)
     assert "\n" not in str(e.value)
 
 
@@ -66,7 +66,7 @@ def test_truncated_model(tmp_path, good):
         path = tmp_path / f"cut{cut}.onnx"
         path.write_bytes(data[:cut])
         with pytest.raises(BadInputError):
-            io.load_model(path)
+            model_io.load_model(path)
 
 
 def test_missing_and_truncated_external_data(tmp_path):
@@ -76,10 +76,10 @@ def test_missing_and_truncated_external_data(tmp_path):
     content = data.read_bytes()
     data.write_bytes(content[:-10])
     with pytest.raises(BadInputError, match="is truncated"):
-        io.load_model(path)
+        model_io.load_model(path)
     data.unlink()
     with pytest.raises(BadInputError, match="is missing next to the model"):
-        io.load_model(path)
+        model_io.load_model(path)
 
 
 def test_external_data_outside_the_model_folder(tmp_path):
@@ -94,7 +94,7 @@ def test_external_data_outside_the_model_folder(tmp_path):
                 e.value = "../elsewhere.data"
     onnx.save(m, str(sub / "escape.onnx"))
     with pytest.raises(BadInputError, match="must be a relative path inside"):
-        io.load_model(sub / "escape.onnx")
+        model_io.load_model(sub / "escape.onnx")
 
 
 def test_unknown_opset_domain_and_version(tmp_path):
@@ -102,12 +102,12 @@ def test_unknown_opset_domain_and_version(tmp_path):
     model.graph.node[0].domain = "ai.unknown"
     onnx.save(model, str(tmp_path / "d.onnx"))
     with pytest.raises(BadInputError, match="unknown opset domain"):
-        io.load_model(tmp_path / "d.onnx")
+        model_io.load_model(tmp_path / "d.onnx")
     model = build()
     model.opset_import[0].version = 999
     onnx.save(model, str(tmp_path / "v.onnx"))
     with pytest.raises(BadInputError, match="opset 999 is not supported"):
-        io.load_model(tmp_path / "v.onnx")
+        model_io.load_model(tmp_path / "v.onnx")
 
 
 def test_invalid_graph(tmp_path):
@@ -115,7 +115,7 @@ def test_invalid_graph(tmp_path):
     model.graph.node[0].input[0] = "does_not_exist"
     onnx.save(model, str(tmp_path / "i.onnx"))
     with pytest.raises(BadInputError, match="not a valid ONNX model"):
-        io.load_model(tmp_path / "i.onnx")
+        model_io.load_model(tmp_path / "i.onnx")
 
 
 # --- optimize_file: outputs -------------------------------------------------------------------------
@@ -148,7 +148,7 @@ def test_external_data_round_trip_streams_transposed_weights(tmp_path):
     assert {e.value for t in out.graph.initializer for e in t.external_data if e.key == "location"} == \
         {"out.onnx.data"}
     offsets = [int(e.value) for t in out.graph.initializer for e in t.external_data if e.key == "offset"]
-    assert all(o % io.ALIGNMENT == 0 for o in offsets)
+    assert all(o % model_io.ALIGNMENT == 0 for o in offsets)
     onnx.checker.check_model(str(tmp_path / "out.onnx"), full_check=True)
     full = onnx.load(str(tmp_path / "out.onnx"))
     assert_same_outputs(model, full)
@@ -209,16 +209,16 @@ def test_bad_outputs_write_nothing(tmp_path, case):
 def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):
     model = build_mlp(layers=1)
     save_external(model, tmp_path / "in.onnx")
-    result = fuse_model(io.load_model(tmp_path / "in.onnx"), base_dir=tmp_path)
+    result = fuse_model(model_io.load_model(tmp_path / "in.onnx"), base_dir=tmp_path)
 
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     before = result.model.SerializeToString()
-    monkeypatch.setattr(io, "_copy_range", fail)
-    monkeypatch.setattr(io, "_derive", fail)
+    monkeypatch.setattr(model_io, "_copy_range", fail)
+    monkeypatch.setattr(model_io, "_derive", fail)
     with pytest.raises(BadInputError, match="No space left"):
-        io.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path, derived=result.derived)
+        model_io.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path, derived=result.derived)
     assert listing(tmp_path) == ["in.onnx", "in.onnx.data"]
     # the model's external references are restored after a failed save
     assert result.model.SerializeToString() == before
@@ -226,10 +226,10 @@ def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):
 
 def test_pending_tensors_cannot_be_saved_without_their_recipe(tmp_path):
     save_external(build_mlp(layers=1), tmp_path / "in.onnx")
-    result = fuse_model(io.load_model(tmp_path / "in.onnx"), base_dir=tmp_path)
+    result = fuse_model(model_io.load_model(tmp_path / "in.onnx"), base_dir=tmp_path)
     assert result.derived  # the transposed weight exists only once written
     with pytest.raises(ValueError, match="computed while saving"):
-        io.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path)
+        model_io.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path)
     result.save(tmp_path / "out.onnx")
     assert_same_outputs(build_mlp(layers=1), onnx.load(str(tmp_path / "out.onnx")))
 
@@ -237,13 +237,13 @@ def test_pending_tensors_cannot_be_saved_without_their_recipe(tmp_path):
 def test_fuse_model_needs_the_folder_of_external_constants(tmp_path):
     save_external(build(), tmp_path / "in.onnx")
     with pytest.raises(ValueError, match="pass base_dir"):
-        fuse_model(io.load_model(tmp_path / "in.onnx"))
+        fuse_model(model_io.load_model(tmp_path / "in.onnx"))
 
 
 def test_load_external_data_on_request(tmp_path):
     model = build()
     save_external(model, tmp_path / "m.onnx")
-    loaded = io.load_model(tmp_path / "m.onnx", load_external_data=True)
+    loaded = model_io.load_model(tmp_path / "m.onnx", load_external_data=True)
     feeds = {"x": np.ones((2, 3, 16), np.float32)}
     np.testing.assert_array_equal(run(loaded, feeds)[0], run(model, feeds)[0])
 
