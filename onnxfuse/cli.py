@@ -84,7 +84,7 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
     Exit codes: 0 ok · 1 internal error · 2 bad input (unreadable model, missing external data,
     unwritable output) · 3 --verify: outputs outside tolerance (OUT not written unless --keep-failed).
     """
-    from .errors import AccuracyGateError, BadInputError
+    from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
     from .fuse import optimize_file
 
     verify_only = {"--keep-failed": keep_failed, "--shape": shape_options, "--rtol": rtol, "--atol": atol,
@@ -115,24 +115,26 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
     report = optimize_file(model, output, approximate=approximate, before_publish=run_gate if verify else None)
     if json_path != "-":
         _render_rewrite(report, title=f"{report.model} → {report.output}")
-    _emit_json(report, json_path, extra={"verify": gate[0].to_dict()} if gate else None)
-    if gate and not gate[0].passed:
+    failed = bool(gate) and not gate[0].passed
+    extra = {"verify": gate[0].to_dict()} if gate else {}
+    # The report's exit_code is the one this process ends with: 3 when --keep-failed wrote a model outside
+    # tolerance (without --keep-failed the gate stops the run before any report is written).
+    _emit_json(report, json_path, extra={**extra, "exit_code": EXIT_ACCURACY if failed else EXIT_OK})
+    if failed:
         raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {gate[0].summary()}")
-    if report.exit_code:
-        sys.exit(report.exit_code)
 
 
 @main.command("inspect", context_settings={"max_content_width": 110})
 @click.argument("model")
 @click.option("--json", "json_out", is_flag=True, help="Print the report as JSON instead of tables.")
 def inspect_command(model, json_out):
-    """List every candidate Linear+GELU block of MODEL: what would be fused, and for every refusal the
-    rule and its reason. Writes nothing."""
+    """List every candidate block of MODEL (each fusion rule's): what would be fused into which op, and for
+    every refusal the rule and its reason. Writes nothing."""
     from .fuse import inspect_file
 
     report = inspect_file(model)
     if json_out:
-        _emit_json(report, "-")
+        _emit_json(report, "-", extra={"exit_code": 0})
     else:
         _render_rewrite(report, title=f"{report.model} (inspect: nothing written)", blocks=True)
 
@@ -171,10 +173,10 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     console.print(forms)
     if blocks and report.fused:
         fused = Table(title="blocks to fuse", title_justify="left")
-        for column in ("fused node", "form", "replaces"):
+        for column in ("fused node", "op", "form", "replaces"):
             fused.add_column(column)
         for b in report.fused:
-            fused.add_row(b.name, b.form, ", ".join(b.replaced))
+            fused.add_row(b.name, b.op, b.form, ", ".join(b.replaced))
         console.print(fused)
     if report.refused:
         refused = Table(title="refusals", title_justify="left")

@@ -4,8 +4,9 @@
 ``act`` is GELU in its exact erf form (``approximate="none"``), its tanh form (``"tanh"``) or
 ``x·σ(alpha·x)`` (``"sigmoid"``, QuickGELU).
 
-The domain string is one fact shared with the C++ library (``custom_ops/src/domain.h``); a test checks
-that they agree. Importing this module registers the schema with ``onnx.defs`` so that
+The domain string and versions are one fact shared with the C++ library (``custom_ops/src/domain.h``); a
+test checks that they agree. The domain has its own opset version (what a model imports); each op says
+since which version of the domain it exists, as ONNX's own schemas do. Importing this module registers the schema with ``onnx.defs`` so that
 ``onnx.checker.check_model(m, full_check=True)`` and ``onnx.shape_inference`` understand the op.
 """
 
@@ -15,8 +16,14 @@ import onnx
 from onnx import defs
 
 DOMAIN = "ai.onnxfuse"
+DOMAIN_VERSION = 1  # the ai.onnxfuse opset version this package writes and reads
 OP_TYPE = "FusedLinearGelu"
-OP_VERSION = 1
+OP_SINCE_VERSION = 1  # FusedLinearGelu exists since version 1 of the domain
+OP_VERSION = DOMAIN_VERSION  # the opset a model imports to use the op (older name, kept for importers)
+
+# The opset version written for each domain a rewrite emits nodes in: ours, and ORT's contrib ops
+# (com.microsoft has one version, 1, in every ORT release).
+EMITTED_DOMAIN_VERSIONS = {DOMAIN: DOMAIN_VERSION, "com.microsoft": 1}
 
 APPROXIMATIONS = ("none", "tanh", "sigmoid")
 DEFAULT_SIGMOID_ALPHA = 1.702
@@ -55,11 +62,10 @@ def _schema() -> defs.OpSchema:
     P = defs.OpSchema.FormalParameter
     Opt = defs.OpSchema.FormalParameterOption
     A = defs.OpSchema.Attribute
-    AT = defs.OpSchema.AttrType
     schema = defs.OpSchema(
         OP_TYPE,
         DOMAIN,
-        OP_VERSION,
+        OP_SINCE_VERSION,
         _DOC,
         inputs=[
             P("X", "T", "Activations [..., K]"),

@@ -1,4 +1,9 @@
-"""The pass driver: find every candidate block, plan its rewrite, apply all plans as one minimal edit.
+"""The pass driver: run every fusion rule on its anchors, check each plan, apply all plans as one minimal edit.
+
+The driver knows no fusion by name. A rule (``patterns.rule.FusionRule``) answers for one anchor node
+with a ``Plan`` (which nodes it replaces, which tensors leave the block, how to emit the replacement), a
+``Refusal`` (the reason a candidate stays as it is) or None; the driver checks that each plan is closed
+(nothing outside the block sees its intermediates) and does not overlap an earlier one, then rewrites.
 
 Why the edit is made on the proto and not by exporting an onnx-graphsurgeon graph: the output must keep
 everything the rewrite does not touch exactly as it was, and optimizing twice must give the same bytes.
@@ -7,7 +12,7 @@ A graphsurgeon round trip does not: ``export_onnx`` rebuilds the model with ``ma
 typed tensor, re-orders initializers by graph traversal; ``toposort`` re-levels untouched nodes; and
 ``cleanup`` also deletes dead nodes and initializers the model had before we came. So the rules plan on a
 read-only view (``patterns.graph.GraphView``) and this module applies the plans: matched nodes leave the
-node list, the fused node takes the place of the last of them (a position where all its inputs already
+node list, the emitted nodes take the place of the last of them (a position where all their inputs already
 exist), and only what the rewrite itself made dead is removed — traced backwards from the inputs of the
 replaced nodes, never by a hand-kept list. The main graph is rewritten first, then every If/Loop/Scan
 body (whose blocks may read weights of the enclosing graph).
@@ -24,13 +29,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import domain, model_io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
-from .domain import DEFAULT_SIGMOID_ALPHA, DOMAIN, OP_TYPE, OP_VERSION
+from .domain import EMITTED_DOMAIN_VERSIONS
 from .errors import BadInputError
-from .patterns import ACTIVATION_RULES, Activation, Fusion, NewTensor, Refusal, casts, linear
+from .patterns import APPROXIMATIONS, FusionRule, NewTensor, Plan, Refusal, default_rules
 from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, base_dir_of, infer_types, node_reads
+from .patterns.rule import op_key
 from .report import FusedBlock, MathChange, RefusedBlock, Report
-
-APPROXIMATIONS = ("tanh", "sigmoid")
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,56 +91,49 @@ class FuseResult:
 
 
 # --- finding ---------------------------------------------------------------------------------------
-def _rules_by_anchor():
-    table: dict[tuple[str, str], list] = {}
-    for rule in ACTIVATION_RULES:
-        for dom, op in rule.anchors:
-            table.setdefault((dom, op), []).append(rule)
+def _rules_by_anchor(rules: tuple[FusionRule, ...]) -> dict[tuple[str, str], list[FusionRule]]:
+    table: dict[tuple[str, str], list[FusionRule]] = {}
+    for rule in rules:
+        for anchor in rule.anchors:
+            table.setdefault(anchor, []).append(rule)
     return table
 
 
-_RULES = _rules_by_anchor()
-
-
-def _anchor_key(node: onnx.NodeProto) -> tuple[str, str]:
-    return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
-
-
-def _closed(view: GraphView, fusion: Fusion) -> Fusion | Refusal:
-    """The block may only be replaced if nothing outside it sees its intermediates."""
-    final = fusion.activation.output
-    for i in sorted(fusion.nodes):
+def _closed(view: GraphView, plan: Plan) -> Plan | Refusal:
+    """The block may only be replaced if nothing outside it sees its intermediates: every tensor its nodes
+    make, except the block's own outputs (which the emitted nodes write), is read inside it alone."""
+    outputs = set(plan.outputs)
+    for i in sorted(plan.nodes):
         for out in view.nodes[i].output:
-            if not out or out == final:
+            if not out or out in outputs:
                 continue
             if out in view.graph_outputs:
                 return Refusal("single-use", f"intermediate '{out}' is a graph output",
                                (view.node_name(i),))
             for c in view.consumers_of(out):
-                if c not in fusion.nodes:
+                if c not in plan.nodes:
                     return Refusal("single-use", f"intermediate '{out}' is also read by {view.node_name(c)}",
                                    (view.node_name(i), view.node_name(c)))
-    return fusion
+    return plan
 
 
-def find_blocks(view: GraphView) -> list[Fusion | Refusal]:
-    """Every candidate block in node order: a Fusion plan, or the Refusal that keeps it as it is."""
-    results: list[Fusion | Refusal] = []
+def find_blocks(view: GraphView, rules: tuple[FusionRule, ...] | None = None) -> list[Plan | Refusal]:
+    """Every candidate block in node order: a Plan, or the Refusal that keeps it as it is. On each node the
+    first rule (in ``rules`` order) that answers decides; a plan sharing a node with an earlier one is
+    refused."""
+    table = _rules_by_anchor(default_rules() if rules is None else rules)
+    results: list[Plan | Refusal] = []
     claimed: set[int] = set()
     for i, node in enumerate(view.nodes):
         if not node.input or not node.input[0] or not node.output or not node.output[0]:
             continue  # every anchor reads a tensor and writes one; a malformed node is no candidate
-        for rule in _RULES.get(_anchor_key(node), ()):
+        for rule in table.get(op_key(node), ()):
             result = rule.match(view, i)
             if result is None:
                 continue
-            if isinstance(result, Activation):
-                result = casts.widen(view, result)
-            if isinstance(result, Activation):
-                result = linear.absorb(view, result)
-            if isinstance(result, Fusion):
+            if isinstance(result, Plan):
                 result = _closed(view, result)
-            if isinstance(result, Fusion):
+            if isinstance(result, Plan):
                 if result.nodes & claimed:
                     result = Refusal("overlap", "shares nodes with a block fused before it",
                                      tuple(view.node_name(j) for j in sorted(result.nodes)))
@@ -183,15 +180,6 @@ def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.Tensor
     return t, None
 
 
-def _fused_node(fusion: Fusion, name: str, w: str, b: str | None, output: str, approximate: str,
-                alpha: float | None) -> onnx.NodeProto:
-    attrs = {"approximate": approximate, "transB": fusion.trans_b}
-    if approximate == "sigmoid":
-        attrs["alpha"] = float(alpha if alpha is not None else DEFAULT_SIGMOID_ALPHA)
-    inputs = [fusion.x, w] + ([b] if b else [])
-    return helper.make_node(OP_TYPE, inputs, [output], name=name, domain=DOMAIN, **attrs)
-
-
 def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start: list[str],
                       graph_inputs: set[str]) -> tuple[list[onnx.NodeProto], set[str]]:
     """Drop the nodes and initializers that became unused because the replaced nodes were their only
@@ -229,7 +217,7 @@ def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start:
 class _Rewrite:
     """What one fuse_model run shares across the main graph and its subgraphs."""
 
-    approximate: str | None
+    rules: tuple[FusionRule, ...]
     base_dir: str | None
     names: _Names
     report: Report = field(default_factory=Report)
@@ -237,27 +225,33 @@ class _Rewrite:
     created: dict[NewTensor, str] = field(default_factory=dict)  # one derived copy per source+transform
     targets: dict[int, onnx.GraphProto] = field(default_factory=dict)  # id(view) -> its output graph
     outer_sources: list[tuple[onnx.GraphProto, str]] = field(default_factory=list)
+    domains: set[str] = field(default_factory=set)  # every domain an emitted node uses
 
 
-def _apply(graph: onnx.GraphProto, view: GraphView, fusions: list[Fusion], ctx: _Rewrite) -> None:
-    """Rewrite ``graph`` (the output's copy of ``view.graph``) in place, recording into ``ctx``."""
-    approximate, names = ctx.approximate, ctx.names
-    new_tensors: list[onnx.TensorProto] = []
-    emit: dict[int, list[onnx.NodeProto]] = {}
-    removed: set[int] = set()
-    blocks, changes = ctx.report.fused, ctx.report.math_changed
+class _GraphEmitter:
+    """The ``patterns.rule.Emitter`` of one graph: unique names, and constants made once per source and
+    transform (tied weights, or one weight read by several If/Loop bodies, get one copy)."""
 
-    def resolve(ref: str | NewTensor | None) -> str | None:
+    def __init__(self, view: GraphView, ctx: _Rewrite):
+        self.view = view
+        self.ctx = ctx
+        self.new_tensors: list[onnx.TensorProto] = []
+
+    def name(self, proposal: str) -> str:
+        return self.ctx.names.claim(proposal)
+
+    def tensor(self, ref: str | NewTensor) -> str:
         if not isinstance(ref, NewTensor):
             return ref
+        ctx, view = self.ctx, self.view
         key = NewTensor(name="", source=ref.source, dims=ref.dims, data_type=ref.data_type,
                         transpose=ref.transpose, scale=ref.scale)
-        if key not in ctx.created:  # tied weights, or one weight read by several If/Loop bodies: one copy
-            name = names.claim(ref.name)
+        if key not in ctx.created:
+            name = ctx.names.claim(ref.name)
             tensor, how = _materialize(view, ref, name)
             owner = view.owner(ref.source)
             if owner is view:
-                new_tensors.append(tensor)
+                self.new_tensors.append(tensor)
             else:  # an outer-scope constant: its derived copy lives beside it, shared by every body
                 ctx.targets[id(owner)].initializer.append(tensor)
                 ctx.outer_sources.append((ctx.targets[id(owner)], ref.source))
@@ -266,26 +260,29 @@ def _apply(graph: onnx.GraphProto, view: GraphView, fusions: list[Fusion], ctx: 
             ctx.created[key] = name
         return ctx.created[key]
 
-    for f in fusions:
-        act = f.activation
-        name = names.claim(f"{f.name_hint}/{OP_TYPE}")
-        target, alpha = act.approximate, act.alpha
-        if approximate is not None and approximate != act.approximate:
-            target = approximate
-            alpha = DEFAULT_SIGMOID_ALPHA if approximate == "sigmoid" else None
-            was = act.approximate + (f"(alpha={act.alpha:.6g})" if act.approximate == "sigmoid" else "")
-            changes.append(MathChange(name, was, target))
-        output = f.reshape[1] if f.reshape else act.output
-        new_nodes = [_fused_node(f, name, resolve(f.weight), resolve(f.bias), output, target, alpha)]
-        if f.reshape:
-            moved = onnx.NodeProto()
-            moved.CopyFrom(view.nodes[f.reshape[0]])
-            moved.input[0] = output
-            moved.output[0] = act.output
-            new_nodes.append(moved)
-        emit[max(f.nodes)] = new_nodes
-        removed |= f.nodes
-        blocks.append(FusedBlock(name, f.form, tuple(view.node_name(i) for i in sorted(f.nodes)), target))
+    def initializer(self, proposal: str, value: np.ndarray) -> str:
+        name = self.ctx.names.claim(proposal)
+        self.new_tensors.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+
+def _apply(graph: onnx.GraphProto, view: GraphView, plans: list[Plan], ctx: _Rewrite) -> None:
+    """Rewrite ``graph`` (the output's copy of ``view.graph``) in place, recording into ``ctx``."""
+    emitter = _GraphEmitter(view, ctx)
+    emit: dict[int, list[onnx.NodeProto]] = {}
+    removed: set[int] = set()
+    for plan in plans:
+        domain_name, op_type = plan.op
+        name = ctx.names.claim(f"{plan.name_hint}/{op_type}")
+        new_nodes = plan.emit(emitter, name)
+        ctx.domains |= {n.domain for n in new_nodes if n.domain not in ("", "ai.onnx")}
+        emit[max(plan.nodes)] = new_nodes
+        removed |= plan.nodes
+        op = f"{domain_name}.{op_type}" if domain_name else op_type
+        ctx.report.fused.append(FusedBlock(name, plan.rule, op, plan.form,
+                                           tuple(view.node_name(i) for i in sorted(plan.nodes)), plan.details()))
+        if plan.math_change is not None:
+            ctx.report.math_changed.append(MathChange(name, *plan.math_change))
 
     kept: list[onnx.NodeProto] = []
     for i, node in enumerate(view.nodes):
@@ -302,7 +299,7 @@ def _apply(graph: onnx.GraphProto, view: GraphView, fusions: list[Fusion], ctx: 
     for j in reversed(range(len(graph.initializer))):
         if graph.initializer[j].name in dead_inits:
             del graph.initializer[j]
-    graph.initializer.extend(new_tensors)
+    graph.initializer.extend(emitter.new_tensors)
 
     # Drop the value_info of the tensors the rewrite removed (and of nothing else).
     before = {o for n in view.nodes for o in n.output}
@@ -344,8 +341,8 @@ def _fuse_graph(src: onnx.GraphProto, dst: onnx.GraphProto, inferred: onnx.Graph
     its constants)."""
     view = GraphView(src, inferred=list(inferred.value_info), base_dir=ctx.base_dir, outer=outer)
     ctx.targets[id(view)] = dst
-    found = find_blocks(view)
-    _apply(dst, view, [r for r in found if isinstance(r, Fusion)], ctx)
+    found = find_blocks(view, ctx.rules)
+    _apply(dst, view, [r for r in found if isinstance(r, Plan)], ctx)
     ctx.report.refused += [RefusedBlock(r.rule, r.reason, r.nodes) for r in found if isinstance(r, Refusal)]
     # Nodes with subgraphs are never part of a block nor made dead by one (blocks only read constants,
     # X and W, which stay read), so src, dst and inferred list them in the same order.
@@ -369,15 +366,19 @@ def _drop_unused_outer_sources(ctx: _Rewrite) -> None:
 
 
 def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
-               base_dir: str | os.PathLike | None = None) -> FuseResult:
-    """Fuse every Linear+GELU block of ``model`` (main graph and If/Loop/Scan bodies) into
-    ``FusedLinearGelu``. Pure: ``model`` is not changed.
+               base_dir: str | os.PathLike | None = None, rules: tuple[FusionRule, ...] | None = None) -> FuseResult:
+    """Apply every fusion rule to ``model`` (main graph and If/Loop/Scan bodies). Pure: ``model`` is not
+    changed.
 
-    ``approximate`` ("tanh" or "sigmoid") changes the activation of every fused node that computed
-    something else (the report lists them). ``base_dir`` is where the model's external data lives (only
-    small constants are read from it; weights are never loaded)."""
+    ``rules``: the rule set, in priority order (default: ``patterns.default_rules(approximate)``).
+    ``approximate`` ("tanh" or "sigmoid") makes every fused GELU compute that form, changing the math on
+    purpose (the report lists each node it changed); it configures the default rules, so it cannot be
+    combined with ``rules``. ``base_dir`` is where the model's external data lives (only small constants
+    are read from it; weights are never loaded)."""
     if approximate is not None and approximate not in APPROXIMATIONS:
         raise BadInputError(f"--approximate must be one of {', '.join(APPROXIMATIONS)}, not {approximate!r}")
+    if rules is not None and approximate is not None:
+        raise ValueError("fuse_model: approximate= configures the default rules; configure the rules you pass instead")
     if base_dir is None and any(t.data_location == onnx.TensorProto.EXTERNAL
                                 and int(np.prod(t.dims, dtype=np.int64)) <= SMALL_CONSTANT_ELEMENTS
                                 for t in model_io.all_tensors(model)):
@@ -386,12 +387,14 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
         raise ValueError("fuse_model: this model keeps small constants in external data; pass base_dir=")
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    ctx = _Rewrite(approximate, None if base_dir is None else os.fspath(base_dir),
+    ctx = _Rewrite(default_rules(approximate) if rules is None else tuple(rules),
+                   None if base_dir is None else os.fspath(base_dir),
                    _Names(_all_names(model.graph)), Report(approximate=approximate))
     _fuse_graph(model.graph, out.graph, infer_types(model), None, ctx)
     _drop_unused_outer_sources(ctx)
-    if ctx.report.fused and not any(o.domain == DOMAIN for o in out.opset_import):
-        out.opset_import.append(helper.make_opsetid(DOMAIN, OP_VERSION))
+    imported = {o.domain for o in out.opset_import}
+    for d in sorted(ctx.domains - imported):
+        out.opset_import.append(helper.make_opsetid(d, EMITTED_DOMAIN_VERSIONS[d]))
     return FuseResult(out, ctx.report, ctx.derived, ctx.base_dir)
 
 

@@ -110,9 +110,9 @@ def _check_opsets(model: onnx.ModelProto, path: str) -> None:
     if "" in imported and not 1 <= imported[""] <= onnx.defs.onnx_opset_version():
         raise BadInputError(f"{path}: ONNX opset {imported['']} is not supported (this onnx knows up to "
                             f"{onnx.defs.onnx_opset_version()})")
-    if domain.DOMAIN in imported and imported[domain.DOMAIN] != domain.OP_VERSION:
+    if domain.DOMAIN in imported and not 1 <= imported[domain.DOMAIN] <= domain.DOMAIN_VERSION:
         raise BadInputError(f"{path}: domain {domain.DOMAIN} version {imported[domain.DOMAIN]} is not supported "
-                            f"(only version {domain.OP_VERSION})")
+                            f"(this onnxfuse reads versions 1 to {domain.DOMAIN_VERSION})")
     local = {f.domain for f in model.functions}
 
     def check(graph: onnx.GraphProto) -> None:

@@ -1,22 +1,30 @@
-"""What an optimize/inspect run did: the Report owns the counts, the refusals and the exit code; the CLI only
-renders it."""
+"""What an optimize/inspect run did: the Report owns the counts and the refusals; the CLI only renders it.
+
+Blocks are reported the same way whatever rule made them: the node written, the rule, the op it is, the
+source form it replaced, the nodes it replaced, and the rule's own details (for the GELU rule, the
+``approximate`` form the node computes)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from .errors import EXIT_OK
-
 
 @dataclass(frozen=True)
 class FusedBlock:
-    """One ``FusedLinearGelu`` node written: its name, the source form it replaced and the nodes it replaced."""
+    """One fused node written: its name, the rule that planned it, its op (``domain.op_type``), the source
+    form it replaced, the nodes it replaced, and rule-specific details."""
 
     name: str
+    rule: str
+    op: str
     form: str
     replaced: tuple[str, ...]
-    approximate: str
+    details: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "rule": self.rule, "op": self.op, "form": self.form,
+                "replaced": list(self.replaced), **self.details}
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class RefusedBlock:
 
 @dataclass(frozen=True)
 class MathChange:
-    """A fused node whose activation was changed on purpose (``--approximate``)."""
+    """A fused node whose math was changed on purpose (``--approximate``)."""
 
     name: str
     was: str
@@ -52,21 +60,22 @@ class Report:
         return dict(sorted(Counter(b.form for b in self.fused).items()))
 
     @property
-    def exit_code(self) -> int:
-        # Refusals are the rules doing their job, not failures: the run succeeded.
-        return EXIT_OK
+    def fused_by_op(self) -> dict[str, int]:
+        return dict(sorted(Counter(b.op for b in self.fused).items()))
 
     def to_dict(self) -> dict:
+        # Refusals are the rules doing their job, not failures: a report is written only for a run that
+        # succeeded, so the process's exit code (which the CLI adds) is 0 unless a later gate failed.
         return {
             "model": self.model,
             "output": self.output,
             "fused": len(self.fused),
             "fused_by_form": self.fused_by_form,
+            "fused_by_op": self.fused_by_op,
             "refused": len(self.refused),
             "approximate": self.approximate,
             "math_changed": [asdict(c) for c in self.math_changed],
-            "blocks": [asdict(b) for b in self.fused],
+            "blocks": [b.to_dict() for b in self.fused],
             "refusals": [asdict(r) for r in self.refused],
             "seconds": None if self.seconds is None else round(self.seconds, 3),
-            "exit_code": self.exit_code,
         }

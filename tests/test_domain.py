@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxfuse
-from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+from onnxfuse.domain import DOMAIN, DOMAIN_VERSION, OP_SINCE_VERSION, OP_TYPE
 from onnxfuse.errors import BadInputError
 from onnxfuse.runtime import create_session
 
@@ -34,7 +34,7 @@ def _model(domain: str, x_shape=(3, 4), w_shape=(5, 4), trans_b=1, bias=True) ->
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [f"y{i}" for i in range(len(x_shape))])
     graph = helper.make_graph([node, identity], "g", graph_inputs, [y])
     return helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(domain, OP_VERSION)], ir_version=10
+        graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(domain, DOMAIN_VERSION)], ir_version=10
     )
 
 
@@ -42,7 +42,9 @@ def test_python_and_cpp_agree_on_domain_and_op():
     text = _DOMAIN_H.read_text()
     assert re.search(r'kDomain\s*=\s*"([^"]+)"', text).group(1) == DOMAIN
     assert re.search(r'kOpType\s*=\s*"([^"]+)"', text).group(1) == OP_TYPE
-    assert int(re.search(r"kOpVersion\s*=\s*(\d+)", text).group(1)) == OP_VERSION
+    assert int(re.search(r"kDomainVersion\s*=\s*(\d+)", text).group(1)) == DOMAIN_VERSION
+    assert int(re.search(r"kOpSinceVersion\s*=\s*(\d+)", text).group(1)) == OP_SINCE_VERSION
+    assert onnx.defs.get_schema(OP_TYPE, DOMAIN_VERSION, DOMAIN).since_version == OP_SINCE_VERSION
     assert onnxfuse.DOMAIN == DOMAIN == "ai.onnxfuse"
 
 

@@ -1,4 +1,4 @@
-// The custom-op domain and op name. onnxfuse/domain.py holds the same facts for Python;
+// The custom-op domain, its opset version, and the op's name and since-version. onnxfuse/domain.py holds the same facts for Python;
 // tests/test_domain.py checks that the two agree.
 #pragma once
 
@@ -6,6 +6,7 @@ namespace onnxfuse {
 
 inline constexpr const char* kDomain = "ai.onnxfuse";
 inline constexpr const char* kOpType = "FusedLinearGelu";
-inline constexpr int kOpVersion = 1;
+inline constexpr int kDomainVersion = 1;     // the opset version models import
+inline constexpr int kOpSinceVersion = 1;    // FusedLinearGelu exists since version 1 of the domain
 
 }  // namespace onnxfuse

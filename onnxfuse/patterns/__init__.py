@@ -1,22 +1,26 @@
-"""Rewrite rules, in two stages.
+"""The fusion rules, and the rule set ``optimize`` runs.
 
-1. Activation normalisers (``ACTIVATION_RULES``): each recognises one way a GELU is written — an operator
-   (``gelu_ops``) or a decomposition (``erf``, ``tanh``, ``sigmoid``) — anchored on one node, and returns
-   the canonical :class:`~.rule.Activation`; ``casts.widen`` then takes in the float32 Casts of fp16
-   graphs.
-2. One Linear-absorption rule (``linear.absorb``) turns an Activation and the Linear that feeds it into a
-   :class:`~.rule.Fusion` plan.
+Each rule (:class:`~.rule.FusionRule`) is anchored on some node types and answers, for one anchor node,
+None (not a candidate), a :class:`~.rule.Plan` (the rewrite), or a :class:`~.rule.Refusal` (a candidate
+left as it is, with its reason). The driver (``onnxfuse.fuse``) knows no rule by name: adding a fusion is
+adding a rule to :func:`default_rules`.
 
-Every rule answers None (not a candidate), a record, or a :class:`~.rule.Refusal` with its reason.
+- ``linear_gelu``: Linear(+bias)+GELU → ``ai.onnxfuse.FusedLinearGelu``. Its stages live beside it: the
+  activation normalisers (``gelu_ops``, ``erf``, ``tanh``, ``sigmoid``), ``casts`` and ``linear``.
+- ``graph``: the read-only view every rule matches on; ``rule``: what rules return and the algebra they share.
 """
 
-from . import casts, linear
-from .erf import ErfGelu
-from .gelu_ops import RULES as GELU_OP_RULES
-from .rule import Activation, Fusion, NewTensor, Refusal
-from .sigmoid import SigmoidGelu
-from .tanh import TanhGelu
+from __future__ import annotations
 
-ACTIVATION_RULES = (*GELU_OP_RULES, ErfGelu(), TanhGelu(), SigmoidGelu())
+from .linear_gelu import ACTIVATION_RULES, APPROXIMATIONS, LinearGelu
+from .rule import Activation, FusionRule, NewTensor, Plan, Refusal
 
-__all__ = ["ACTIVATION_RULES", "Activation", "Fusion", "NewTensor", "Refusal", "casts", "linear"]
+
+def default_rules(approximate: str | None = None) -> tuple[FusionRule, ...]:
+    """The rules ``optimize`` and ``inspect`` run, in priority order (a node claimed by an earlier plan is not
+    fused again). ``approximate``: see :class:`LinearGelu`."""
+    return (LinearGelu(approximate),)
+
+
+__all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "FusionRule", "LinearGelu", "NewTensor", "Plan",
+           "Refusal", "default_rules"]

@@ -1,4 +1,4 @@
-"""Stage 2: the one rule that absorbs the Linear feeding a canonical :class:`Activation`.
+"""The Linear that feeds a canonical :class:`Activation`, planned for the fused op (the GELU rule's second stage).
 
 Linear forms: ``MatMul(X, W)`` with an optional ``Add(·, B)`` in either order; ``Gemm(A, B, C)`` with
 ``transA=0``, ``transB`` 0 or 1 and ``alpha``/``beta`` folded into the constants; either one followed by a
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..domain import SUPPORTED_DTYPES
 from .graph import GraphView, attr, is_op
-from .rule import Activation, Fusion, NewTensor, Refusal, T, dtype_name, operand_orders, upcast_root
+from .rule import Activation, NewTensor, Refusal, T, dtype_name, operand_orders, upcast_root
 
 RULE = "linear"
 _LINEAR_OPS = ("MatMul", "Gemm")
@@ -47,6 +47,24 @@ class _Linear:
     nodes: set[int]  # the Linear's nodes (MatMul/Gemm, Add, trailing Reshape)
     form: str
     reshape: int | None
+
+
+@dataclass(frozen=True)
+class PlannedLinear:
+    """The Linear in front of an activation, checked and planned for the fused node: what it reads (X, W as
+    ``[N, K]`` or as given, the ``[N]`` bias) and the nodes it spans."""
+
+    form: str
+    nodes: frozenset[int]  # the Linear's nodes (MatMul/Gemm, bias Add, trailing Reshape)
+    x: str
+    weight: str | NewTensor  # an existing tensor, or one to create ([N, K] from [K, N], alpha folded in)
+    bias: str | NewTensor | None  # an existing [N] tensor, or one to create (reshaped to [N], beta folded in)
+    trans_b: int
+    dtype: int
+    name_hint: str  # the Linear node's name: the fused node's name derives from it
+    # Reshape→Gemm→Reshape: the trailing Reshape is kept and moved after the fused node (GELU is
+    # elementwise, so it commutes with a Reshape); (node index, fused output name).
+    reshape: tuple[int, str] | None = None
 
 
 def _find_linear(view: GraphView, act: Activation) -> _Linear:
@@ -140,15 +158,15 @@ def _plan_bias(view: GraphView, b: str, beta: float, n, dtype: int, out_rank: in
     return NewTensor(name=b + suffix, source=b, dims=(n,), data_type=dtype, scale=beta if beta != 1.0 else None)
 
 
-def absorb(view: GraphView, act: Activation) -> Fusion | Refusal:
-    """Plan the ``FusedLinearGelu`` node that replaces the Linear feeding ``act`` and ``act`` itself."""
+def absorb(view: GraphView, act: Activation) -> PlannedLinear | Refusal:
+    """Plan the Linear feeding ``act`` for the fused node, or refuse it with the reason."""
     try:
         return _absorb(view, act)
     except _Refused as e:
         return Refusal(RULE, str(e), tuple(view.node_name(i) for i in sorted(act.nodes)))
 
 
-def _absorb(view: GraphView, act: Activation) -> Fusion:
+def _absorb(view: GraphView, act: Activation) -> PlannedLinear:
     lin = _find_linear(view, act)
     if len(lin.biases) > 1:
         raise _Refused(f"{act.form} has {len(lin.biases)} biases ({', '.join(b for b, _ in lin.biases)}); "
@@ -178,10 +196,9 @@ def _absorb(view: GraphView, act: Activation) -> Fusion:
         bias = _plan_bias(view, *lin.biases[0], n, dtype, out_rank, act)
 
     node = view.nodes[lin.node]
-    return Fusion(
-        form=f"{act.form}+{lin.form}",
-        activation=act,
-        nodes=frozenset(act.nodes | lin.nodes),
+    return PlannedLinear(
+        form=lin.form,
+        nodes=frozenset(lin.nodes),
         x=lin.x,
         weight=weight,
         bias=bias,

@@ -1,21 +1,27 @@
 """What rules return, and the small algebra they share.
 
-A rule looks at one anchor node and answers one of three things:
+A fusion rule (:class:`FusionRule`) looks at one anchor node and answers one of three things:
 
 * ``None``        — nothing here resembles its form (not a candidate; ``inspect`` stays quiet);
-* a record        — the canonical :class:`Activation` (stage 1) or a :class:`Fusion` plan (stage 2);
+* a :class:`Plan` — the rewrite: which nodes it replaces, which tensors leave the block, and how to
+  emit the replacement node(s);
 * a :class:`Refusal` — it *is* a candidate, but something forbids the rewrite; the reason says what.
 
-Operand order and Mul grouping are not enumerated by hand: :func:`product` flattens a tree of
-``Mul``/``Div``-by-constant/``Pow``-by-integer nodes into one multiset of factors (so every grouping and
-operand order of ``0.5·x·(1+erf(x/√2))`` is the same product), and :func:`operand_orders` generates both
-orders of a binary commutative node.
+Rules reason on a read-only :class:`~.graph.GraphView` and never edit the graph: the driver
+(``onnxfuse.fuse``) applies every plan as one minimal edit, whatever the rule.
+
+Inside a rule, stages may pass their own records (the GELU rule normalises every activation form to one
+:class:`Activation` first). Operand order and Mul grouping are not enumerated by hand: :func:`product`
+flattens a tree of ``Mul``/``Div``-by-constant/``Pow``-by-integer nodes into one multiset of factors (so
+every grouping and operand order of ``0.5·x·(1+erf(x/√2))`` is the same product), and
+:func:`operand_orders` generates both orders of a binary commutative node.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -71,22 +77,69 @@ class NewTensor:
     scale: float | None = None
 
 
-@dataclass(frozen=True)
-class Fusion:
-    """Stage 2 output: everything needed to write one ``FusedLinearGelu`` node."""
+OpKey = tuple[str, str]  # (domain, op_type); "" is ONNX's default domain
 
-    form: str
-    activation: Activation
-    nodes: frozenset[int]  # all nodes the fused node replaces (Linear + activation)
-    x: str
-    weight: str | NewTensor  # an existing tensor, or one to create ([N, K] from [K, N], alpha folded in)
-    bias: str | NewTensor | None  # an existing [N] tensor, or one to create (reshaped to [N], beta folded in)
-    trans_b: int
-    dtype: int
-    name_hint: str  # the Linear node's name: the fused node's name derives from it
-    # Reshape→Gemm→Reshape: the trailing Reshape is kept and moved after the fused node (GELU is
-    # elementwise, so it commutes with a Reshape); (node index, fused output name).
-    reshape: tuple[int, str] | None = None
+
+class Emitter(Protocol):
+    """What the driver hands to :meth:`Plan.emit`: names and constants for the replacement nodes."""
+
+    view: GraphView
+
+    def name(self, proposal: str) -> str:
+        """A node or tensor name not used anywhere in the model (``proposal``, or it suffixed)."""
+
+    def tensor(self, ref: str | NewTensor) -> str:
+        """The name to read: ``ref`` itself if it exists, else the derived constant made (once) from it."""
+
+    def initializer(self, proposal: str, value: np.ndarray) -> str:
+        """A new small constant holding ``value`` (integer shapes, packed small vectors)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One planned rewrite. Rules subclass it with what their replacement needs and implement :meth:`emit`.
+
+    The driver checks the plan is closed (a tensor made by ``nodes`` and not listed in ``outputs`` is
+    read by nothing outside the block), puts the emitted nodes where the last of ``nodes`` was (every
+    tensor the block reads exists there), removes ``nodes`` and only what that made dead."""
+
+    rule: str  # the rule's name, as reports show it
+    form: str  # the source form, for reports ("Gelu(erf)+MatMul+Add")
+    nodes: frozenset[int]  # indices (in the view) of every node the rewrite removes
+    outputs: tuple[str, ...]  # the block's tensors read outside it: the emitted nodes write exactly these
+    name_hint: str  # the emitted node's name derives from it
+
+    # (domain, op_type) of the main node this plan writes (its name comes from name_hint), for reports.
+    op: ClassVar[OpKey]
+
+    def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
+        """The replacement nodes, in order; ``name`` is the main node's name (unique, from ``name_hint``)."""
+        raise NotImplementedError
+
+    def details(self) -> dict[str, object]:
+        """Rule-specific report fields (flat, JSON-ready): ``{"approximate": "none"}``."""
+        return {}
+
+    @property
+    def math_change(self) -> tuple[str, str] | None:
+        """(was, now) when the rewrite changes the math on purpose (an option asked for it), else None."""
+        return None
+
+
+class FusionRule(Protocol):
+    """One fusion: where a match starts, what it may write, and the matching itself."""
+
+    name: str
+    anchors: tuple[OpKey, ...]  # (domain, op_type) of the nodes a match starts from
+    emits: tuple[OpKey, ...]  # (domain, op_type) of every node its plans may write
+
+    def match(self, view: GraphView, i: int) -> Plan | Refusal | None:
+        """Look at node ``i`` (one of ``anchors``): a plan, a refusal with its reason, or None."""
+
+
+def op_key(node: onnx.NodeProto) -> OpKey:
+    """A node's (domain, op_type), with "ai.onnx" spelled as the default domain ""."""
+    return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
 
 
 # --- constants -------------------------------------------------------------------------------------
