@@ -46,9 +46,14 @@ from pathlib import Path
 
 import onnx
 
-from onnxfuse import bench
+from onnxfuse.atomic import write_json
+from onnxfuse.bench.environment import environment as bench_environment
+from onnxfuse.bench.model_bench import bench_models
+from onnxfuse.bench.timing import TimingPolicy
 from onnxfuse.compare import compare_models
+from onnxfuse.errors import one_line
 from onnxfuse.fuse import optimize_file
+from onnxfuse.plots import plot_model_bench
 from onnxfuse.runtime import preload_cuda_libraries
 
 SEQUENCE = 128
@@ -214,26 +219,20 @@ def run_model(spec: Spec, args, workdir: Path, out: Path, deadline: Deadline) ->
             continue
         try:
             with stage(record, f"bench_{label}", f"timed [{label}]"):
-                report = bench.bench_models(str(fused), str(base), provider=args.provider, shapes=shapes,
-                                            batches=args.batches, cuda_graph=graph,
-                                            policy=bench.TimingPolicy(budget_s=args.budget))
+                report = bench_models(str(fused), str(base), provider=args.provider, shapes=shapes,
+                                      batches=args.batches, cuda_graph=graph, policy=TimingPolicy(budget_s=args.budget))
         except Exception as e:  # one configuration failing (e.g. a graph that cannot be captured) must not lose the rest
-            record["runs"][label] = {"error": f"{type(e).__name__}: {_first_line(e)}"}
+            record["runs"][label] = {"error": f"{type(e).__name__}: {one_line(e)}"}
             log(f"{spec.name} [{label}]: FAILED: {record['runs'][label]['error']}")
             continue
         record["runs"][label] = report.to_dict()
         mode = ", CUDA graph" if graph else ""
-        bench.write_plot(report, out / f"e2e_{spec.name}{'_cudagraph' if graph else ''}.png",
+        plot_model_bench(report, out / f"e2e_{spec.name}{'_cudagraph' if graph else ''}.png",
                          title=f"{spec.name} {args.dtype}, {args.provider}{mode}: ORT opt (baseline) vs + onnxfuse")
     for path in (base, fused):
         path.unlink()
         Path(f"{path}.data").unlink(missing_ok=True)
     return record
-
-
-def _first_line(e: Exception) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 # --- the table and the verdicts -----------------------------------------------------------------------------
@@ -320,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     records.append(run_model(spec, args, Path(tmp), out, deadline))
                 except Exception as e:  # a model that cannot be built or optimized: say so, go on with the others
-                    error = f"{type(e).__name__}: {_first_line(e)}"
+                    error = f"{type(e).__name__}: {one_line(e)}"
                     log(f"{spec.name}: FAILED: {error}")
                     records.append({"model": spec.name, "runs": {"default": {"error": error}}})
             # written after each model: a run cut short still leaves everything measured so far
@@ -331,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_results(records: list[dict], args, command: str, out: Path, seconds: float) -> list[str]:
     """Write e2e.json and e2e.md; return the table and the verdicts."""
-    environment = bench.environment() | _gpu_name(args.provider)
+    environment = bench_environment() | _gpu_name(args.provider)
     result = {
         "schema": "onnxfuse.e2e/1",
         "command": command,
@@ -345,7 +344,7 @@ def write_results(records: list[dict], args, command: str, out: Path, seconds: f
         "models": records,
         "verdicts": verdicts(records),
     }
-    bench.write_json(result, out / "e2e.json")
+    write_json(out / "e2e.json", result)
     lines = table(records, args.sequence)
     gpu = f", {environment['gpu']}" if "gpu" in environment else ""
     header = [f"# onnxfuse end to end ({'TINY models: the chain only, not a measurement' if args.tiny else 'full size'})",

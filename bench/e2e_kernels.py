@@ -36,10 +36,11 @@ import e2e  # noqa: E402  (bench/e2e.py: the same models, built the same way)
 from cupti import kernel_times_us, require_kernels  # noqa: E402
 import onnx  # noqa: E402
 
-from onnxfuse import bench  # noqa: E402
+from onnxfuse.bench.device_run import DeviceRun, output_shapes  # noqa: E402
+from onnxfuse.bench.environment import environment  # noqa: E402
 from onnxfuse.fuse import optimize_file  # noqa: E402
 from onnxfuse.inputs import random_inputs  # noqa: E402
-from onnxfuse.runtime import cuda_usable, preload_cuda_libraries  # noqa: E402
+from onnxfuse.runtime import create_session, cuda_usable, preload_cuda_libraries  # noqa: E402
 
 # Kernel groups, first match wins (lower-case substrings of the kernel's name).
 GROUPS = (
@@ -86,8 +87,8 @@ def run_model(spec: e2e.Spec, batch: int, sequence: int, reps: int, workdir: Pat
     for role, path in (("baseline", base), ("onnxfuse", fused)):
         proto = onnx.load(str(path), load_external_data=False)
         feeds = random_inputs(proto, shapes, seed=0)
-        session = bench.open_session(str(path), "cuda")
-        run = bench.DeviceRun(session, feeds, bench.output_shapes(session, feeds))
+        session = create_session(str(path), "cuda")
+        run = DeviceRun(session, feeds, output_shapes(session, feeds))
         record["profiles"][role] = summarise(require_kernels(kernel_times_us(run, reps=reps, warmup=5)))
         e2e.log(f"{spec.name} B={batch} {role}: {record['profiles'][role]['total_us']} us of GPU time per inference")
     b, f = record["profiles"]["baseline"], record["profiles"]["onnxfuse"]
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python3 bench/e2e_kernels.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command, "seconds": round(time.perf_counter() - start, 1), "environment": bench.environment()}
+    meta = {"command": command, "seconds": round(time.perf_counter() - start, 1), "environment": environment()}
     (out / "e2e_kernels.json").write_text(json.dumps(meta | {"records": records}, indent=2) + "\n")
     lines = table(records)
     header = [

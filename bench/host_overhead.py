@@ -9,7 +9,7 @@ host time per node makes small batches slower, so this measures that cost on its
 * a chain of L Linear+bias+GELU layers (D -> D, fp16 by default), once as ``FusedLinearGelu`` nodes and once
   as the graph exporters write (MatMul -> Add -> Gelu, opset 20), at a few row counts M where each layer's GPU
   work takes a few microseconds;
-* wall time per run (IO binding, no CUDA graph, the two sessions interleaved: ``onnxfuse.bench.measure``),
+* wall time per run (IO binding, no CUDA graph, the two sessions interleaved: ``onnxfuse.bench.timing.measure``),
   per layer;
 * ORT's profiler: host microseconds per node call, by op type (ORT's ``*_kernel_time`` events time each
   kernel's compute function on the host);
@@ -38,9 +38,11 @@ import numpy as np
 from onnx import helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from onnxfuse.bench import (  # noqa: E402
-    DTYPES, DeviceRun, TimingPolicy, _array, _random_input, _provider_name, measure, open_session, output_shapes)
+from onnxfuse.bench.device_run import DeviceRun, output_shapes  # noqa: E402
+from onnxfuse.bench.op_bench import DTYPES, initializer, random_input  # noqa: E402
+from onnxfuse.bench.timing import TimingPolicy, measure  # noqa: E402
 from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION  # noqa: E402
+from onnxfuse.runtime import create_session  # noqa: E402
 
 BASELINE_OPSET = 20  # the first opset with a Gelu op
 
@@ -55,8 +57,8 @@ def chain_models(layers: int, width: int, dtype: str = "fp16", seed: int = 0):
         w_nk = rng.standard_normal((width, width), dtype=np.float32) / np.sqrt(width)
         bias = rng.standard_normal(width, dtype=np.float32) * 0.1
         out = "Y" if i == layers - 1 else f"h{i}"
-        fused_init += [_array(w_nk, dtype, f"W{i}"), _array(bias, dtype, f"B{i}")]
-        unfused_init += [_array(w_nk.T.copy(), dtype, f"W{i}"), _array(bias, dtype, f"B{i}")]
+        fused_init += [initializer(w_nk, dtype, f"W{i}"), initializer(bias, dtype, f"B{i}")]
+        unfused_init += [initializer(w_nk.T.copy(), dtype, f"W{i}"), initializer(bias, dtype, f"B{i}")]
         fused_nodes.append(helper.make_node(OP_TYPE, [prev, f"W{i}", f"B{i}"], [out], name=f"fused{i}",
                                             domain=DOMAIN, approximate="none", transB=1))
         unfused_nodes += [
@@ -93,7 +95,7 @@ def profiled_host_cost(model: bytes, provider: str, feeds: dict, runs: int, libr
     """Median host µs per node call by op type over ``runs`` profiled runs after the first (which includes
     one-off setup)."""
     with tempfile.TemporaryDirectory(prefix="onnxfuse-host-") as tmp:
-        session = open_session(model, provider, profile_dir=tmp, library_path=library)
+        session = create_session(model, provider, profile_dir=tmp, library_path=library)
         run = DeviceRun(session, feeds, output_shapes(session, feeds))
         for _ in range(runs):
             run()
@@ -124,10 +126,10 @@ def bench(layers: int, width: int, rows: list[int], dtype: str, provider: str, b
         variants["fused_other"] = (fused, other_library)
     results = []
     for m in rows:
-        feeds = {"X": _random_input((m, width), dtype, seed=m)}
+        feeds = {"X": random_input((m, width), dtype, seed=m)}
         runs = {}
         for name, (model, library) in variants.items():
-            session = open_session(model, provider, library_path=library)
+            session = create_session(model, provider, library_path=library)
             runs[name] = DeviceRun(session, feeds, output_shapes(session, feeds))
         timings = measure(list(runs.values()), TimingPolicy(budget_s=budget_s, rel_tol=0.02))
         row = {"M": m, "K": width, "N": width, "layers": layers, "dtype": dtype, "provider": provider}
@@ -184,7 +186,6 @@ def main(argv=None) -> int:
                    "interleaved timing, for an A/B of two builds within one process")
     p.add_argument("--json", help="write every number here")
     a = p.parse_args(argv)
-    _provider_name(a.provider)
     rows = bench(a.layers, a.width, [int(v) for v in a.rows.split(",")], a.dtype, a.provider, a.budget,
                  a.profile_runs, a.gpu_time, a.other_library)
     if a.json:

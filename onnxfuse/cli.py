@@ -140,21 +140,16 @@ def inspect_command(model, json_out):
 
 
 def _emit_json(report, json_path, extra: dict | None = None) -> None:
+    """The report as JSON: on stdout for '-', else written atomically to ``json_path`` (nothing for None)."""
     if not json_path:
         return
-    import json
+    from .atomic import json_text, write_json
 
-    text = json.dumps({**report.to_dict(), **(extra or {})}, indent=2, ensure_ascii=False)
+    data = {**report.to_dict(), **(extra or {})}
     if json_path == "-":
-        click.echo(text)
-        return
-    try:
-        with open(json_path, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    except OSError as e:
-        from .errors import BadInputError
-
-        raise BadInputError(f"{json_path}: cannot write the JSON report: {e.strerror}") from None
+        click.echo(json_text(data))
+    else:
+        write_json(json_path, data)
 
 
 def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
@@ -252,13 +247,8 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
         original, optimized, provider=provider, samples=samples or 1, inputs=inputs_path, shapes=shapes,
         rtol=rtol, atol=atol, seed=seed, progress=progress,
     )
-    if json_path == "-":
-        import json
-
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        if json_path:
-            report.write_json(json_path)
+    _emit_json(report, json_path)
+    if json_path != "-":
         _render_compare(report)
     if plot_path:
         from .plots import plot_error_histograms
@@ -334,45 +324,48 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     Exit codes: 0 ok · 2 bad input (unreadable model, bad option, provider not usable here) ·
     4 a FusedLinearGelu node ran on another provider than --provider.
     """
-    from . import bench
+    from .bench.model_bench import bench_models
+    from .bench.op_bench import bench_op, parse_op
+    from .bench.timing import TimingPolicy
     from .errors import BadInputError
     from .inputs import parse_shape_option
 
-    policy = bench.TimingPolicy(budget_s=budget)
+    policy = TimingPolicy(budget_s=budget)
     for option, path in (("--json", json_path), ("--plot", plot_path)):
         if path and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             # say so now, not after minutes of timing
             raise BadInputError(f"{option} {path}: folder '{os.path.dirname(path)}' does not exist")
+    if cuda_graph and provider != "cuda":
+        raise BadInputError("--cuda-graph needs --provider cuda")
     if op_shape is not None:
         if optimized or baseline or shape_options or batch_list or plot_path:
             raise BadInputError("--op builds its own model: drop OPTIMIZED, --baseline, --shape, --batch and --plot")
-        m, k, n = bench.parse_op(op_shape)
+        m, k, n = parse_op(op_shape)
         with _bench_progress(progress, f"op {m}×{k}×{n} {dtype}:") as bar:
-            report = bench.bench_op(m, k, n, dtype=dtype, approximate=approximate, provider=provider, cuda_graph=cuda_graph,
-                                    policy=policy, peak_tflops=peak_tflops, peak_gbps=peak_gbps, progress=bar)
+            report = bench_op(m, k, n, dtype=dtype, approximate=approximate, provider=provider, cuda_graph=cuda_graph,
+                              policy=policy, peak_tflops=peak_tflops, peak_gbps=peak_gbps, progress=bar)
         render = _render_op_bench
     else:
         if optimized is None:
             raise BadInputError("give the OPTIMIZED model to time, or --op M,K,N for the op-level benchmark")
         if peak_tflops or peak_gbps:
             raise BadInputError("--peak-tflops/--peak-gbps belong to the op-level mode (--op)")
-        if plot_path and not plot_path.lower().endswith(".png"):
-            raise BadInputError(f"--plot {plot_path}: the chart is a PNG; name the file *.png")
+        if plot_path:
+            from .plots import check_plot_path
+
+            check_plot_path(plot_path)
         shapes = dict(parse_shape_option(text) for text in shape_options)
         batches = _parse_batches(batch_list) if batch_list else None
         with _bench_progress(progress, "bench:") as bar:
-            report = bench.bench_models(optimized, baseline, provider=provider, shapes=shapes, batches=batches,
-                                        cuda_graph=cuda_graph, policy=policy, seed=seed, progress=bar)
+            report = bench_models(optimized, baseline, provider=provider, shapes=shapes, batches=batches,
+                                  cuda_graph=cuda_graph, policy=policy, seed=seed, progress=bar)
         render = _render_model_bench
         if plot_path:
-            bench.write_plot(report, plot_path)
-    if json_path == "-":
-        import json
+            from .plots import plot_model_bench
 
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        if json_path:
-            bench.write_json(report.to_dict(), json_path)
+            plot_model_bench(report, plot_path)
+    _emit_json(report, json_path)
+    if json_path != "-":
         render(report)
     sys.exit(report.exit_code)
 
@@ -484,9 +477,7 @@ def doctor_command(json_out):
 
     report = run_doctor()
     if json_out:
-        import json
-
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        _emit_json(report, "-")
     else:
         _render_doctor(report)
     if report.exit_code:

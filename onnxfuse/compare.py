@@ -42,9 +42,6 @@ integers, bool       0       0      exact: an optimizer must not change them
 from __future__ import annotations
 
 import ctypes
-import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,14 +53,10 @@ import onnxruntime as ort
 from onnx import TensorProto
 
 from .domain import DOMAIN
-from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
-from .inputs import Sample, check_sample, input_specs, load_inputs, np_dtype, random_inputs, resolve_shapes
-
-PROVIDERS = {
-    "cpu": ["CPUExecutionProvider"],
-    # ORT places shape computations on the CPU even in a CUDA session, so the CPU EP stays listed.
-    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-}
+from .dtypes import dtype_name
+from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError, one_line
+from .inputs import Sample, check_sample, input_specs, load_inputs, random_inputs, resolve_shapes
+from .runtime import create_session, provider_list
 
 
 @dataclass(frozen=True)
@@ -91,14 +84,6 @@ def tolerance_for(elem_type: int, provider: str = "cpu", rtol: float | None = No
     key = f"{name}/{provider}" if f"{name}/{provider}" in DEFAULT_TOLERANCES else name
     default = DEFAULT_TOLERANCES[key]
     return Tolerance(rtol=default.rtol if rtol is None else rtol, atol=default.atol if atol is None else atol)
-
-
-def dtype_name(elem_type: int) -> str:
-    """numpy's name for an ONNX element type: float32, float16, bfloat16, int64, bool…"""
-    try:
-        return np_dtype(elem_type).name
-    except BadInputError:
-        return TensorProto.DataType.Name(elem_type).lower()
 
 
 # Float types from the loosest default tolerance to the tightest.
@@ -347,24 +332,6 @@ class CompareReport:
             "outputs": [o.to_dict() for o in self.outputs],
         }
 
-    def write_json(self, path: str | Path) -> None:
-        """Write ``to_dict()`` atomically (a reader never sees half a file)."""
-        write_atomic(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
-
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise BadInputError(f"cannot write '{path}': folder '{path.parent}' does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 
 # --- running the models -----------------------------------------------------------------------------
 
@@ -394,38 +361,14 @@ def _uses_fused_op(model: onnx.ModelProto) -> bool:
 
 
 def _session(model: _Loaded, role: str, provider: str, *, as_written: bool) -> ort.InferenceSession:
-    """An ORT session on ``provider``. ``as_written``: the reference, with ORT's graph rewrites off."""
-    providers = PROVIDERS[provider]
-    try:
-        if as_written:
-            if _uses_fused_op(model.proto):
-                from .runtime import session_options
+    """An ORT session on ``provider``. ``as_written``: the reference, with ORT's graph rewrites off.
 
-                options = session_options()
-            else:
-                options = ort.SessionOptions()
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-            options.log_severity_level = 3
-            session = ort.InferenceSession(model.source, options, providers=providers)
-        elif _uses_fused_op(model.proto):
-            from .runtime import create_session
-
-            session = create_session(model.source, providers=provider)
-        else:  # nothing was fused (or a plain model is compared): ORT as a user runs it, no library needed
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            session = ort.InferenceSession(model.source, options, providers=providers)
-    except BadInputError:
-        raise
-    except Exception as e:
-        raise BadInputError(f"ONNX Runtime cannot load the {role} model {model.label}: {_first_line(e)}") from e
-    if provider == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
-        # ORT falls back to the CPU silently when CUDA cannot start; a gate must not.
-        raise BadInputError(
-            "--provider cuda: ONNX Runtime could not start its CUDA execution provider here "
-            "(no GPU, or CUDA/cuDNN libraries missing); run with --provider cpu"
-        )
-    return session
+    The op library is registered only for a model that uses the op: a plain model (nothing was fused, or
+    two plain models are compared) runs as ORT runs it for a user, and opens where the library is not
+    built. ORT's warnings are kept for the optimized model that uses the op, the one under test."""
+    fused = _uses_fused_op(model.proto)
+    return create_session(model.source, provider, with_library=fused, as_written=as_written,
+                          quiet=as_written or not fused, label=f"the {role} model {model.label}")
 
 
 def _ort_value(array: np.ndarray) -> ort.OrtValue:
@@ -510,20 +453,13 @@ def compare_models(
     Raises ``BadInputError`` for unusable models or inputs; an accuracy failure is *not* raised but
     reported (``report.exit_code == 3``; ``report.raise_if_failed()`` turns it into ``AccuracyGateError``).
     """
-    if provider not in PROVIDERS:
-        raise BadInputError(f"unknown provider '{provider}' (choose from {', '.join(PROVIDERS)})")
+    provider_list(provider)  # an unknown provider, or CUDA where it is not usable: one line before any work
     if samples < 1:
         raise BadInputError(f"samples must be at least 1, got {samples}")
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and not (value >= 0 and np.isfinite(value)):
             raise BadInputError(f"--{name} must be a finite number ≥ 0, got {value}")
 
-    if provider == "cuda":
-        from .runtime import cuda_usable, preload_cuda_libraries
-
-        if not cuda_usable():  # say it in one line before ORT logs its own failure and falls back
-            raise BadInputError("--provider cuda: no usable CUDA device here (no GPU or no driver); run with --provider cpu")
-        preload_cuda_libraries()  # the reference sessions open without create_session
     original_loaded, optimized_loaded = _load(original, "original"), _load(optimized, "optimized")
     original_model, optimized_model = original_loaded.proto, optimized_loaded.proto
     _check_correspondence(original_model, optimized_model)
@@ -574,14 +510,14 @@ def compare_models(
                 shapes_text = ", ".join(f"{k}{list(v.shape)}" for k, v in sample.items())
                 hint = "; give dynamic dims with --shape" if feeds is None else ""
                 raise BadInputError(
-                    f"the original model cannot run on sample {i} ({shapes_text}{hint}): {_first_line(e)}"
+                    f"the original model cannot run on sample {i} ({shapes_text}{hint}): {one_line(e)}"
                 ) from e
             t1 = time.perf_counter()
             try:
                 opt = run_session(opt_session, sample, output_names)
             except Exception as e:
                 # The original accepted these inputs: an optimized model that does not is not equivalent.
-                raise AccuracyGateError(f"the optimized model fails on sample {i}, which the original runs: {_first_line(e)}") from e
+                raise AccuracyGateError(f"the optimized model fails on sample {i}, which the original runs: {one_line(e)}") from e
             t2 = time.perf_counter()
             seconds_ref += t1 - t0
             seconds_opt += t2 - t1
@@ -606,11 +542,6 @@ def verify_optimized(original_path: str | Path, optimized_path: str | Path, **kw
     """The gate behind ``onnxfuse optimize --verify``: compare the file just written against its source.
     Keyword arguments are those of ``compare_models``; the caller acts on ``report.exit_code``."""
     return compare_models(Path(original_path), Path(optimized_path), **kw)
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 class _progress:

@@ -1,7 +1,8 @@
 """The exit-code contract, owned by exception types.
 
 Every command maps its failure to one of these; the CLI turns it into a single line on stderr and the
-exit code below. Nothing else in the package calls ``sys.exit``.
+exit code below. Nothing else in the package calls ``sys.exit``. ``one_line`` is how the message of a
+foreign exception (ONNX Runtime's, the OS's) becomes part of such a line.
 
     0 ok · 1 internal error · 2 bad input or usage · 3 accuracy gate failed ·
     4 a FusedLinearGelu node ran on another execution provider than asked for (bench)
@@ -46,3 +47,16 @@ class ProviderPlacementError(OnnxfuseError):
     way would not measure what they claim."""
 
     exit_code = EXIT_PROVIDER_PLACEMENT
+
+
+_MAX_LINE = 500
+
+
+def one_line(e: BaseException) -> str:
+    """The message of ``e`` (often ONNX Runtime's, spread over several lines) fit for a one-line error:
+    whitespace runs, newlines included, collapsed to one space, at most ``_MAX_LINE`` characters; the
+    exception's type name when it has no message."""
+    text = " ".join(str(e).split())
+    if not text:
+        return type(e).__name__
+    return text[:_MAX_LINE] + ("…" if len(text) > _MAX_LINE else "")

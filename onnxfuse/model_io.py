@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from onnx.external_data_helper import ExternalDataInfo
 
 from . import domain
+from .atomic import fsync_dir, remove_stale_temps, temp_prefix
 from .errors import BadInputError
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
@@ -380,40 +381,6 @@ def _write_data_file(out, ext, spans, derived, data_name: str, saved: list) -> N
     os.fsync(out.fileno())
 
 
-def _remove_stale_temps(out_dir: str, base: str) -> None:
-    """Remove the temporary folders that earlier saves to the same target left when their process died
-    (SIGKILL, OOM killer, power loss): ``.<base>.<pid>.*.tmp`` whose pid no longer runs."""
-    prefix = f".{base}."
-    try:
-        names = os.listdir(out_dir)
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(prefix):].split(".", 1)[0] if name.startswith(prefix) and name.endswith(".tmp") else ""
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # still running (or not ours to judge)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
-        except OSError:
-            continue
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_model(model: onnx.ModelProto, path, *, source_dir=None,
                derived: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
                check: bool = True, before_publish: Callable[[str], None] | None = None) -> None:
@@ -450,9 +417,9 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
         if os.path.exists(target) and any(os.path.samefile(target, p) for p, _, _ in spans):
             raise BadInputError(f"{path}: its data file {data_name} is the input's external data; choose "
                                 "another output name")
-    _remove_stale_temps(out_dir, base)
-    try:  # the pid in the name lets a later save remove it if this process is killed
-        tmp = tempfile.mkdtemp(prefix=f".{base}.{os.getpid()}.", suffix=".tmp", dir=out_dir)
+    remove_stale_temps(out_dir, base)
+    try:  # named as onnxfuse.atomic names its temporaries: a later save removes it if this process is killed
+        tmp = tempfile.mkdtemp(prefix=temp_prefix(base), suffix=".tmp", dir=out_dir)
     except OSError as e:
         raise BadInputError(f"{path}: cannot write: {e.strerror}") from None
     saved = []
@@ -489,7 +456,7 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
                 os.unlink(path)
             os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
         os.replace(model_tmp, path)
-        _fsync_dir(out_dir)
+        fsync_dir(out_dir)
     finally:
         for t, entries in saved:
             del t.external_data[:]

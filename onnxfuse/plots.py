@@ -1,26 +1,37 @@
-"""The picture behind ``onnxfuse compare --plot``: one histogram of absolute errors per output.
+"""The charts: ``onnxfuse compare --plot`` (error histograms) and ``onnxfuse bench --plot`` (latency and
+speedup against batch size). Each is a PNG written atomically (``onnxfuse.atomic``): a reader never sees
+half of one.
 
-Log-x bins (errors span decades), log-y counts (the tail matters most and has the fewest elements),
+The error histograms: one histogram of absolute errors per output. Log-x bins (errors span decades), log-y counts (the tail matters most and has the fewest elements),
 p99 / p99.9 / max marked, and the tolerance drawn as a band: an element's bound is ``atol + rtol·|ref|``,
 so it runs from ``atol`` (where |ref| = 0) to ``atol + rtol·max|ref|``. Errors left of the band pass
 whatever their reference; errors inside it pass or fail depending on |ref|; errors right of it fail.
 Exact zeros cannot sit on a log axis, and errors more than ``DECADES`` decades below the largest error or
 tolerance (denormal noise) would squash the rest: both are counted in the panel instead of drawn.
+
+The bench chart: median latency of both models per batch size (log scale, whiskers to p90, values written
+beside the points) and, with a baseline, the speedup per batch size.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .compare import CompareReport, OutputStats, write_atomic
+from .atomic import write_atomic
 from .errors import BadInputError
+from .runtime import PROVIDERS, short_name
+
+if TYPE_CHECKING:
+    from .bench.model_bench import ModelBenchReport
+    from .compare import CompareReport, OutputStats
 
 MAX_PANELS = 12
 DECADES = 8
+_LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1}  # keeps values legible over lines
 
 
 def check_plot_path(path: str | Path) -> None:
@@ -32,14 +43,27 @@ def check_plot_path(path: str | Path) -> None:
     check_output_path(None, path)
 
 
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _write_png(fig, path: Path, dpi: int) -> None:
+    """Render ``fig`` straight into the temporary file of an atomic write, then close it."""
+    try:
+        write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
+    finally:
+        _pyplot().close(fig)
+
+
 def plot_error_histograms(report: CompareReport, path: str | Path) -> None:
     """Write the PNG to ``path`` atomically. With more than ``MAX_PANELS`` outputs, the worst ones (by
     distance to their tolerance) are drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     path = Path(path)
     check_plot_path(path)
     outputs = sorted(report.outputs, key=lambda o: -o.worst_ratio)[:MAX_PANELS]
@@ -61,10 +85,7 @@ def plot_error_histograms(report: CompareReport, path: str | Path) -> None:
         color="tab:green" if report.passed else "tab:red",
     )
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    write_atomic(path, buffer.getvalue())
+    _write_png(fig, path, dpi=110)
 
 
 def _panel(ax, stats: OutputStats) -> None:
@@ -118,3 +139,55 @@ def _panel(ax, stats: OutputStats) -> None:
         # below the axes: inside, it would hide the tail of the histogram, which is what one looks at
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     ax.grid(True, which="major", alpha=0.3)
+
+
+def plot_model_bench(report: ModelBenchReport, path: str | Path, title: str | None = None) -> Path:
+    """Write the bench chart of ``report`` (see above) to ``path`` atomically; returns ``path``."""
+    plt = _pyplot()
+    path = Path(path)
+    check_plot_path(path)
+    batches = [r.batch for r in report.results]
+    xs = np.arange(len(batches))  # evenly spaced: batch sizes are usually powers of two or 1, 8, 32
+    has_baseline = bool(report.results) and report.results[0].baseline is not None
+    fig, axes = plt.subplots(1, 2 if has_baseline else 1, figsize=(11 if has_baseline else 6, 4.4), squeeze=False)
+    ax = axes[0][0]
+    series = [(f"optimized: {Path(report.optimized).name}", "optimized", "#1f77b4", "o")]
+    if has_baseline:
+        series.append((f"baseline: {Path(report.baseline).name}", "baseline", "#ff7f0e", "s"))
+    medians = {role: np.array([getattr(r, role).median_ms for r in report.results]) for _, role, _, _ in series}
+    highest = np.max(np.stack(list(medians.values())), axis=0)
+    for label, role, color, marker in series:
+        med = medians[role]
+        p90 = np.array([getattr(r, role).p90_ms for r in report.results])
+        ax.errorbar(xs, med, yerr=[np.zeros_like(med), p90 - med], color=color, marker=marker, capsize=3,
+                    linewidth=1.8, label=label)
+        for x, v, top in zip(xs, med, highest):
+            # the slower model's value above its point, the faster one's below: the labels never collide
+            ax.annotate(f"{v:.3g}", (x, v), textcoords="offset points", xytext=(7, 3 if v >= top else -11),
+                        fontsize=8, color=color, bbox=_LABEL_BOX)
+    ax.set_yscale("log")  # batch 1 and batch 32 differ by orders of magnitude
+    ax.set_xticks(xs, [str(b) for b in batches])
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("latency, ms (median; whisker to p90)")
+    ax.set_title("Latency (lower is better)")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(which="both", axis="y", alpha=0.3)
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    if has_baseline:
+        ax = axes[0][1]
+        speedups = np.array([r.speedup for r in report.results])
+        colors = ["#2ca02c" if s >= 1 else "#d62728" for s in speedups]
+        bars = ax.bar(xs, speedups, 0.6, color=colors)
+        ax.bar_label(bars, labels=[f"{s:.2f}×" for s in speedups], fontsize=9, padding=3, bbox=_LABEL_BOX)
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--", zorder=0)
+        ax.set_xticks(xs, [str(b) for b in batches])
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("speedup = baseline ÷ optimized latency")
+        ax.set_title("Speedup (above 1: optimized is faster)")
+        ax.set_ylim(0, max(1.2, float(speedups.max()) * 1.15))
+        ax.grid(axis="y", alpha=0.3)
+    provider = short_name(PROVIDERS[report.provider][0]) + (" + CUDA graph" if report.cuda_graph else "")
+    fig.suptitle(title or f"{Path(report.optimized).name} on {provider}")
+    fig.tight_layout()
+    _write_png(fig, path, dpi=120)
+    return path

@@ -2,13 +2,16 @@
 
     get_library_path()      where ``libonnxfuse_ops.so`` is (``ONNXFUSE_LIBRARY`` overrides)
     session_options()       an ``onnxruntime.SessionOptions`` with the library registered
-    create_session(model)   an ``InferenceSession`` on CUDA when it is usable, else on the CPU
+    create_session(model)   the one way onnxfuse opens a session (bench, compare, doctor and users): on CUDA
+                            when it is usable, else on the CPU; options for CUDA graphs, profiling, the
+                            model as written (ORT's rewrites off) and no CPU fallback
+    PROVIDERS               "cpu" / "cuda" -> ONNX Runtime's providers list
     resolve_providers(spec) "auto" | "cpu" | "cuda" | explicit ORT provider names -> the providers list
     cuda_device_count()     how many CUDA devices the driver sees (0 without a driver or a GPU)
     probe_library(path)     open a tiny session that runs the op: does the library really work here?
 
 Every failure the user can fix (no library, a library that does not load, a missing model, a provider that
-is not usable) is a ``BadInputError`` with one line that says what to do.
+is not usable) is a ``BadInputError`` with one line that says what to do, worded here once.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from .domain import DOMAIN, OP_TYPE, OP_VERSION
-from .errors import BadInputError
+from .errors import BadInputError, one_line
 
 LIBRARY_ENV = "ONNXFUSE_LIBRARY"
 LIBRARY_NAME = "libonnxfuse_ops.so"
@@ -39,6 +42,11 @@ _OPSET = 20
 
 ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
 ProviderSpec = Union[None, str, Sequence[Union[str, tuple]]]
+
+# The provider names people type, and the providers list ONNX Runtime gets for each: the first is the one
+# asked for. CPU stays listed after CUDA for what CUDA has no kernel for (ORT places shape computations on
+# the CPU even in a CUDA session).
+PROVIDERS: dict[str, list[str]] = {"cpu": [CPU], "cuda": [CUDA, CPU]}
 
 _FIX = "build it with `pip install -e .` in the onnxfuse checkout, or point ONNXFUSE_LIBRARY at a built libonnxfuse_ops.so"
 
@@ -122,7 +130,7 @@ def register_library(so: ort.SessionOptions, library_path: str | None = None) ->
     try:
         so.register_custom_ops_library(path)
     except Exception as e:  # ORT raises its own Fail/RuntimeError types with the dlopen message
-        raise BadInputError(f"cannot load the op library {path}: {_one_line(e)}") from e
+        raise BadInputError(f"cannot load the op library {path}: {one_line(e)}") from e
 
 
 # --- providers -----------------------------------------------------------------------------------------
@@ -177,31 +185,55 @@ def cuda_usable() -> bool:
     return CUDA in ort.get_available_providers() and cuda_device_count() > 0
 
 
+def cuda_not_usable(why: str) -> BadInputError:
+    """The one error for "CUDA was asked for and cannot be had": never a quiet fallback to the CPU, which
+    would make every number measured on it a lie."""
+    return BadInputError(f"the CUDA provider was asked for but is not usable here ({why}); "
+                         "use the CPU provider (--provider cpu)")
+
+
+def _why_cuda_is_not_usable() -> str:
+    if CUDA not in ort.get_available_providers():
+        return "this onnxruntime has no CUDA provider"
+    return "no CUDA device found: no GPU or no driver"
+
+
+def provider_list(name: str) -> list[str]:
+    """``PROVIDERS[name]``, checked: ``BadInputError`` for another name, and for ``cuda`` where CUDA is not
+    usable."""
+    if name not in PROVIDERS:
+        raise BadInputError(f"unknown provider '{name}': use {' or '.join(PROVIDERS)}")
+    if CUDA in PROVIDERS[name] and not cuda_usable():
+        raise cuda_not_usable(_why_cuda_is_not_usable())
+    return list(PROVIDERS[name])
+
+
+def short_name(provider: str) -> str:
+    """CUDAExecutionProvider -> CUDA: how reports name a provider to people."""
+    return provider.replace("ExecutionProvider", "")
+
+
+def _name_of(entry: str | tuple) -> str:
+    return entry[0] if isinstance(entry, tuple) else entry
+
+
 def resolve_providers(spec: ProviderSpec = None) -> list:
     """Turn a provider choice into ORT's providers list.
 
-    ``None``/``"auto"``: CUDA (then CPU) when usable, else CPU. ``"cpu"``/``"cuda"``: that one (with CPU
-    after CUDA for the nodes CUDA has no kernel for). A list is passed through after checking the names."""
+    ``None``/``"auto"``: CUDA (then CPU) when usable, else CPU. ``"cpu"``/``"cuda"`` (any case):
+    ``PROVIDERS`` (see ``provider_list``). A list is passed through after checking the names."""
     if spec is None or (isinstance(spec, str) and spec.lower() == "auto"):
-        return [CUDA, CPU] if cuda_usable() else [CPU]
+        return list(PROVIDERS["cuda"]) if cuda_usable() else list(PROVIDERS["cpu"])
     if isinstance(spec, str):
-        key = spec.lower()
-        if key == "cpu":
-            return [CPU]
-        if key == "cuda":
-            if not cuda_usable():
-                why = "ORT has no CUDA provider" if CUDA not in ort.get_available_providers() else "no CUDA device found"
-                raise BadInputError(f"the CUDA provider was asked for but is not usable here ({why}); use 'cpu' or 'auto'")
-            return [CUDA, CPU]
-        raise BadInputError(f"unknown provider '{spec}': use auto, cpu or cuda")
+        return provider_list(spec.lower())
     available = set(ort.get_available_providers())
     out = []
     for p in spec:
-        name = p[0] if isinstance(p, tuple) else p
+        name = _name_of(p)
         if name not in available:
             raise BadInputError(f"provider {name} is not available in this onnxruntime ({', '.join(sorted(available))})")
         if name == CUDA and cuda_device_count() == 0:
-            raise BadInputError("the CUDA provider was asked for but no CUDA device is found; use CPUExecutionProvider")
+            raise cuda_not_usable(_why_cuda_is_not_usable())
         out.append(p)
     return out
 
@@ -231,6 +263,18 @@ def _model_source(model: ModelLike) -> str | bytes:
     return str(path)
 
 
+def _with_cuda_graph(chosen: list) -> list:
+    """The providers list with ``enable_cuda_graph=1`` in the CUDA provider's options (capture on the first
+    run, replay after: one launch for the whole model)."""
+    out = []
+    for p in chosen:
+        if _name_of(p) == CUDA:
+            options = dict(p[1]) if isinstance(p, tuple) else {}
+            p = (CUDA, {**options, "enable_cuda_graph": "1"})
+        out.append(p)
+    return out
+
+
 def create_session(
     model: ModelLike,
     providers: ProviderSpec = None,
@@ -238,32 +282,62 @@ def create_session(
     provider_options: Sequence[dict] | None = None,
     intra_op_num_threads: int | None = None,
     library_path: str | None = None,
+    *,
+    with_library: bool = True,
+    as_written: bool = False,
+    quiet: bool = False,
+    cuda_graph: bool = False,
+    cpu_fallback: bool = True,
+    profile_dir: str | os.PathLike | None = None,
+    label: str | None = None,
 ) -> ort.InferenceSession:
     """An ``InferenceSession`` for ``model`` (path, bytes or ``ModelProto``) with the op library registered.
 
-    ``providers``: see ``resolve_providers`` (default: CUDA when usable, else CPU). ``sess_options`` given
-    by the caller get the library registered into them."""
+    ``providers``: see ``resolve_providers`` (default: CUDA when usable, else CPU). Asked for by name
+    (``"cuda"``), CUDA must really start: a session ORT quietly put on the CPU instead is refused.
+    ``sess_options`` given by the caller get the library registered into them (and the options below).
+
+    ``with_library=False``: a plain ONNX model, opened without the op library (so it opens where the
+    library is not built). ``as_written``: ORT's graph optimizations off, the model runs as written (the
+    accuracy gate's reference). ``quiet``: ORT logs errors only. ``cuda_graph``: capture and replay a CUDA
+    graph (needs the CUDA provider). ``cpu_fallback=False``: every node runs on the provider asked for, or
+    the session does not open (no node quietly placed on the CPU). ``profile_dir``: ORT's profiler writes its trace there
+    (``session.end_profiling()`` returns the file). ``label`` names the model in the error when ORT cannot
+    open it (default: its path, or "the model")."""
     source = _model_source(model)
-    if sess_options is None:
-        so = session_options(library_path, intra_op_num_threads=intra_op_num_threads)
-    else:
-        so = sess_options
-        if intra_op_num_threads is not None:
-            so.intra_op_num_threads = int(intra_op_num_threads)
+    chosen = resolve_providers(providers)  # what cannot be had here is said before anything is loaded
+    wants_cuda = any(_name_of(p) == CUDA for p in chosen)
+    so = sess_options if sess_options is not None else ort.SessionOptions()
+    if intra_op_num_threads is not None:
+        so.intra_op_num_threads = int(intra_op_num_threads)
+    if as_written:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if quiet:
+        so.log_severity_level = 3
+    if not cpu_fallback and _name_of(chosen[0]) != CPU:
+        # every node on the provider asked for, or no session (ORT refuses the option with CPU listed)
+        chosen = [p for p in chosen if _name_of(p) != CPU]
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if profile_dir is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = str(Path(profile_dir) / "onnxfuse_profile")
+    if with_library:
         register_library(so, library_path)
-    chosen = resolve_providers(providers)
-    if any((p[0] if isinstance(p, tuple) else p) == CUDA for p in chosen):
+    if cuda_graph:
+        if not wants_cuda:
+            raise ValueError("cuda_graph needs the CUDA provider")
+        chosen = _with_cuda_graph(chosen)
+    if wants_cuda:
         preload_cuda_libraries()
     try:
-        return ort.InferenceSession(source, sess_options=so, providers=chosen, provider_options=provider_options)
+        session = ort.InferenceSession(source, sess_options=so, providers=chosen, provider_options=provider_options)
     except Exception as e:
-        what = source if isinstance(source, str) else "the model"
-        raise BadInputError(f"onnxruntime cannot open {what}: {_one_line(e)}") from e
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text[:500] + ("…" if len(text) > 500 else "")
+        what = label or (source if isinstance(source, str) else "the model")
+        raise BadInputError(f"ONNX Runtime cannot load {what}: {one_line(e)}") from e
+    asked_for_cuda = isinstance(providers, str) and providers.lower() == "cuda"  # "auto" may fall back
+    if asked_for_cuda and CUDA not in session.get_providers():
+        raise cuda_not_usable("ONNX Runtime could not start it: its CUDA or cuDNN libraries are missing")
+    return session
 
 
 # --- self test ------------------------------------------------------------------------------------------
@@ -326,17 +400,15 @@ def probe_library(library_path: str | None = None, providers: ProviderSpec = "cp
     path = library_path or get_library_path()
     so = ort.SessionOptions()  # create_session registers the library into it
     so.log_severity_level = 4  # the failure is reported in the result, not also as ORT log lines
-    chosen = resolve_providers(providers)
-    if CUDA in [p[0] if isinstance(p, tuple) else p for p in chosen]:
-        # The op must run where it was asked to: no quiet fallback of the node to the CPU provider.
-        chosen = [CUDA]
-        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    resolve_providers(providers)  # a provider that cannot be had here is the caller's error, not a failed probe
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3)).astype(np.float32)
     w = rng.standard_normal((4, 3)).astype(np.float32)
     b = rng.standard_normal(4).astype(np.float32)
     try:
-        sess = create_session(probe_model(), providers=chosen, sess_options=so, library_path=path)
+        # the op must run where it was asked to: no quiet fallback of the node to the CPU
+        sess = create_session(probe_model(), providers=providers, sess_options=so, library_path=path,
+                              cpu_fallback=False)
         (y,) = sess.run(None, {"X": x, "W": w, "B": b})
     except BadInputError as e:
         return {"ok": False, "providers": [], "max_abs_error": None, "error": str(e)}

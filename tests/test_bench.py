@@ -14,8 +14,14 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse import bench
+from onnxfuse.bench import placement as placement_module
+from onnxfuse.bench.environment import SCHEMA
+from onnxfuse.bench.model_bench import batch_shapes, bench_models
+from onnxfuse.bench.op_bench import measure_ceilings, op_models
+from onnxfuse.bench.placement import read_placement
+from onnxfuse.bench.timing import TimingPolicy, measure
 from onnxfuse.cli import main
+from onnxfuse.plots import plot_model_bench
 from onnxfuse.domain import OP_TYPE
 from onnxfuse.errors import ProviderPlacementError
 
@@ -78,8 +84,8 @@ def test_measure_times_each_callable_and_keeps_them_apart():
         calls["slow"] += 1
         time.sleep(0.004)
 
-    policy = bench.TimingPolicy(warmup_runs=3, warmup_s=0.0, min_reps=10, budget_s=0.3, block_s=0.01)
-    t_fast, t_slow = bench.measure([fast, slow], policy, items=8)
+    policy = TimingPolicy(warmup_runs=3, warmup_s=0.0, min_reps=10, budget_s=0.3, block_s=0.01)
+    t_fast, t_slow = measure([fast, slow], policy, items=8)
     # a sleep lasts at least what it asks for, so these bounds hold on any machine
     assert t_fast.median_ms >= 1.0 and t_slow.median_ms >= 4.0
     assert t_slow.median_ms > t_fast.median_ms
@@ -95,9 +101,9 @@ def test_measure_stops_at_the_budget_and_says_unstable():
     def alternating():  # two very different durations: the halves' medians cannot agree within 1 %
         time.sleep(next(samples))
 
-    policy = bench.TimingPolicy(warmup_runs=1, warmup_s=0.0, min_reps=4, budget_s=0.1, block_s=0.0, rel_tol=0.0)
+    policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_reps=4, budget_s=0.1, block_s=0.0, rel_tol=0.0)
     start = time.perf_counter()
-    (t,) = bench.measure([alternating], policy)
+    (t,) = measure([alternating], policy)
     assert time.perf_counter() - start < 2.0
     assert t.stable is False
 
@@ -123,7 +129,7 @@ def test_placement_counts_each_node_once_and_lists_the_ones_elsewhere(tmp_path):
         _node("shape_0", "Shape", "CPUExecutionProvider"),
         _node("attn", "Attention", "CUDAExecutionProvider"),
     ]
-    placement = bench.read_placement(_profile(tmp_path, events), "CUDAExecutionProvider")
+    placement = read_placement(_profile(tmp_path, events), "CUDAExecutionProvider")
     assert placement.by_provider == {"CUDAExecutionProvider": 2, "CPUExecutionProvider": 1}
     assert placement.fused_nodes == 1
     assert placement.elsewhere == [{"node": "shape_0", "op": "Shape", "provider": "CPUExecutionProvider"}]
@@ -133,7 +139,7 @@ def test_placement_counts_each_node_once_and_lists_the_ones_elsewhere(tmp_path):
 
 def test_fused_node_on_another_provider_fails(tmp_path):
     events = [_node("fused_0", OP_TYPE, "CUDAExecutionProvider"), _node("fused_1", OP_TYPE, "CPUExecutionProvider")]
-    placement = bench.read_placement(_profile(tmp_path, events), "CUDAExecutionProvider")
+    placement = read_placement(_profile(tmp_path, events), "CUDAExecutionProvider")
     with pytest.raises(ProviderPlacementError, match=r"1 of 2 FusedLinearGelu nodes ran on CPU instead of CUDA") as e:
         placement.check_fused()
     assert e.value.exit_code == 4
@@ -142,14 +148,14 @@ def test_fused_node_on_another_provider_fails(tmp_path):
 def test_cli_exit_code_4_when_the_fused_node_runs_elsewhere(models, monkeypatch):
     """Exit 4 and one line when ORT placed the fused node on another provider (simulated here: on a
     CPU-only machine it cannot happen for real)."""
-    real = bench.read_placement
+    real = placement_module.read_placement
 
     def moved(profile_file, requested):
         placement = real(profile_file, requested)
         placement.elsewhere.append({"node": "fused", "op": OP_TYPE, "provider": "XnnpackExecutionProvider"})
         return placement
 
-    monkeypatch.setattr(bench, "read_placement", moved)
+    monkeypatch.setattr(placement_module, "read_placement", moved)
     code, _, err = run_cli(models[1], "--provider", "cpu", "--budget", "0.05")  # progress bar left on
     assert code == 4
     assert err.count("\n") == 1 and "ran on Xnnpack instead of CPU" in err
@@ -166,7 +172,7 @@ def test_model_against_baseline_json_and_plot(models, tmp_path):
     assert code == 0, err
     assert "speedup" in out and "FusedLinearGelu" in out
     data = json.loads(report_path.read_text())
-    assert data["schema"] == bench.SCHEMA and data["mode"] == "model"
+    assert data["schema"] == SCHEMA and data["mode"] == "model"
     assert data["provider"] == "cpu" and data["cuda_graph"] is False
     assert data["models"] == {"optimized": fused, "baseline": original}
     assert [r["batch"] for r in data["results"]] == [1, 3]
@@ -196,17 +202,17 @@ def test_model_alone_json_on_stdout(models):
 
 
 def test_plot_without_baseline_is_written(models, tmp_path):
-    report = bench.bench_models(models[1], provider="cpu", batches=[1, 2],
-                                policy=bench.TimingPolicy(warmup_runs=2, warmup_s=0.0, min_reps=3, budget_s=0.02))
-    path = bench.write_plot(report, tmp_path / "alone.png")
+    report = bench_models(models[1], provider="cpu", batches=[1, 2],
+                          policy=TimingPolicy(warmup_runs=2, warmup_s=0.0, min_reps=3, budget_s=0.02))
+    path = plot_model_bench(report, tmp_path / "alone.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_batch_shapes_replace_only_dynamic_batch_axes():
     model = linear_gelu_model()
-    plan = bench.batch_shapes(model, {"x": (4, 8, K)}, [2, 2, 5])
+    plan = batch_shapes(model, {"x": (4, 8, K)}, [2, 2, 5])
     assert plan == [(2, {"x": (2, 8, K)}), (5, {"x": (5, 8, K)})]
-    assert bench.batch_shapes(model, {}, None) == [(1, {"x": (1, 8, K)})]
+    assert batch_shapes(model, {}, None) == [(1, {"x": (1, 8, K)})]
 
 
 # --- op mode ----------------------------------------------------------------------------------------------
@@ -235,7 +241,7 @@ def test_op_mode_reports_time_flops_bytes_against_ceilings():
 def test_op_models_compute_the_same_thing():
     from onnxfuse.runtime import create_session
 
-    fused, unfused = bench.op_models(8, 16, 12, "fp32", "tanh")
+    fused, unfused = op_models(8, 16, 12, "fp32", "tanh")
     x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
     (y_fused,) = create_session(fused, providers="cpu").run(None, {"X": x})
     (y_unfused,) = create_session(unfused, providers="cpu").run(None, {"X": x})
@@ -243,8 +249,8 @@ def test_op_models_compute_the_same_thing():
 
 
 def test_ceilings_are_measured_when_not_given():
-    policy = bench.TimingPolicy(warmup_runs=2, warmup_s=0.0, min_reps=3, budget_s=0.05)
-    c = bench.measure_ceilings("cpu", "fp32", policy, gemm_size=64, copy_bytes=1 << 20)
+    policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_reps=3, budget_s=0.05)
+    c = measure_ceilings("cpu", "fp32", policy, gemm_size=64, copy_bytes=1 << 20)
     assert c.tflops > 0 and c.gbps > 0
     assert c.tflops_source.startswith("measured: MatMul 64×64×64") and c.gbps_source.startswith("measured: copy of 1 MiB")
 

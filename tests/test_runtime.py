@@ -73,7 +73,7 @@ def test_missing_model_is_bad_input(tmp_path):
 def test_broken_model_is_bad_input(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00garbage")
-    with pytest.raises(BadInputError, match="onnxruntime cannot open"):
+    with pytest.raises(BadInputError, match="ONNX Runtime cannot load"):
         runtime.create_session(bad, providers="cpu")
 
 
@@ -126,3 +126,117 @@ def test_plain_register_custom_ops_library_works(library_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert abs(float(out.stdout.split()[-1]) - 2.99595) < 1e-4
+
+
+# --- create_session's options: what bench, compare and doctor ask of the one session opener ---------------
+
+
+def test_as_written_and_quiet_sessions():
+    sess = runtime.create_session(runtime.probe_model(), providers="cpu", as_written=True, quiet=True)
+    options = sess.get_session_options()
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert options.log_severity_level == 3
+    plain = runtime.create_session(runtime.probe_model(), providers="cpu").get_session_options()
+    assert plain.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+
+
+def test_a_plain_model_opens_without_the_library(monkeypatch, tmp_path):
+    from onnx import TensorProto, helper
+
+    monkeypatch.setenv(runtime.LIBRARY_ENV, str(tmp_path / "nope.so"))
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "plain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    plain = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    (y,) = runtime.create_session(plain, providers="cpu", with_library=False).run(None, {"x": np.array([-1.0, 2.0], np.float32)})
+    assert y.tolist() == [0.0, 2.0]
+    with pytest.raises(BadInputError, match="is not a file"):
+        runtime.create_session(plain, providers="cpu")
+
+
+def test_profile_dir_collects_the_trace(tmp_path):
+    sess = runtime.create_session(runtime.probe_model(), providers="cpu", profile_dir=tmp_path)
+    sess.run(None, FEEDS)
+    trace = sess.end_profiling()
+    assert os.path.dirname(os.path.abspath(trace)) == str(tmp_path) and os.path.getsize(trace) > 0
+
+
+class _RecordingSession:
+    """Stands in for ORT's InferenceSession: records what create_session hands ORT, so the CUDA options can
+    be checked on a machine without a GPU."""
+
+    seen: list = []
+
+    def __init__(self, source, sess_options=None, providers=None, provider_options=None):
+        self.options, self.providers = sess_options, providers
+        _RecordingSession.seen.append(self)
+
+    def get_providers(self):
+        return [p[0] if isinstance(p, tuple) else p for p in self.providers]
+
+
+@pytest.fixture
+def pretend_cuda(monkeypatch):
+    monkeypatch.setattr(runtime, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(runtime.ort, "get_available_providers", lambda: [runtime.CUDA, runtime.CPU])
+    monkeypatch.setattr(runtime.ort, "InferenceSession", _RecordingSession)
+    monkeypatch.setattr(runtime, "preload_cuda_libraries", lambda: None)
+    _RecordingSession.seen = []
+
+
+def _no_cpu_fallback(options: ort.SessionOptions) -> bool:
+    try:
+        return options.get_session_config_entry("session.disable_cpu_ep_fallback") == "1"
+    except RuntimeError:  # ORT's answer for a key never set
+        return False
+
+
+def test_cuda_graph_and_no_cpu_fallback_reach_ort(pretend_cuda):
+    sess = runtime.create_session(runtime.probe_model(), providers="cuda", cuda_graph=True)
+    assert sess.providers == [(runtime.CUDA, {"enable_cuda_graph": "1"}), runtime.CPU]
+    assert not _no_cpu_fallback(sess.options)
+    strict = runtime.create_session(runtime.probe_model(), providers="cuda", cpu_fallback=False)
+    assert strict.providers == [runtime.CUDA]  # ORT refuses the option while the CPU is listed
+    assert _no_cpu_fallback(strict.options)
+
+
+def test_cuda_asked_for_must_really_start(pretend_cuda, monkeypatch):
+    monkeypatch.setattr(_RecordingSession, "get_providers", lambda self: [runtime.CPU])  # ORT's quiet fallback
+    with pytest.raises(BadInputError, match="CUDA provider was asked for but is not usable here .*cuDNN"):
+        runtime.create_session(runtime.probe_model(), providers="cuda")
+    assert runtime.create_session(runtime.probe_model()).providers == [runtime.CUDA, runtime.CPU]  # auto may
+
+
+def test_cpu_sessions_ignore_the_cuda_only_options():
+    sess = runtime.create_session(runtime.probe_model(), providers="cpu", cpu_fallback=False)
+    assert sess.get_providers() == [runtime.CPU] and sess.run(None, FEEDS)[0].shape == (2, 4)
+    assert not _no_cpu_fallback(sess.get_session_options())
+    with pytest.raises(ValueError, match="cuda_graph needs the CUDA provider"):
+        runtime.create_session(runtime.probe_model(), providers="cpu", cuda_graph=True)
+
+
+def test_label_names_the_model_ort_cannot_open():
+    broken = runtime.probe_model()
+    broken.graph.node[0].op_type = "NoSuchOp"
+    with pytest.raises(BadInputError, match=r"^ONNX Runtime cannot load the broken model: .*NoSuchOp"):
+        runtime.create_session(broken, providers="cpu", label="the broken model")
+
+
+def test_one_wording_for_cuda_that_cannot_be_had():
+    if runtime.cuda_usable():
+        pytest.skip("CUDA is usable here")
+    for ask in ("cuda", [runtime.CUDA, runtime.CPU]):
+        with pytest.raises(BadInputError, match=r"^the CUDA provider was asked for but is not usable here \(.+\); "
+                                                r"use the CPU provider \(--provider cpu\)$"):
+            runtime.create_session(runtime.probe_model(), providers=ask)
+    assert runtime.create_session(runtime.probe_model()).get_providers() == [runtime.CPU]  # auto: the CPU
+
+
+def test_one_provider_map():
+    assert runtime.provider_list("cpu") == [runtime.CPU]
+    if runtime.cuda_usable():
+        assert runtime.provider_list("cuda") == [runtime.CUDA, runtime.CPU]
+    with pytest.raises(BadInputError, match="unknown provider 'CPU': use cpu or cuda"):
+        runtime.provider_list("CPU")  # exact names; resolve_providers accepts any case
+    assert runtime.resolve_providers("CPU") == [runtime.CPU]
+    assert runtime.short_name(runtime.CUDA) == "CUDA"

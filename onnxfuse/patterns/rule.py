@@ -27,6 +27,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
+from ..dtypes import dtype_name
 from .graph import GraphView, is_op
 
 T = onnx.TensorProto
@@ -163,13 +164,6 @@ def close_to(value: float, ref: float, dtype: int, ulps: float = 2.0) -> bool:
     A literal rounded to its own precision (and a product of two such literals) lands within that; a
     constant that merely resembles ``ref`` (1.414 for √2, 0.7978 for √(2/π) in float32) does not."""
     return abs(value - ref) <= ulps * ulp(ref, dtype)
-
-
-def dtype_name(dtype: int | None) -> str:
-    if dtype is None:
-        return "unknown"
-    names = {T.FLOAT: "float32", T.FLOAT16: "float16", T.BFLOAT16: "bfloat16", T.DOUBLE: "float64"}
-    return names.get(dtype) or onnx.helper.tensor_dtype_to_string(dtype).removeprefix("TensorProto.").lower()
 
 
 _NP = {T.FLOAT: np.float32, T.FLOAT16: np.float16, T.BFLOAT16: ml_dtypes.bfloat16, T.DOUBLE: np.float64}
