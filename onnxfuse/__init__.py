@@ -2,11 +2,12 @@
 
 Public API:
     DOMAIN               the custom-op domain (``ai.onnxfuse``)
+    DOMAIN_VERSION       the domain's opset version, for ``helper.make_opsetid(DOMAIN, DOMAIN_VERSION)``
     get_library_path()   path of the custom-op library to give ``SessionOptions.register_custom_ops_library``
     create_session()     an ``onnxruntime.InferenceSession`` with the library registered
 """
 
-from .domain import DOMAIN, OP_TYPE, OP_VERSION
+from .domain import DOMAIN, DOMAIN_VERSION, OP_TYPE, OP_VERSION
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,4 @@ def create_session(model, providers=None, **kwargs):
     return _create(model, providers=providers, **kwargs)
 
 
-__all__ = ["DOMAIN", "OP_TYPE", "OP_VERSION", "get_library_path", "create_session", "__version__"]
+__all__ = ["DOMAIN", "DOMAIN_VERSION", "OP_TYPE", "OP_VERSION", "get_library_path", "create_session", "__version__"]

@@ -429,10 +429,10 @@ def _render_model_bench(report) -> None:
         table.add_row(*cells)
     console.print(table)
     for role, placement in report.placement.items():
-        fused = f"; {placement.fused_nodes} FusedLinearGelu" if placement.fused_nodes else ""
+        fused = "".join(f"; {n} {op}" for op, n in placement.fused_by_op.items())
         console.print(f"{role}: {placement.summary()}{fused}", highlight=False)
     if report.placement["optimized"].fused_nodes == 0:
-        console.print("[yellow]note[/]: the optimized model has no FusedLinearGelu node (was it optimized by onnxfuse?)")
+        console.print("[yellow]note[/]: the optimized model has no fused node (was it optimized by onnxfuse?)")
     if any(not t.stable for r in report.results for t in (r.optimized, r.baseline) if t is not None):
         console.print("[yellow]*[/] median not stable within --budget (the two halves of the runs differ by > 1 %); "
                       "give a larger --budget or a quieter machine", highlight=False)

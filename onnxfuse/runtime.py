@@ -28,7 +28,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from .domain import DOMAIN, OP_TYPE, OP_VERSION
+from .domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
 from .errors import BadInputError, one_line
 
 LIBRARY_ENV = "ONNXFUSE_LIBRARY"
@@ -358,7 +358,7 @@ def probe_model(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
     )
     return helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", _OPSET), helper.make_opsetid(DOMAIN, OP_VERSION)],
+        opset_imports=[helper.make_opsetid("", _OPSET), helper.make_opsetid(DOMAIN, DOMAIN_VERSION)],
         ir_version=_IR_VERSION,
     )
 

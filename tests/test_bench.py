@@ -150,8 +150,8 @@ def test_cli_exit_code_4_when_the_fused_node_runs_elsewhere(models, monkeypatch)
     CPU-only machine it cannot happen for real)."""
     real = placement_module.read_placement
 
-    def moved(profile_file, requested):
-        placement = real(profile_file, requested)
+    def moved(profile_file, requested, fused_ops=None):
+        placement = real(profile_file, requested, fused_ops)
         placement.elsewhere.append({"node": "fused", "op": OP_TYPE, "provider": "XnnpackExecutionProvider"})
         return placement
 

@@ -327,7 +327,7 @@ def test_report_to_dict_is_json_and_complete(files):
 
 def test_fused_model_against_its_unfused_original(library_path):
     """The real use: a model with a FusedLinearGelu node judged against the subgraph it replaced."""
-    from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+    from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
 
     fused_node = helper.make_node(OP_TYPE, ["x", "Wt", "B"], ["y"], domain=DOMAIN, approximate="none")
     fused = helper.make_model(
@@ -338,7 +338,7 @@ def test_fused_model_against_its_unfused_original(library_path):
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", N])],
             [numpy_helper.from_array(np.ascontiguousarray(W.T), "Wt"), numpy_helper.from_array(B, "B")],
         ),
-        opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, OP_VERSION)],
+        opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, DOMAIN_VERSION)],
         ir_version=10,
     )
     report = compare_models(linear_gelu("erf"), fused, samples=2, progress=False)
@@ -480,7 +480,7 @@ def test_gate_passes_the_fused_op_at_bert_base_size(dtype, provider, library_pat
     runs on TF32 Tensor Cores in both ORT's MatMul and the fused kernel: the float32/cuda tolerance is the
     one that must hold there. bfloat16's reference is the float32 subgraph between Casts (ORT has few
     bfloat16 kernels), fed the same bfloat16 weights."""
-    from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+    from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
     from onnxfuse.runtime import cuda_usable
 
     if provider == "cuda" and not cuda_usable():
@@ -492,7 +492,7 @@ def test_gate_passes_the_fused_op_at_bert_base_size(dtype, provider, library_pat
     np_type = np.dtype(ml_dtypes.bfloat16) if dtype == TensorProto.BFLOAT16 else helper.tensor_dtype_to_np_dtype(dtype)
     x_info = helper.make_tensor_value_info("x", dtype, ["batch", "sequence", k])
     y_info = helper.make_tensor_value_info("y", dtype, ["batch", "sequence", n])
-    opsets = [helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, OP_VERSION)]
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, DOMAIN_VERSION)]
     fused = helper.make_model(
         helper.make_graph(
             [helper.make_node(OP_TYPE, ["x", "W", "B"], ["y"], domain=DOMAIN, approximate="none")],

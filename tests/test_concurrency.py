@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
 
 THREADS = 16
 RUNS = 200
@@ -39,7 +39,7 @@ def _model(dtype: int, m_dim, k: int, n: int, approximate: str, trans_b: int, se
         x = f"y{i}"
     graph = helper.make_graph(nodes, "concurrency", [helper.make_tensor_value_info("x", dtype, ["batch", m_dim, k])],
                               [helper.make_tensor_value_info(x, dtype, ["batch", m_dim, dims[3]])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, OP_VERSION)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, DOMAIN_VERSION)])
     model.ir_version = 10
     return model
 

@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxfuse.domain import DOMAIN, OP_TYPE
+from onnxfuse.errors import ProviderPlacementError
 from onnxfuse.fuse import fuse_model
 from onnxfuse.patterns import Plan, Refusal, default_rules
 from onnxfuse.patterns.graph import GraphView, is_op
@@ -138,3 +139,19 @@ def test_the_default_rules_leave_silu_alone():
 def test_approximate_configures_the_default_rules_only():
     with pytest.raises(ValueError, match="configures the default rules"):
         fuse_model(_silu_model(), rules=RULES, approximate="tanh")
+
+
+def test_placement_checks_every_op_the_rules_write(tmp_path):
+    """bench's placement check holds the nodes of every rule to the requested provider, by what the rules
+    say they emit: a real ORT profile of the SiLU-fused model on the CPU."""
+    from onnxfuse.bench.placement import profile_placement
+    from onnxfuse.patterns import emitted_op_types
+
+    assert "FusedLinearGelu" in emitted_op_types()  # the default rules
+    fused = fuse_model(_silu_model(), rules=RULES).model.SerializeToString()
+    feeds = {"x": np.ones((2, 8), np.float32)}
+    placement = profile_placement(fused, "cpu", feeds, fused_ops=emitted_op_types(RULES))
+    assert placement.fused_by_op == {"QuickGelu": 1} and placement.fused_nodes == 1
+    placement.elsewhere.append({"node": "mul/QuickGelu", "op": "QuickGelu", "provider": "XnnpackExecutionProvider"})
+    with pytest.raises(ProviderPlacementError, match=r"1 of 1 QuickGelu nodes ran on Xnnpack instead of CPU"):
+        placement.check_fused()

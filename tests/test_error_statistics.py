@@ -27,7 +27,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfuse.compare import run_session
-from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
 
 M, K, N = 512, 768, 2048
 ALPHA = 1.702
@@ -59,7 +59,7 @@ def fused_model(w_nk: np.ndarray, b: np.ndarray, dtype: int, approximate: str) -
     if approximate == "sigmoid":
         node.attribute.append(helper.make_attribute("alpha", ALPHA))
     inits = [numpy_helper.from_array(w_nk, "W"), numpy_helper.from_array(b, "B")]
-    return _model([node], dtype, inits, [helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, OP_VERSION)])
+    return _model([node], dtype, inits, [helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, DOMAIN_VERSION)])
 
 
 def _activation_nodes(src: str, dst: str, approximate: str, compute: int) -> tuple[list, list]:

@@ -22,7 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfuse
-from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
 from onnxfuse.runtime import create_session
 
 _ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
@@ -85,7 +85,7 @@ def op_model(dtype, x_shape, w_shape, bias, approximate="none", trans_b=1, alpha
         nodes.append(helper.make_node("Cast", ["Y_bf16"], ["Y"], to=TensorProto.FLOAT))
     graph = helper.make_graph(nodes, "op", graph_inputs, [helper.make_tensor_value_info("Y", io_t, None)], initializers)
     return helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, OP_VERSION)], ir_version=10
+        graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, DOMAIN_VERSION)], ir_version=10
     )
 
 

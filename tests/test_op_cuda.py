@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION
+from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
 from onnxfuse.runtime import CUDA, cuda_device_count
 
 
@@ -82,7 +82,7 @@ def _graph_io(dtype: str, x_shape, y_shape, body_in: str, body_out: str):
 
 
 def _model(nodes, inputs, outputs, inits, fused: bool):
-    opsets = [helper.make_opsetid("", 20)] + ([helper.make_opsetid(DOMAIN, OP_VERSION)] if fused else [])
+    opsets = [helper.make_opsetid("", 20)] + ([helper.make_opsetid(DOMAIN, DOMAIN_VERSION)] if fused else [])
     graph = helper.make_graph(nodes, "linear_gelu", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
 
@@ -450,7 +450,7 @@ def test_bad_shapes_are_errors_not_crashes(library):
              helper.make_tensor_value_info("W", TensorProto.FLOAT16, ["N", "K2"])],
             [helper.make_tensor_value_info("Y", TensorProto.FLOAT16, None)],
         ),
-        opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, OP_VERSION)],
+        opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(DOMAIN, DOMAIN_VERSION)],
         ir_version=10,
     ).SerializeToString()
     sess = cuda_session(so_model, library)

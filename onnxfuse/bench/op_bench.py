@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..domain import DOMAIN, OP_TYPE, OP_VERSION
+from ..domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
 from ..errors import BadInputError, ProviderPlacementError
 from ..runtime import create_session
 from .device_run import DeviceRun
@@ -63,7 +63,7 @@ def op_models(m: int, k: int, n: int, dtype: str = "fp32", approximate: str = "n
     fused_node = helper.make_node(OP_TYPE, ["X", "W", "B"], ["Y"], name="fused", domain=DOMAIN, approximate=approximate, transB=1)
     fused = helper.make_model(
         helper.make_graph([fused_node], "fused_linear_gelu", [x], [y], [initializer(w_nk, dtype, "W"), initializer(bias, dtype, "B")]),
-        opset_imports=[helper.make_opsetid("", _BASELINE_OPSET), helper.make_opsetid(DOMAIN, OP_VERSION)],
+        opset_imports=[helper.make_opsetid("", _BASELINE_OPSET), helper.make_opsetid(DOMAIN, DOMAIN_VERSION)],
     )
     unfused_nodes = [
         helper.make_node("MatMul", ["X", "W"], ["XW"], name="matmul"),

@@ -13,7 +13,7 @@ adding a rule to :func:`default_rules`.
 from __future__ import annotations
 
 from .linear_gelu import ACTIVATION_RULES, APPROXIMATIONS, LinearGelu
-from .rule import Activation, FusionRule, NewTensor, Plan, Refusal
+from .rule import Activation, FusionRule, NewTensor, OpKey, Plan, Refusal
 
 
 def default_rules(approximate: str | None = None) -> tuple[FusionRule, ...]:
@@ -22,5 +22,16 @@ def default_rules(approximate: str | None = None) -> tuple[FusionRule, ...]:
     return (LinearGelu(approximate),)
 
 
+def emitted_ops(rules: tuple[FusionRule, ...] | None = None) -> tuple[OpKey, ...]:
+    """(domain, op_type) of every node ``rules`` (default: :func:`default_rules`) may write."""
+    rules = default_rules() if rules is None else rules
+    return tuple(dict.fromkeys(op for rule in rules for op in rule.emits))
+
+
+def emitted_op_types(rules: tuple[FusionRule, ...] | None = None) -> tuple[str, ...]:
+    """The op types of :func:`emitted_ops` (what ORT's profiler names a node by)."""
+    return tuple(dict.fromkeys(op_type for _, op_type in emitted_ops(rules)))
+
+
 __all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "FusionRule", "LinearGelu", "NewTensor", "Plan",
-           "Refusal", "default_rules"]
+           "Refusal", "default_rules", "emitted_op_types", "emitted_ops"]
