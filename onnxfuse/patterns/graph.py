@@ -305,6 +305,34 @@ class GraphView:
         return self._types.get(name, (None, None))[1]
 
 
+_RANK_KEEPING = {"Identity", "Cast", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid",
+                 "Relu", "Gelu", "Softmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool"}
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min"}
+_RANK_DEPTH = 64
+
+
+def rank_of(view: GraphView, name: str, depth: int = 0) -> int | None:
+    """The rank of ``name`` where shape inference left it unknown, from the few ops whose output rank
+    follows from their inputs': elementwise ops (the largest rank of their operands, all known), and a
+    Reshape (the length of its target shape). ONNX's inference stops at a Reshape whose target is
+    computed at run time (tf2onnx's tensordot), though the rank it gives is plain."""
+    shape = view.shape(name)
+    if shape is not None:
+        return len(shape)
+    node = view.producer_of(name)
+    if node is None or depth > _RANK_DEPTH or node.domain not in _DEFAULT_DOMAINS:
+        return None
+    if node.op_type == "Reshape" and len(node.input) == 2:
+        target = view.shape(node.input[1])
+        return target[0] if target is not None and len(target) == 1 and isinstance(target[0], int) else None
+    if node.op_type in _RANK_KEEPING and node.input:
+        return rank_of(view, node.input[0], depth + 1)
+    if node.op_type in _BROADCASTING and node.input:
+        ranks = [rank_of(view, t, depth + 1) for t in node.input if t]
+        return None if None in ranks else max(ranks)
+    return None
+
+
 def infer_types(model: onnx.ModelProto) -> onnx.GraphProto:
     """Shape inference on a weightless copy of ``model`` (its graph, node for node the model's, with the
     inferred ``value_info`` in it and its subgraphs): large initializers become typed graph inputs, so

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..domain import SUPPORTED_DTYPES
-from .graph import GraphView, attr, is_op
+from .graph import GraphView, attr, is_op, rank_of
 from .rule import Activation, Fusion, NewTensor, Refusal, T, dtype_name, operand_orders
 
 RULE = "linear"
@@ -178,22 +178,25 @@ def _tensordot(view: GraphView, back: int) -> _Linear | str:
     x, target = flat.input[0], _int_list(view.small_value(flat.input[1]))
     if target != [-1, k]:
         return f"Reshape '{view.node_name(flat_i)}' flattens to {_shown(target)}, not [-1, K={k}]"
-    x_shape = view.shape(x)
-    if x_shape is None or len(x_shape) < 2:
-        return f"the rank of X '{x}' is {'unknown' if x_shape is None else len(x_shape)}"
-    if x_shape[-1] != k:
-        return (f"X '{x}' has last dim {x_shape[-1]!r}, not K={k}: the Reshape to [-1, {k}] would mix its "
+    rank = rank_of(view, x)
+    if rank is None or rank < 2:
+        return f"the rank of X '{x}' is {'unknown' if rank is None else rank}"
+    # X's last dim need not be known: restoring X's leading dims from the [-1, K] rows only succeeds when
+    # the rows are X's leading dims, i.e. when X's last dim is K. A known other one is a different reshape.
+    x_shape = view.shape(x) or (None,) * rank
+    if isinstance(x_shape[-1], int) and x_shape[-1] != k:
+        return (f"X '{x}' has last dim {x_shape[-1]}, not K={k}: the Reshape to [-1, {k}] would mix its "
                 "axes")
-    restored = _dims(view, restore.input[1], x, len(x_shape))
-    want = [("dim", i) for i in range(len(x_shape) - 1)] + [("const", n)]
+    restored = _dims(view, restore.input[1], x, rank)
+    want = [("dim", i) for i in range(rank - 1)] + [("const", n)]
     got = None if restored is None else [
-        ("dim", i) if kind == "const" and i < len(x_shape) - 1 and x_shape[i] == v else (kind, v)
+        ("dim", i) if kind == "const" and i < rank - 1 and x_shape[i] == v else (kind, v)
         for i, (kind, v) in enumerate(restored)]
     if got != want:
         seen = "not computed from Shape(X)" if restored is None else "[" + ", ".join(
             f"X.shape[{v}]" if kind == "dim" else str(v) for kind, v in restored) + "]"
         return (f"Reshape '{view.node_name(back)}' restores {seen}, not X's leading dims and N={n} "
-                f"({'[' + ', '.join(f'X.shape[{i}]' for i in range(len(x_shape) - 1)) + f', {n}]'})")
+                f"({'[' + ', '.join(f'X.shape[{i}]' for i in range(rank - 1)) + f', {n}]'})")
     alpha = float(attr(node, "alpha", 1.0)) if is_op(node, "Gemm") else 1.0
     biases: list[tuple[str, float]] = []
     if is_op(node, "Gemm") and len(node.input) > 2 and node.input[2] and float(attr(node, "beta", 1.0)) != 0.0:
