@@ -476,7 +476,7 @@ REWRITES: list[Rewrite] = [
     Rewrite("vit_torchscript_op15", "fp16raw", "ort-fp16-converter", "must be topologically sorted",
             "onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True) on the raw export: "
             "the input Casts are appended at the end of the node list, out of topological order"),
-    Rewrite("bert_torchscript_op14", "gsunshaped", "graphsurgeon", "Field 'shape' of 'type' is required",
+    Rewrite("bert_freshinit_torchscript_op17", "gsunshaped", "graphsurgeon", "Field 'shape' of 'type' is required",
             "onnx-graphsurgeon import/export with the graph outputs' shapes unknown: outputs typed without a shape"),
 ]
 

@@ -4,7 +4,7 @@ the checker wherever the input does and adds no checker error the input did not 
 ORT refuses too) still exits 2.
 
 The committed files are the real thing: ``vit_torchscript_op15_fp16raw`` (ORT's float16 converter
-appends the input Casts at the end of the node list) and ``bert_torchscript_op14_gsunshaped``
+appends the input Casts at the end of the node list) and ``bert_freshinit_torchscript_op17_gsunshaped``
 (onnx-graphsurgeon writes outputs typed without a shape)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.reference_ops import run
 
 MODELS = Path(__file__).resolve().parent / "models"
 FP16_CONVERTER = MODELS / "vit_torchscript_op15_fp16raw.onnx"
-GRAPHSURGEON = MODELS / "bert_torchscript_op14_gsunshaped.onnx"
+GRAPHSURGEON = MODELS / "bert_freshinit_torchscript_op17_gsunshaped.onnx"
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:
