@@ -220,12 +220,14 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
     from .patterns.graph import node_reads
 
     moved = False
+    scope = None  # what a subgraph may read from here: everything this graph and its enclosing ones define
     for node in graph.node:
         for a in node.attribute:
             for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                scope = outer | {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
-                    o for n in graph.node for o in n.output if o}
-                moved |= _sort_nodes(g, path, frozenset(scope))
+                if scope is None:
+                    scope = outer | {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
+                        o for n in graph.node for o in n.output if o}
+                moved |= _sort_nodes(g, path, scope)
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer if t.values.name}
     producer: dict[str, int] = {}
@@ -339,6 +341,24 @@ def _onnxruntime_error(path: str, model: onnx.ModelProto) -> str | None:
     return None
 
 
+def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
+    """The checker's verdict on the sorted model, which exists in memory only. The checker looks for
+    external data relative to a model *file*, so external initializers are judged by their type and
+    dims: as graph inputs of a copy (their data files were checked by ``_external_span`` already)."""
+    if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
+        return checker_error(model)
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    declared = {v.name for v in light.graph.input}
+    kept = [t for t in light.graph.initializer if t.data_location != EXTERNAL]
+    for t in light.graph.initializer:
+        if t.data_location == EXTERNAL and t.name not in declared:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    del light.graph.initializer[:]
+    light.graph.initializer.extend(kept)
+    return checker_error(light)
+
+
 @dataclass
 class LoadNotes:
     """What :func:`load_model` tolerated in an input ONNX Runtime runs: said to the user as warnings, and
@@ -404,7 +424,7 @@ def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | Non
         _external_span(t, base_dir)
     if checkable(model):
         # full (shape inference) as the output will be; the sorted model is what gets rewritten
-        error = checker_error(model if notes.reordered else path)
+        error = _sorted_checker_error(model) if notes.reordered else checker_error(path)
         if error is not None:
             if _onnxruntime_error(path, model) is not None:
                 raise BadInputError(f"{path}: not a valid ONNX model: {error}")
