@@ -10,7 +10,9 @@ the batch and sequence dims dynamic:
   (``0.5·x·(1 + erf(x/√2))`` with ``tf.math.erf``): the tensordot with its bias Add;
 * ``keras_encoder_freshinit_tf2onnx_op17``: Keras' default initialisation (zero biases): the tensordot
   without an Add;
-* ``keras_dense_tanh_tf2onnx_op15``: random biases, Keras' own ``gelu(approximate=True)``.
+* ``keras_dense_tanh_tf2onnx_op15``: random biases, Keras' own ``gelu(approximate=True)``;
+* ``keras_dense_tanh_tf2onnx_op15_ortopt``: that one after ONNX Runtime's transformers optimizer with
+  ``model_type="bert_tf"`` (its GELU becomes ``com.microsoft.FastGelu``; the tensordot stays).
 
     /work/tfvenv/bin/python scripts/make_tf_test_models.py   # a venv with the export-tf extra
 
@@ -129,6 +131,34 @@ def export(stem: str, out_dir: Path) -> dict:
     }
 
 
+# (source stem, ORT transformers-optimizer arguments): the Keras exports as ORT's optimizer rewrites them
+ORT_POST = {"keras_dense_tanh_tf2onnx_op15": dict(model_type="bert_tf", num_heads=2, hidden_size=HIDDEN)}
+
+
+def ort_optimize(entry: dict, out_dir: Path) -> dict:
+    import logging
+
+    import onnxruntime
+    from onnxruntime.transformers import optimizer
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    src = out_dir / entry["file"]
+    args = ORT_POST[src.stem]
+    path = out_dir / f"{src.stem}_ortopt.onnx"
+    opt = optimizer.optimize_model(str(src), opt_level=0, use_gpu=False, **args)
+    opt.save_model_to_file(str(path))
+    proto = onnx.load(str(path))
+    ops: dict[str, int] = {}
+    for n in proto.graph.node:
+        key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        if key in ("Erf", "Tanh", "Pow", "Gemm", "MatMul", "com.microsoft.FastGelu", "com.microsoft.BiasGelu",
+                   "com.microsoft.Gelu"):
+            ops[key] = ops.get(key, 0) + 1
+    return {**entry, "file": path.name, "post": "ort-optimizer", "ort_optimizer": dict(args, opt_level=0),
+            "ops": dict(sorted(ops.items())), "bytes": path.stat().st_size,
+            "generator": {**entry["generator"], "onnxruntime": onnxruntime.__version__}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="write the models here instead of tests/models/ (manifest untouched)")
@@ -136,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out or MANIFEST.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = [export(stem, out_dir) for stem in MODELS]
+    entries += [ort_optimize(e, out_dir) for e in list(entries) if Path(e["file"]).stem in ORT_POST]
     for e in entries:
         print(f"wrote {out_dir / e['file']}", e["ops"], f"{e['bytes']} bytes")
     if args.out is None:
