@@ -562,13 +562,14 @@ def compare_models(
         for name in output_names
     }
 
-    first_ref = None
+    seconds_ref = seconds_opt = 0.0
+    first_ref = None  # the original's outputs on sample 0, from finding the sizes it runs at
     if feeds is None:
-        shapes, first_ref, chosen = _runnable_sizes(ref_session, original_model, specs, shapes, output_names, seed)
+        shapes, first_ref, seconds_ref, chosen = _runnable_sizes(ref_session, original_model, specs, shapes,
+                                                                 output_names, seed)
         if chosen:
             source += f"; dynamic sizes {chosen}"
 
-    seconds_ref = seconds_opt = 0.0
     input_shapes: dict[str, list[int]] = {}
     with _progress(progress and count > 1, count) as advance:
         for i in range(count):
@@ -612,23 +613,25 @@ def compare_models(
 
 def _runnable_sizes(session, model: onnx.ModelProto, specs, shapes, output_names: list[str], seed: int):
     """The dynamic sizes to draw random samples at: the defaults, or the largest halving of the defaulted
-    non-batch dims the original model runs at (``inputs.size_candidates``). Returns (shapes, the original's
-    outputs on sample 0 at those shapes, the sizes said to the user when they are not the defaults or
-    None). Raises ``BadInputError`` naming the ``--shape`` to give when the model runs at none."""
+    non-batch dims the original model runs at (``inputs.size_candidates``). Returns (every input's shape,
+    the original's outputs on sample 0 at those shapes and the seconds that run took, the sizes said to
+    the user when they are not the defaults or None). Raises ``BadInputError`` naming the ``--shape`` to
+    give when the model runs at none."""
     candidates = size_candidates(specs, shapes)
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # a size the model does not run is an answer here, not an error to log
     first_error = None
     for k, (candidate, label) in enumerate(candidates):
         sample = random_inputs(model, candidate, seed=seed)
+        t0 = time.perf_counter()
         try:
             ref = run_session(session, sample, output_names, quiet)
         except Exception as e:  # noqa: BLE001 - any failure at these sizes: try the next ones
             first_error = first_error or _first_line(e)
             continue
-        if k == 0:
-            return shapes, ref, None
-        return candidate, ref, f"{label} (chosen: the model does not run at {candidates[0][1]})"
+        seconds = time.perf_counter() - t0
+        chosen = None if k == 0 else f"{label} (chosen: the model does not run at {candidates[0][1]})"
+        return candidate, ref, seconds, chosen
     default = random_inputs(model, candidates[0][0], seed=seed)
     shapes_text = ", ".join(f"{k}{list(v.shape)}" for k, v in default.items())
     if len(candidates) == 1:
