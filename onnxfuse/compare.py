@@ -57,8 +57,16 @@ from onnx import TensorProto
 
 from .domain import DOMAIN
 from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
-from .inputs import (Sample, check_sample, input_specs, load_inputs, np_dtype, random_inputs, resolve_shapes,
-                     size_candidates)
+from .inputs import (
+    Sample,
+    check_sample,
+    input_specs,
+    load_inputs,
+    np_dtype,
+    random_inputs,
+    resolve_shapes,
+    size_candidates,
+)
 
 PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],

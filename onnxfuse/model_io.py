@@ -15,8 +15,8 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 
 import numpy as np
