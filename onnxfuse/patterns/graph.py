@@ -3,7 +3,9 @@ constants, and what is known of their type and shape.
 
 Rules reason on this view only. It never loads weights: a constant's *value* is read only when it is small
 (scalars and short vectors), which is all a GELU or Linear rule ever needs to look at; weights are
-described by their dims and dtype alone.
+described by their dims and dtype alone. A constant is a constant however the graph spells it: an
+initializer, a ``Constant`` node, or either one read through ``Identity`` and ``Cast`` nodes
+(:meth:`GraphView.constant_ref` says which stored tensor holds it).
 """
 
 from __future__ import annotations
