@@ -324,7 +324,8 @@ def _onnxruntime_error(path: str, model: onnx.ModelProto) -> str | None:
     """Why ONNX Runtime cannot load the model at ``path`` (None if it can): the judge of inputs
     ``onnx.checker`` rejects, since what ORT runs is what users run. Graph optimizations are off: only
     whether the model is loadable is asked; a model with FusedLinearGelu nodes is loaded with the op
-    library registered."""
+    library registered. (ORT reads the weights to load a model: this runs only for the rare input the
+    checker rejects.)"""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
