@@ -113,6 +113,7 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
             raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
 
     report = optimize_file(model, output, approximate=approximate, before_publish=run_gate if verify else None)
+    _echo_warnings(report)
     if json_path != "-":
         _render_rewrite(report, title=f"{report.model} → {report.output}")
     failed = bool(gate) and not gate[0].passed
@@ -133,10 +134,17 @@ def inspect_command(model, json_out):
     from .fuse import inspect_file
 
     report = inspect_file(model)
+    _echo_warnings(report)
     if json_out:
         _emit_json(report, "-", extra={"exit_code": 0})
     else:
         _render_rewrite(report, title=f"{report.model} (inspect: nothing written)", blocks=True)
+
+
+def _echo_warnings(report) -> None:
+    """What was tolerated in the input, one line each on stderr (stdout stays the report's)."""
+    for line in report.warnings:
+        click.echo(f"onnxfuse: warning: {line}", err=True)
 
 
 def _emit_json(report, json_path, extra: dict | None = None) -> None:

@@ -55,7 +55,15 @@ from onnx import TensorProto
 from .domain import DOMAIN
 from .dtypes import dtype_name
 from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError, one_line
-from .inputs import Sample, check_sample, input_specs, load_inputs, random_inputs, resolve_shapes
+from .inputs import (
+    Sample,
+    check_sample,
+    input_specs,
+    load_inputs,
+    random_inputs,
+    resolve_shapes,
+    size_candidates,
+)
 from .runtime import create_session, provider_list
 
 
@@ -390,10 +398,11 @@ def _to_numpy(value: ort.OrtValue) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.uint16, count=count).copy().view(ml_dtypes.bfloat16).reshape(shape)
 
 
-def run_session(session: ort.InferenceSession, sample: Sample, output_names: list[str]) -> dict[str, np.ndarray]:
+def run_session(session: ort.InferenceSession, sample: Sample, output_names: list[str],
+                run_options: ort.RunOptions | None = None) -> dict[str, np.ndarray]:
     """Run one sample; outputs by name, as numpy arrays (bfloat16 through ml_dtypes)."""
     feeds = {name: _ort_value(array) for name, array in sample.items()}
-    values = session.run_with_ort_values(output_names, feeds)
+    values = session.run_with_ort_values(output_names, feeds, run_options)
     return {name: _to_numpy(v) for name, v in zip(output_names, values)}
 
 
@@ -497,6 +506,13 @@ def compare_models(
     }
 
     seconds_ref = seconds_opt = 0.0
+    first_ref = None  # the original's outputs on sample 0, from finding the sizes it runs at
+    if feeds is None:
+        shapes, first_ref, seconds_ref, chosen = _runnable_sizes(ref_session, original_model, specs, shapes,
+                                                                 output_names, seed)
+        if chosen:
+            source += f"; dynamic sizes {chosen}"
+
     input_shapes: dict[str, list[int]] = {}
     with _progress(progress and count > 1, count) as advance:
         for i in range(count):
@@ -505,7 +521,7 @@ def compare_models(
                 input_shapes = {k: list(v.shape) for k, v in sample.items()}
             t0 = time.perf_counter()
             try:
-                ref = run_session(ref_session, sample, output_names)
+                ref = first_ref if i == 0 and first_ref is not None else run_session(ref_session, sample, output_names)
             except Exception as e:
                 shapes_text = ", ".join(f"{k}{list(v.shape)}" for k, v in sample.items())
                 hint = "; give dynamic dims with --shape" if feeds is None else ""
@@ -536,6 +552,38 @@ def compare_models(
         seconds_original=seconds_ref,
         seconds_optimized=seconds_opt,
     )
+
+
+def _runnable_sizes(session, model: onnx.ModelProto, specs, shapes, output_names: list[str], seed: int):
+    """The dynamic sizes to draw random samples at: the defaults, or the largest halving of the defaulted
+    non-batch dims the original model runs at (``inputs.size_candidates``). Returns (every input's shape,
+    the original's outputs on sample 0 at those shapes and the seconds that run took, the sizes said to
+    the user when they are not the defaults or None). Raises ``BadInputError`` naming the ``--shape`` to
+    give when the model runs at none."""
+    candidates = size_candidates(specs, shapes)
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # a size the model does not run is an answer here, not an error to log
+    first_error = None
+    for k, (candidate, label) in enumerate(candidates):
+        sample = random_inputs(model, candidate, seed=seed)
+        t0 = time.perf_counter()
+        try:
+            ref = run_session(session, sample, output_names, quiet)
+        except Exception as e:  # noqa: BLE001 - any failure at these sizes: try the next ones
+            first_error = first_error or one_line(e)
+            continue
+        seconds = time.perf_counter() - t0
+        chosen = None if k == 0 else f"{label} (chosen: the model does not run at {candidates[0][1]})"
+        return candidate, ref, seconds, chosen
+    default = random_inputs(model, candidates[0][0], seed=seed)
+    shapes_text = ", ".join(f"{k}{list(v.shape)}" for k, v in default.items())
+    if len(candidates) == 1:
+        raise BadInputError(f"the original model cannot run on sample 0 ({shapes_text}; give dynamic dims with "
+                            f"--shape): {first_error}")
+    dynamic = "; ".join(s.describe() for s in specs if any(not isinstance(d, int) for d in s.shape))
+    raise BadInputError(
+        f"the original model cannot run on sample 0 ({shapes_text}, nor with {candidates[0][1]} halved down to "
+        f"1; give dynamic dims with --shape NAME=DIMS, inputs {dynamic}): {first_error}")
 
 
 def verify_optimized(original_path: str | Path, optimized_path: str | Path, **kw) -> CompareReport:

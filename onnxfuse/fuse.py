@@ -82,12 +82,12 @@ class FuseResult:
     # The folder the model's external data lives in (None for inline models).
     source_dir: str | None = None
 
-    def save(self, path, *, check: bool = True, before_publish=None) -> None:
+    def save(self, path, *, check: bool = True, before_publish=None, input_checker_error: str | None = None) -> None:
         """Write the fused model (atomically, external data streamed): the one correct way to save it,
-        since transposed external weights only exist once written. ``before_publish``: see
-        ``model_io.save_model``."""
+        since transposed external weights only exist once written. ``before_publish`` and
+        ``input_checker_error``: see ``model_io.save_model``."""
         model_io.save_model(self.model, path, source_dir=self.source_dir, derived=self.derived, check=check,
-                      before_publish=before_publish)
+                      before_publish=before_publish, input_checker_error=input_checker_error)
 
 
 # --- finding ---------------------------------------------------------------------------------------
@@ -402,8 +402,10 @@ def inspect_file(path) -> Report:
     """What ``optimize`` would do to the model at ``path``: the blocks it would fuse and every refusal.
     The rewrite runs in memory (on placeholders: weights are not read); nothing is written."""
     start = time.perf_counter()
-    model = model_io.load_model(path)
+    notes = model_io.LoadNotes()
+    model = model_io.load_model(path, notes=notes)
     report = fuse_model(model, base_dir=base_dir_of(path)).report
+    report.warnings = notes.warnings
     report.model = os.fspath(path)
     report.seconds = time.perf_counter() - start
     return report
@@ -415,12 +417,16 @@ def optimize_file(input_path, output_path, *, approximate: str | None = None, be
     an exception it raises leaves ``output_path`` as it was."""
     start = time.perf_counter()
     model_io.check_output_path(input_path, output_path)
-    model = model_io.load_model(input_path)
+    notes = model_io.LoadNotes()
+    model = model_io.load_model(input_path, notes=notes)
     result = fuse_model(model, approximate=approximate, base_dir=base_dir_of(input_path))
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
-    # default domain (ORT's transformers optimizer output), which it rejects before we touch them.
-    result.save(output_path, check=model_io.checkable(model), before_publish=before_publish)
+    # default domain (ORT's transformers optimizer output), which it rejects before we touch them. An
+    # input it rejects (that ORT runs) may keep its own checker error, and gain none.
+    result.save(output_path, check=model_io.checkable(model), before_publish=before_publish,
+                input_checker_error=notes.checker_error)
     report = result.report
+    report.warnings = notes.warnings
     report.model, report.output = os.fspath(input_path), os.fspath(output_path)
     report.seconds = time.perf_counter() - start
     return report

@@ -159,6 +159,37 @@ def resolve_shapes(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]] | 
     return resolved
 
 
+def size_candidates(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]] | None = None
+                    ) -> list[tuple[dict[str, tuple[int, ...]], str]]:
+    """The input shapes to try, in order, when the user leaves dynamic dims to the defaults: the defaults
+    first, then every defaulted non-batch dim halved, down to 1 (a model may cap a sequence: a CLIP text
+    tower with a 77-row position table does not run at 128 tokens). Each is (full shapes, a description
+    of the defaulted dims, e.g. ``"sequence=64"``); a model without defaulted non-batch dims gets one."""
+    user = dict(shapes or {})
+    resolved = resolve_shapes(specs, user)
+    bound_by_user = {d for s in specs if s.name in user for d in s.shape if isinstance(d, str)}
+    sized: list[tuple[str, int, str]] = []  # (input, axis, dim label) of the dims the default sized
+    for spec in specs:
+        if spec.name in user:
+            continue
+        for axis, d in enumerate(spec.shape):
+            if isinstance(d, int) or (isinstance(d, str) and d in bound_by_user):
+                continue
+            if resolved[spec.name][axis] == DEFAULT_DYNAMIC:
+                sized.append((spec.name, axis, d if isinstance(d, str) else f"{spec.name}[{axis}]"))
+    labels = list(dict.fromkeys(label for _, _, label in sized))
+    out = []
+    size = DEFAULT_DYNAMIC
+    while True:
+        candidate = {name: list(dims) for name, dims in resolved.items()}
+        for name, axis, _ in sized:
+            candidate[name][axis] = size
+        out.append(({k: tuple(v) for k, v in candidate.items()}, ", ".join(f"{label}={size}" for label in labels)))
+        if not sized or size == 1:
+            return out
+        size //= 2
+
+
 def _default_dim(name: str | None, axis: int) -> int:
     """Batch-like dims get DEFAULT_BATCH, sequence-like ones DEFAULT_DYNAMIC; an unnamed or unclear dim
     counts as a batch in axis 0 and as a sequence elsewhere."""

@@ -10,11 +10,13 @@ this: it needs every tensor loaded to write external data.
 
 from __future__ import annotations
 
+import heapq
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 
 import numpy as np
@@ -183,8 +185,8 @@ def _not_utf8(msg, where: str = "") -> str | None:
 
 def _check_well_formed(model: onnx.ModelProto, path: str) -> None:
     """What ``onnx.checker`` does not look at (or cannot, for ops it has no schema of), and every later
-    step relies on: UTF-8 strings, known tensor types, inline data as long as the dims say, and a main
-    graph whose nodes only read tensors defined before them (no cycles, one producer per tensor)."""
+    step relies on: UTF-8 strings, known tensor types, inline data as long as the dims say (the node
+    order is :func:`_sort_nodes`'s)."""
     bad = _not_utf8(model)
     if bad:
         raise BadInputError(f"{path}: not a valid ONNX model: {bad} is not valid UTF-8")
@@ -205,19 +207,76 @@ def _check_well_formed(model: onnx.ModelProto, path: str) -> None:
             except Exception:  # noqa: BLE001 - any way the typed fields disagree with the dims
                 raise BadInputError(f"{path}: tensor '{t.name}' does not hold the {list(t.dims)} values its "
                                     "shape says") from None
-    defined = {v.name for v in model.graph.input} | {t.name for t in model.graph.initializer}
-    defined |= {t.name for t in model.graph.sparse_initializer if t.values.name}
-    for node in model.graph.node:
-        for name in node.input:
-            if name and name not in defined:
-                raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads '{name}' "
-                                    "before any "
-                                    "node computes it (not topologically sorted, a cycle, or undefined)")
+
+
+def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = frozenset()) -> bool:
+    """Put ``graph``'s nodes (and its subgraphs') in topological order if they are not; True if any moved.
+
+    ONNX Runtime sorts a graph itself, so exporters and converters write models whose node list is out of
+    order (ORT's ``float16.convert_float_to_float16`` appends the input Casts at the end) and ORT runs
+    them. The sort is stable: each step takes the first node in the original order whose inputs exist,
+    so nodes already in order keep their places relative to each other. A tensor read that no node
+    computes (undefined, or a cycle), or one computed twice, is garbage and refused."""
+    # (patterns.graph holds the one definition of what a node reads, outer-scope names in bodies included)
+    from .patterns.graph import node_reads
+
+    moved = False
+    scope = None  # what a subgraph may read from here: everything this graph and its enclosing ones define
+    for node in graph.node:
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                if scope is None:
+                    scope = outer | {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
+                        o for n in graph.node for o in n.output if o}
+                moved |= _sort_nodes(g, path, scope)
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer if t.values.name}
+    producer: dict[str, int] = {}
+    for k, node in enumerate(graph.node):
         for name in node.output:
-            if name and name in defined:
+            if not name:
+                continue
+            if name in defined or name in producer:
                 raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
                                     f"(node '{node.name or node.op_type}')")
-            defined.add(name)
+            producer[name] = k
+    waiting: list[set[int]] = []  # per node: the producers it still waits for
+    readers: dict[int, list[int]] = {}
+    for k, node in enumerate(graph.node):
+        deps = set()
+        for name in sorted(node_reads(node)):
+            if name in producer:
+                deps.add(producer[name])
+            elif name not in defined and name not in outer and name in node.input:
+                raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads "
+                                    f"'{name}' before any node computes it (undefined)")
+        waiting.append(deps)
+        for d in deps:
+            readers.setdefault(d, []).append(k)
+    order, ready = [], [k for k, deps in enumerate(waiting) if not deps]
+    heapq.heapify(ready)
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for r in readers.get(k, ()):
+            waiting[r].discard(k)
+            if not waiting[r]:
+                heapq.heappush(ready, r)
+    if len(order) < len(graph.node):
+        stuck = next(k for k in range(len(graph.node)) if waiting[k])
+        node = graph.node[stuck]
+        name = next(n for n in sorted(node_reads(node)) if producer.get(n) in waiting[stuck])
+        raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads '{name}' "
+                            "before any node computes it (a cycle)")
+    if order == sorted(order):
+        return moved
+    nodes = [graph.node[k] for k in order]
+    copies = [onnx.NodeProto() for _ in nodes]
+    for c, n in zip(copies, nodes):
+        c.CopyFrom(n)
+    del graph.node[:]
+    graph.node.extend(copies)
+    return True
 
 
 def check_file(path: str) -> None:
@@ -238,12 +297,101 @@ def checkable(model: onnx.ModelProto) -> bool:
     return not ops_onnx_does_not_know(model)
 
 
-def load_model(path, *, load_external_data: bool = False) -> onnx.ModelProto:
+# (ValueError: the checker's word for an element type that is no type, e.g. "Invalid tensor data type 91")
+_CHECKER_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
+
+
+def checker_error(target) -> str | None:
+    """``onnx.checker``'s verdict (full check, as :func:`check_file`) on a model file or proto: None if it
+    passes, else the first line of its error."""
+    try:
+        if isinstance(target, onnx.ModelProto):
+            try:
+                onnx.checker.check_model(target, full_check=True)
+            except onnx.shape_inference.InferenceError as e:
+                if "external tensors" not in str(e):
+                    raise
+                onnx.checker.check_model(target)
+        else:
+            check_file(os.fspath(target))
+    except _CHECKER_ERRORS as e:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except UnicodeDecodeError:  # the checker's message quotes a name that is not UTF-8
+        return "a name or string in it is not valid UTF-8"
+    return None
+
+
+def _onnxruntime_error(path: str, model: onnx.ModelProto) -> str | None:
+    """Why ONNX Runtime cannot load the model at ``path`` (None if it can): the judge of inputs
+    ``onnx.checker`` rejects, since what ORT runs is what users run. Graph optimizations are off: only
+    whether the model is loadable is asked; a model with FusedLinearGelu nodes is loaded with the op
+    library registered. (ORT reads the weights to load a model: this runs only for the rare input the
+    checker rejects.)"""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    try:
+        if any(o.domain == domain.DOMAIN for o in model.opset_import):
+            from .runtime import register_library
+
+            register_library(so)
+        ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - every way ORT refuses a model is an answer here
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return None
+
+
+def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
+    """The checker's verdict on the sorted model, which exists in memory only. The checker looks for
+    external data relative to a model *file*, so external initializers are judged by their type and
+    dims: as graph inputs of a copy (their data files were checked by ``_external_span`` already)."""
+    if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
+        return checker_error(model)
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    declared = {v.name for v in light.graph.input}
+    kept = [t for t in light.graph.initializer if t.data_location != EXTERNAL]
+    for t in light.graph.initializer:
+        if t.data_location == EXTERNAL and t.name not in declared:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    del light.graph.initializer[:]
+    light.graph.initializer.extend(kept)
+    return checker_error(light)
+
+
+@dataclass
+class LoadNotes:
+    """What :func:`load_model` tolerated in an input ONNX Runtime runs: said to the user as warnings, and
+    what the output is checked against (it may not add a checker error the input did not have)."""
+
+    reordered: bool = False  # the nodes were not in topological order; the model returned is sorted
+    checker_error: str | None = None  # onnx.checker's first error on the (sorted) input; None: it passes
+    path: str = ""
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        if self.reordered:
+            out.append(f"{self.path}: the nodes are not in topological order (ONNX Runtime sorts them when it "
+                       "loads the model); they were re-ordered, and the output lists them sorted")
+        if self.checker_error is not None:
+            out.append(f"{self.path}: onnx.checker rejects the input ({self.checker_error}); ONNX Runtime loads "
+                       "it, so it is optimized, and its output is held to add no checker error")
+        return out
+
+
+def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | None = None) -> onnx.ModelProto:
     """Read an ONNX model, or raise ``BadInputError`` with one line saying what is wrong with it.
 
     External data is checked (present, inside the model's folder, long enough) but not loaded unless
-    ``load_external_data``."""
+    ``load_external_data``. A model whose nodes are out of topological order is returned sorted. A model
+    ``onnx.checker`` rejects is refused unless ONNX Runtime loads it (graph outputs without a shape, as
+    onnx-graphsurgeon writes them); what was tolerated is recorded in ``notes``."""
     path = os.fspath(path)
+    notes = notes if notes is not None else LoadNotes()
+    notes.path = path
     if not os.path.exists(path):
         raise BadInputError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -271,23 +419,43 @@ def load_model(path, *, load_external_data: bool = False) -> onnx.ModelProto:
         raise BadInputError(f"{path}: IR version {model.ir_version} is newer than this onnx supports "
                             f"({onnx.IR_VERSION})")
     _check_well_formed(model, path)
+    notes.reordered = _sort_nodes(model.graph, path)
     _check_opsets(model, path)
     base_dir = os.path.dirname(os.path.abspath(path))
     for t in external_tensors(model):
         _external_span(t, base_dir)
     if checkable(model):
-        try:
-            # full (shape inference) as the output will be, so an input that fails it is refused now
-            check_file(path)
-        # (ValueError: the checker's word for an element type that is no type, e.g. "Invalid tensor data type 91")
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
-            first = str(e).strip().splitlines()[0]
-            raise BadInputError(f"{path}: not a valid ONNX model: {first}") from None
-        except UnicodeDecodeError:  # the checker's message quotes a name that is not UTF-8
-            raise BadInputError(f"{path}: not a valid ONNX model: a name or string in it is not valid UTF-8") from None
+        # full (shape inference) as the output will be; the sorted model is what gets rewritten
+        error = _sorted_checker_error(model) if notes.reordered else checker_error(path)
+        if error is not None:
+            if _onnxruntime_error(path, model) is not None:
+                raise BadInputError(f"{path}: not a valid ONNX model: {error}")
+            notes.checker_error = error
     if load_external_data:
         onnx.external_data_helper.load_external_data_for_model(model, base_dir)
     return model
+
+
+def check_output(model_path: str, path: str, input_checker_error: str | None = None) -> None:
+    """The output guarantee: it passes ``onnx.checker`` wherever the input does, and adds no checker
+    error the input did not have (an input the checker rejects, which ONNX Runtime runs, may keep its
+    own error, e.g. graph outputs without a shape)."""
+    if input_checker_error is not None:
+        error = checker_error(model_path)
+        if error is not None and error != input_checker_error:
+            raise BadInputError(f"{path}: not written: the output fails onnx.checker with an error the input "
+                                f"did not have ({error}; the input's: {input_checker_error})")
+        return
+    try:
+        check_file(model_path)
+    except onnx.shape_inference.InferenceError as e:
+        # The input declared a shape its block does not compute (hidden from onnx by an op it has no
+        # schema for, such as com.microsoft.QuickGelu); the fused node's shape inference shows it.
+        first = str(e).strip().splitlines()[0]
+        if domain.OP_TYPE not in first or "existing" not in first:
+            raise
+        raise BadInputError(f"{path}: not written: the input declares a type or shape that its "
+                            f"computation does not produce ({first})") from None
 
 
 # --- saving ----------------------------------------------------------------------------------------
@@ -383,7 +551,8 @@ def _write_data_file(out, ext, spans, derived, data_name: str, saved: list) -> N
 
 def save_model(model: onnx.ModelProto, path, *, source_dir=None,
                derived: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
-               check: bool = True, before_publish: Callable[[str], None] | None = None) -> None:
+               check: bool = True, before_publish: Callable[[str], None] | None = None,
+               input_checker_error: str | None = None) -> None:
     """Write ``model`` to ``path`` atomically; external tensors go to a fresh ``<name>.data`` beside it.
 
     ``source_dir`` is where the external data the model points at lives (the input model's folder).
@@ -393,7 +562,8 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
     ``onnx.checker`` (full check), then renamed into place — data file first; on any failure nothing is
     left behind. ``model`` is left as it was. ``before_publish`` is called with the written and checked
     temporary model (its data file beside it) just before the rename: an exception it raises publishes
-    nothing (``optimize --verify`` runs the accuracy gate there)."""
+    nothing (``optimize --verify`` runs the accuracy gate there). ``input_checker_error``: the checker's
+    error on the input (:class:`LoadNotes`), which the output may repeat but not replace by another."""
     path = os.fspath(path)
     derived = dict(derived or {})
     out_dir = os.path.dirname(os.path.abspath(path))
@@ -437,16 +607,7 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
             raise BadInputError(f"{path}: cannot write: {e.strerror or e}") from None
         if check:
             domain.register_schema()
-            try:
-                check_file(model_tmp)
-            except onnx.shape_inference.InferenceError as e:
-                # The input declared a shape its block does not compute (hidden from onnx by an op it has no
-                # schema for, such as com.microsoft.QuickGelu); the fused node's shape inference shows it.
-                first = str(e).strip().splitlines()[0]
-                if domain.OP_TYPE not in first or "existing" not in first:
-                    raise
-                raise BadInputError(f"{path}: not written: the input declares a type or shape that its "
-                                    f"computation does not produce ({first})") from None
+            check_output(model_tmp, path, input_checker_error)
         if before_publish is not None:
             before_publish(model_tmp)
         if ext:

@@ -54,6 +54,8 @@ class Report:
     math_changed: list[MathChange] = field(default_factory=list)
     approximate: str | None = None
     seconds: float | None = None
+    # What was tolerated in an input ONNX Runtime runs (nodes re-ordered, an onnx.checker error): one line each
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def fused_by_form(self) -> dict[str, int]:
@@ -77,5 +79,6 @@ class Report:
             "math_changed": [asdict(c) for c in self.math_changed],
             "blocks": [b.to_dict() for b in self.fused],
             "refusals": [asdict(r) for r in self.refused],
+            "warnings": list(self.warnings),
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }

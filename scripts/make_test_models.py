@@ -10,6 +10,7 @@ twice writes the same graphs and weights.
     python scripts/make_test_models.py                 # writes tests/models/ and sample_models/
     python scripts/make_test_models.py --only bert     # one family (manifest entries of the rest kept)
     python scripts/make_test_models.py --only convnext --out /tmp/x   # elsewhere, to compare
+    python scripts/make_test_models.py --only bert --exporter torchscript   # one exporter's files
 
 Needs the ``export`` extra (``pip install -e ".[export]"``: torch, transformers, onnxscript). The tests
 themselves need none of these: they load the committed files and ``tests/models/manifest.json``.
@@ -139,7 +140,7 @@ def _randomize(model, seed: int) -> None:
                 normal_(mod.bias, 0.1)
 
 
-def _hf(cls_name: str, config_cls: str, config: dict[str, Any], seed: int) -> Callable[[], Any]:
+def _hf(cls_name: str, config_cls: str, config: dict[str, Any], seed: int, randomize: bool = True) -> Callable[[], Any]:
     def build():
         import torch
         import transformers
@@ -147,7 +148,8 @@ def _hf(cls_name: str, config_cls: str, config: dict[str, Any], seed: int) -> Ca
         torch.manual_seed(seed)
         cfg = getattr(transformers, config_cls)(**config)
         model = getattr(transformers, cls_name)(cfg).eval()
-        _randomize(model, seed)
+        if randomize:
+            _randomize(model, seed)
         return model
 
     return build
@@ -310,8 +312,58 @@ def gpt_neox_tanh() -> Family:
     )
 
 
+def distilbert() -> Family:
+    """DistilBERT: each layer's FFN is lin1 + erf GELU."""
+    cfg = dict(vocab_size=128, dim=32, n_layers=2, n_heads=2, hidden_dim=128, max_position_embeddings=128,
+               activation="gelu")
+    return Family(
+        "distilbert", "DistilBertModel", cfg, _hf("DistilBertModel", "DistilBertConfig", cfg, SEED + 11),
+        [_ids("input_ids", 128), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
+        fused_blocks=2, blocks_why="2 layers x 1 ffn.lin1 + GELU",
+        approximate=ERF, gelu_form="torch gelu (erf)",
+        ort=dict(model_type="bert", num_heads=2, hidden_size=32),
+    )
+
+
+# --- freshly initialised models: the framework's own init, as a new user exports one --------------------
+# Hugging Face initialises biases to zero and LayerNorm gains to one, so every layer's FFN bias equals the
+# first one's: the TorchScript exporter merges identical initializers and reads the duplicates through
+# Identity nodes. Smaller FFNs and vocabularies than the random-weight models keep these files tiny.
+FRESH_CONFIG: dict[str, dict[str, Any]] = {
+    "bert": dict(vocab_size=64, intermediate_size=64, max_position_embeddings=32),
+    "gpt2": dict(vocab_size=64, n_inner=64, n_positions=32),
+    "vit": dict(intermediate_size=64),
+    # a position table of 16 rows: the model runs at up to 16 tokens (compare must pick sizes it runs)
+    "clip_text": dict(vocab_size=64, intermediate_size=64, max_position_embeddings=16),
+    "bloom": dict(vocab_size=64),
+    "gpt_neox": dict(vocab_size=64, intermediate_size=64, max_position_embeddings=32),
+    "distilbert": dict(vocab_size=64, hidden_dim=64, max_position_embeddings=32),
+}
+FRESH_INIT = "framework-default initialisation (no _randomize): zero biases, unit LayerNorm gains"
+
+
+def _fresh(make: Callable[[], Family]) -> Callable[[], Family]:
+    def fresh() -> Family:
+        fam = make()
+        cfg = dict(fam.config, **FRESH_CONFIG[fam.name])
+        vocab = cfg.get("vocab_size")
+        inputs = [dataclasses.replace(i, high=vocab) if i.kind == "int" and vocab else i for i in fam.inputs]
+        config_cls = fam.hf_class.removesuffix("Model") + "Config"
+        why = "freshly initialised models are exported raw only; the post-processed forms are covered by the random-weight ones"
+        return dataclasses.replace(
+            fam, name=f"{fam.name}_freshinit", family=fam.family, variant=FRESH_INIT, config=cfg, inputs=inputs,
+            build=_hf(fam.hf_class, config_cls, cfg, SEED + 100 + len(fam.name), randomize=False),
+            ort=None, ort_unsupported=why, dynamo_unsupported=why)
+
+    fresh.__name__ = f"{make.__name__}_freshinit"
+    return fresh
+
+
+_FRESH = tuple(_fresh(f) for f in (bert, gpt2, vit, clip_text, distilbert, bloom, gpt_neox))
+
 FAMILIES: dict[str, Callable[[], Family]] = {
-    f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast, gpt_neox_tanh)
+    f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast, gpt_neox_tanh,
+                            distilbert, *_FRESH)
 }
 
 
@@ -356,6 +408,8 @@ EXPORTS: list[Export] = [
     Export("gpt_neox", "dynamo", 20, note="ONNX Gelu (opset 20)"),
     Export("gpt_neox_fast", "torchscript", 18),
     Export("gpt_neox_tanh", "dynamo", 20, note="ONNX Gelu(approximate='tanh') (opset 20)"),
+    *(Export(f.__name__, "torchscript", 17, note="freshly initialised: layer 1 reads its FFN bias (equal to layer "
+                                                  "0's) through an Identity") for f in _FRESH),
 ]
 
 @dataclasses.dataclass(frozen=True)
@@ -406,6 +460,49 @@ ORT_POST: list[OrtPost] = [
             why="op_block_list=['BiasGelu'], force_fp16_initializers: float16 MatMul, Cast to float32, BiasGelu "
                 "whose float16 bias is Cast to float32, Cast back to float16"),
 ]
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """A raw export as another tool writes it back: models ONNX Runtime runs but onnx.checker rejects."""
+
+    source: str  # stem of the raw export
+    suffix: str
+    post: str  # manifest "post"
+    checker_error: str  # what onnx.checker says of the file (the tests hold the output to it)
+    why: str
+
+
+REWRITES: list[Rewrite] = [
+    Rewrite("vit_torchscript_op15", "fp16raw", "ort-fp16-converter", "must be topologically sorted",
+            "onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True) on the raw export: "
+            "the input Casts are appended at the end of the node list, out of topological order"),
+    Rewrite("bert_freshinit_torchscript_op17", "gsunshaped", "graphsurgeon", "Field 'shape' of 'type' is required",
+            "onnx-graphsurgeon import/export with the graph outputs' shapes unknown: outputs typed without a shape"),
+]
+
+
+def rewrite(src: Path, job: Rewrite, out: Path) -> None:
+    model = onnx.load(str(src))
+    if job.post == "ort-fp16-converter":
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = convert_float_to_float16(model, keep_io_types=True)
+    else:
+        import onnx_graphsurgeon as gs
+
+        graph = gs.import_onnx(model)
+        for o in graph.outputs:
+            o.shape = None
+        model = gs.export_onnx(graph)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        raise AssertionError(f"{out.name}: onnx.checker accepts it; it is meant to show {job.checker_error!r}")
+    except onnx.checker.ValidationError as e:
+        assert job.checker_error in str(e), str(e)
+    onnx.save_model(_strip(model), str(out))
+
 
 # Samples for users (copied from the raw exports under a friendlier name).
 SAMPLES: dict[str, str] = {
@@ -575,6 +672,8 @@ def entry(fam: Family, exporter: str, opset: int, post: str, file: str, data_fil
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=sorted(FAMILIES), help="families to (re)write")
+    ap.add_argument("--exporter", action="append", choices=("torchscript", "dynamo"),
+                    help="only (re)write the exports of these exporters (the manifest entries of the rest kept)")
     ap.add_argument("--out", type=Path, help="write tests/models/ and sample_models/ under this folder instead "
                                               "of the checkout (to compare with the committed files)")
     args = ap.parse_args(argv)
@@ -596,14 +695,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
     old = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {"models": []}
+    exporters = set(args.exporter or ("torchscript", "dynamo"))
     models = {m["file"]: m for m in old["models"]
-              if m["file"].split("/")[-1].split("_op")[0].rsplit("_", 1)[0] not in only}
+              if m["file"].split("/")[-1].split("_op")[0].rsplit("_", 1)[0] not in only
+              or m["exporter"] not in exporters}
     families = {name: make() for name, make in FAMILIES.items()}
     unsupported = {name: fam.ort_unsupported for name, fam in families.items() if fam.ort is None}
     no_dynamo = {name: fam.dynamo_unsupported for name, fam in families.items() if fam.dynamo_unsupported}
+    # (distilbert: exported freshly initialised only, the ORT and dynamo forms of its encoder are BERT's)
+    unsupported.setdefault("distilbert", "exported freshly initialised only (distilbert_freshinit); its encoder's "
+                                         "ORT-processed forms are covered by BERT's")
+    no_dynamo.setdefault("distilbert", "exported freshly initialised only (distilbert_freshinit)")
 
     for exp in EXPORTS:
-        if exp.family not in only:
+        if exp.family not in only or exp.exporter not in exporters:
             continue
         fam, exporter, opset = families[exp.family], exp.exporter, exp.opset
         s = exp.stem
@@ -636,6 +741,14 @@ def main(argv: list[str] | None = None) -> int:
                     if spec["dtype"] == "float32":
                         spec["dtype"] = "float16"
             print(f"wrote tests/models/{f}", e["ops"], f"{e['bytes']} bytes")
+        for job in (j for j in REWRITES if j.source == s):
+            f = f"{s}_{job.suffix}.onnx"
+            rewrite(TESTS_DIR / file, job, TESTS_DIR / f)
+            e = models[f] = entry(fam, exporter, opset, job.post, f, None)
+            if job.post == "ort-fp16-converter":
+                e["dtype"] = "float16"
+            e.update(input_checker_error=job.checker_error, post_why=job.why)
+            print(f"wrote tests/models/{f}", e["ops"], f"{e['bytes']} bytes")
 
     for sample, src in SAMPLES.items():
         fam_name = src.split("_torchscript")[0].split("_dynamo")[0]
@@ -646,8 +759,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote sample_models/{sample} (from tests/models/{src}.onnx)")
 
     manifest = {
-        "about": "Tiny random-weight exports of Hugging Face models; made by scripts/make_test_models.py. "
-                 "expected_* come from the architecture, not from the rewriter's output.",
+        "about": "Tiny random-weight (and freshly initialised) exports of Hugging Face models, made by "
+                 "scripts/make_test_models.py; Keras models through tf2onnx, made by "
+                 "scripts/make_tf_test_models.py. expected_* come from the architecture, not from the "
+                 "rewriter's output.",
         "fields": {
             "exporter / opset / post": "torch.onnx exporter (torchscript: dynamo=False; dynamo: dynamo=True), "
                                        "default-domain opset, and raw | ort-optimizer | ort-fp16",
@@ -658,6 +773,8 @@ def main(argv: list[str] | None = None) -> int:
             "expected_refused": "blocks the rewriter must refuse (and leave as they are)",
             "inputs": "what the tests feed: shape, and int (uniform in [low, high)) | ones | normal",
             "ops": "counts of the GELU-related ops in the file, for orientation",
+            "input_checker_error": "what onnx.checker says of a file ONNX Runtime runs (the output may repeat "
+                                   "it, never add another)",
         },
         "generator": {"torch": torch.__version__, "transformers": transformers.__version__,
                       "onnx": onnx.__version__, "seed": SEED},

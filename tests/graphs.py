@@ -204,9 +204,10 @@ APPROXIMATE = {"onnx:none": "none", "onnx:tanh": "tanh", "ms:Gelu": "none", "ms:
 
 # --- Linear forms: (Builder, x, K, N, bias) -> pre-activation ----------------------------------------
 def _weight(b: Builder, shape, k: int, kw: dict) -> str:
-    """A weight constant; ``w_dynamic=True`` makes it a run-time value (Identity of the constant)."""
+    """A weight constant; ``w_dynamic=True`` makes it a run-time value (Neg of the constant: an Identity or
+    Cast of a constant is that constant to the rewriter)."""
     w = b.tensor("W", shape, 1 / math.sqrt(k), as_node=kw.get("w_as_node", False))
-    return b.node("Identity", [w]) if kw.get("w_dynamic") else w
+    return b.node("Neg", [w]) if kw.get("w_dynamic") else w
 
 
 def _matmul(b: Builder, x: str, k: int, n: int, bias: bool, **kw) -> str:

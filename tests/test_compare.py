@@ -522,3 +522,55 @@ def test_gate_passes_the_fused_op_at_bert_base_size(dtype, provider, library_pat
     (y,) = report.outputs
     print(f"{provider} {y.dtype}: max abs {y.max_abs:.3g}, p99.9 {y.p999_abs:.3g}, worst {y.worst_ratio:.3f}x tolerance")
     assert report.passed, report.summary()
+
+
+# --- dynamic sizes the model can run ------------------------------------------------------------------
+def _capped_sequence(rows: int) -> onnx.ModelProto:
+    """A model that adds a [rows, 4] position table to its [batch, sequence, 4] input: it runs at up to
+    ``rows`` tokens only (a CLIP text tower's 77 positions, in miniature)."""
+    table = numpy_helper.from_array(np.arange(rows * 4, dtype=np.float32).reshape(rows, 4) / 10, "positions")
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
+             helper.make_node("Slice", ["positions", "zero", "shape"], ["used"]),
+             helper.make_node("Add", ["x", "used"], ["y"])]
+    zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 4])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", 4])], [table, zero])
+
+
+def test_compare_picks_sizes_the_model_runs_and_says_which():
+    model = _capped_sequence(40)
+    report = compare_models(model, model, progress=False)
+    assert report.passed and report.input_shapes == {"x": [1, 32, 4]}
+    assert "dynamic sizes sequence=32 (chosen: the model does not run at sequence=128)" in report.inputs
+    # The defaults where they run: nothing said.
+    report = compare_models(_capped_sequence(128), _capped_sequence(128), progress=False)
+    assert report.input_shapes == {"x": [1, 128, 4]} and report.inputs == "random (seed 0)"
+
+
+def test_compare_keeps_the_users_shapes_as_given():
+    model = _capped_sequence(40)
+    with pytest.raises(BadInputError, match=r"cannot run on sample 0 \(x\[1, 64, 4\]; give dynamic dims"):
+        compare_models(model, model, shapes={"x": (1, 64, 4)}, progress=False)
+
+
+def test_compare_says_which_shape_to_give_when_no_size_runs():
+    shape = numpy_helper.from_array(np.array([3, 7], np.int64), "shape")
+    model = _model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "sequence"])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 7])], [shape])
+    with pytest.raises(BadInputError) as e:
+        compare_models(model, model, progress=False)
+    line = str(e.value)
+    assert "\n" not in line and "nor with sequence=128 halved down to 1" in line
+    assert "--shape NAME=DIMS, inputs x: float[1,sequence]" in line
+    assert compare_models(model, model, shapes={"x": (1, 21)}, progress=False).passed
+
+
+def test_size_candidates_halve_only_the_defaulted_sequence_dims():
+    from onnxfuse.inputs import input_specs, size_candidates
+
+    specs = input_specs(_capped_sequence(8))
+    candidates = size_candidates(specs)
+    assert [c[0]["x"] for c in candidates] == [(1, s, 4) for s in (128, 64, 32, 16, 8, 4, 2, 1)]
+    assert candidates[0][1] == "sequence=128"
+    assert size_candidates(specs, {"x": (2, 5, 4)}) == [({"x": (2, 5, 4)}, "")]

@@ -66,3 +66,15 @@ def test_default_token_ids_stay_inside_the_vocabulary(path):
     sample = random_inputs(model, seed=1)
     assert sample["input_ids"].max() < bounds["input_ids"]
     assert np.all(sample["attention_mask"] == 1)
+
+
+def test_gate_runs_a_model_with_a_short_position_table_at_sizes_it_takes(tmp_path):
+    """The freshly initialised CLIP text export has 16 positions: the default 128 tokens do not run, so
+    the gate draws 16 and says so (a user running it in CI need not know the model's limits)."""
+    src = Path(__file__).parent / "models" / "clip_text_freshinit_torchscript_op17.onnx"
+    fused = tmp_path / "fused.onnx"
+    optimize_file(src, fused)
+    report = verify_optimized(src, fused, provider="cpu", progress=False)
+    assert report.exit_code == 0, report.summary()
+    assert report.input_shapes == {"input_ids": [1, 16], "attention_mask": [1, 16]}
+    assert "sequence=16 (chosen: the model does not run at sequence=128)" in report.inputs

@@ -79,9 +79,8 @@ def test_gemm_trans_a():
 
 def test_gemm_alpha_with_non_constant_weight():
     b = Builder()
-    w = b.node("Identity", [b.tensor("W", (16, 24))])
-    y = b.node("Gelu", [b.node("Gemm", ["x", w], alpha=2.0)])
-    model = b.model([("x", [5, 16])], [(y, [5, 24])])
+    y = b.node("Gelu", [b.node("Gemm", ["x", "w"], alpha=2.0)])
+    model = b.model([("x", [5, 16]), ("w", [16, 24])], [(y, [5, 24])])
     refused_identically(model, "linear", "alpha=2 cannot be folded")
 
 

@@ -3,12 +3,15 @@ constants, and what is known of their type and shape.
 
 Rules reason on this view only. It never loads weights: a constant's *value* is read only when it is small
 (scalars and short vectors), which is all a GELU or Linear rule ever needs to look at; weights are
-described by their dims and dtype alone.
+described by their dims and dtype alone. A constant is a constant however the graph spells it: an
+initializer, a ``Constant`` node, or either one read through ``Identity`` and ``Cast`` nodes
+(:meth:`GraphView.constant_ref` says which stored tensor holds it).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -18,6 +21,45 @@ from onnx import numpy_helper
 SMALL_CONSTANT_ELEMENTS = 64
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+
+# Identity/Cast nodes followed from a tensor to the constant behind it (a guard against cyclic garbage;
+# exporters write one or two).
+_MAX_CHAIN = 16
+
+_T = onnx.TensorProto
+# Float types by precision: a Cast from one to another at least as wide is exact (changes no value).
+_FLOAT_RANK = {_T.FLOAT16: (1, 11), _T.BFLOAT16: (1, 8), _T.FLOAT: (2, 24), _T.DOUBLE: (3, 53)}
+
+
+def _exact_cast(src: int, dst: int) -> bool:
+    """A Cast from ``src`` to ``dst`` keeps every value as it is."""
+    if src == dst:
+        return True
+    a, b = _FLOAT_RANK.get(src), _FLOAT_RANK.get(dst)
+    return a is not None and b is not None and b[0] >= a[0] and b[1] >= a[1]
+
+
+@dataclass(frozen=True)
+class ConstantRef:
+    """A constant tensor ``name`` as the graph reads it, and where its value is stored: ``root`` (an
+    initializer or a Constant node's output; ``tensor`` is its TensorProto), converted once to
+    ``data_type`` when a Cast is on the way. ``via`` are the Identity/Cast nodes of this graph between the
+    two (the rewrite reads ``root`` itself, so they become dead once nothing else reads them)."""
+
+    name: str
+    root: str
+    tensor: onnx.TensorProto
+    data_type: int
+    via: tuple[int, ...] = ()
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return tuple(self.tensor.dims)
+
+    @property
+    def converts(self) -> bool:
+        """The value read differs in type from the stored one (a converted copy is needed to read it)."""
+        return self.data_type != self.tensor.data_type
 
 
 def is_op(node: onnx.NodeProto, op_type: str, domain: str = "") -> bool:
@@ -149,17 +191,53 @@ class GraphView:
         return node.name or f"<{node.op_type} #{i}>"
 
     # --- constants ---------------------------------------------------------------------------------
-    def constant(self, name: str) -> onnx.TensorProto | None:
-        """The TensorProto of a constant tensor: an initializer that is not also a graph input (those can be
-        overridden at run time), or the output of a ``Constant`` node."""
-        if name in self.initializers and name not in self.graph_inputs:
-            return self.initializers[name]
-        node = self.producer_of(name)
-        if node is not None and is_op(node, "Constant"):
-            return _constant_node_tensor(node)
-        if self._from_outer_scope(name):
-            return self.outer.constant(name)
+    def constant_ref(self, name: str) -> ConstantRef | None:
+        """Where the value of a constant tensor is stored, however the graph spells the constant: an
+        initializer that is not also a graph input (those can be overridden at run time), a ``Constant``
+        node, or either one read through ``Identity`` nodes and ``Cast`` nodes (the TorchScript exporter
+        reads merged duplicate initializers through Identity; converters cast stored constants).
+
+        A chain is followed only while its value is one conversion of the stored one: every Cast but the
+        last must be exact (a float type to one at least as wide), so the value at ``name`` is the root
+        converted once to ``data_type`` (which is what a derived constant computes)."""
+        via: list[int] = []
+        casts: list[int] = []
+        current, view = name, self
+        for _ in range(_MAX_CHAIN):
+            if current in view.initializers and current not in view.graph_inputs:
+                return view._ref(name, current, view.initializers[current], via, casts)
+            i = view.producer.get(current)
+            node = view.nodes[i] if i is not None else None
+            if node is not None and is_op(node, "Constant"):
+                tensor = _constant_node_tensor(node)
+                return None if tensor is None else view._ref(name, current, tensor, via, casts)
+            if node is not None and len(node.input) == 1 and node.input[0] and (
+                    is_op(node, "Identity") or (is_op(node, "Cast") and attr(node, "to") is not None)):
+                if view is self:
+                    via.append(i)
+                if is_op(node, "Cast"):
+                    casts.append(int(attr(node, "to")))
+                current = node.input[0]
+                continue
+            if view._from_outer_scope(current):
+                view = view.outer
+                continue
+            return None
         return None
+
+    @staticmethod
+    def _ref(name: str, root: str, tensor: onnx.TensorProto, via: list[int], casts: list[int]) -> ConstantRef | None:
+        # casts were collected walking up: the last one applied is casts[0]
+        applied = [tensor.data_type, *reversed(casts)]
+        if any(not _exact_cast(a, b) for a, b in zip(applied[:-2], applied[1:-1])):
+            return None  # a rounding Cast before another Cast: not one conversion of the stored value
+        return ConstantRef(name=name, root=root, tensor=tensor, data_type=applied[-1], via=tuple(via))
+
+    def constant(self, name: str) -> onnx.TensorProto | None:
+        """The stored TensorProto behind a constant tensor (see :meth:`constant_ref`). Its ``data_type``
+        is the *stored* type; what the graph reads at ``name`` is :meth:`dtype` (a Cast may convert it)."""
+        ref = self.constant_ref(name)
+        return None if ref is None else ref.tensor
 
     def owner(self, name: str) -> GraphView | None:
         """The view of the graph that defines ``name``: this one, an enclosing one, or None."""
@@ -172,10 +250,12 @@ class GraphView:
                 and name not in self.initializers)
 
     def small_value(self, name: str, max_elements: int = SMALL_CONSTANT_ELEMENTS) -> np.ndarray | None:
-        """A small constant's value (float64 for floating types), or None if not constant or too big."""
-        t = self.constant(name)
-        if t is None or int(np.prod(t.dims, dtype=np.int64)) > max_elements:
+        """A small constant's value as the graph reads it (converted by the Casts on the way; float64 for
+        floating types), or None if not constant or too big."""
+        ref = self.constant_ref(name)
+        if ref is None or int(np.prod(ref.tensor.dims, dtype=np.int64)) > max_elements:
             return None
+        t = ref.tensor
         if t.data_location == onnx.TensorProto.EXTERNAL:
             if self.base_dir is None:
                 return None
@@ -184,7 +264,9 @@ class GraphView:
             onnx.external_data_helper.load_external_data_for_tensor(copy, self.base_dir)
             t = copy
         value = numpy_helper.to_array(t)
-        if value.dtype.kind == "f" or t.data_type == onnx.TensorProto.BFLOAT16:
+        if ref.converts:
+            value = value.astype(onnx.helper.tensor_dtype_to_np_dtype(ref.data_type))
+        if value.dtype.kind == "f" or ref.data_type == onnx.TensorProto.BFLOAT16:
             value = value.astype(np.float64)
         return value
 
@@ -194,19 +276,19 @@ class GraphView:
         A one-element constant of higher rank (``[1, 1, 1]``) also broadcasts the *rank* of what it
         multiplies: replacing its product by the fused node would change the output's shape, so it is
         not a scalar here."""
-        t = self.constant(name)
-        if t is None or len(t.dims) > 1 or int(np.prod(t.dims, dtype=np.int64)) != 1:
+        ref = self.constant_ref(name)
+        if ref is None or len(ref.dims) > 1 or int(np.prod(ref.dims, dtype=np.int64)) != 1:
             return None
         value = self.small_value(name)
         if value is None or value.dtype.kind != "f":
             return None
-        return float(value.reshape(-1)[0]), t.data_type
+        return float(value.reshape(-1)[0]), ref.data_type
 
     # --- types -------------------------------------------------------------------------------------
     def dtype(self, name: str) -> int | None:
-        t = self.constant(name)
-        if t is not None:
-            return t.data_type
+        ref = self.constant_ref(name)
+        if ref is not None:
+            return ref.data_type
         if name in self.initializers:
             return self.initializers[name].data_type
         if name not in self._types and self._from_outer_scope(name):
@@ -215,14 +297,42 @@ class GraphView:
 
     def shape(self, name: str) -> tuple | None:
         """Dims of ``name`` (ints, symbolic names or None per dim), or None when even the rank is unknown."""
-        t = self.constant(name)
-        if t is not None:
-            return tuple(t.dims)
+        ref = self.constant_ref(name)
+        if ref is not None:
+            return ref.dims
         if name in self.initializers:
             return tuple(self.initializers[name].dims)
         if name not in self._types and self._from_outer_scope(name):
             return self.outer.shape(name)
         return self._types.get(name, (None, None))[1]
+
+
+_RANK_KEEPING = {"Identity", "Cast", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid",
+                 "Relu", "Gelu", "Softmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool"}
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min"}
+_RANK_DEPTH = 64
+
+
+def rank_of(view: GraphView, name: str, depth: int = 0) -> int | None:
+    """The rank of ``name`` where shape inference left it unknown, from the few ops whose output rank
+    follows from their inputs': elementwise ops (the largest rank of their operands, all known), and a
+    Reshape (the length of its target shape). ONNX's inference stops at a Reshape whose target is
+    computed at run time (tf2onnx's tensordot), though the rank it gives is plain."""
+    shape = view.shape(name)
+    if shape is not None:
+        return len(shape)
+    node = view.producer_of(name)
+    if node is None or depth > _RANK_DEPTH or node.domain not in _DEFAULT_DOMAINS:
+        return None
+    if node.op_type == "Reshape" and len(node.input) == 2:
+        target = view.shape(node.input[1])
+        return target[0] if target is not None and len(target) == 1 and isinstance(target[0], int) else None
+    if node.op_type in _RANK_KEEPING and node.input:
+        return rank_of(view, node.input[0], depth + 1)
+    if node.op_type in _BROADCASTING and node.input:
+        ranks = [rank_of(view, t, depth + 1) for t in node.input if t]
+        return None if None in ranks else max(ranks)
+    return None
 
 
 def infer_types(model: onnx.ModelProto) -> onnx.GraphProto:
