@@ -33,7 +33,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION  # noqa: E402
+from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION  # noqa: E402
 from onnxfuse.runtime import create_session  # noqa: E402
 
 ISSUE_SHAPES = [(128, 768, 3072), (1024, 768, 3072), (128, 1024, 4096), (2048, 1024, 4096)]
@@ -41,7 +41,7 @@ _TYPES = {"float32": (TensorProto.FLOAT, np.float32), "float16": (TensorProto.FL
 
 
 def _model(nodes, inputs, outputs, inits, domain=False) -> bytes:
-    opsets = [helper.make_opsetid("", 20)] + ([helper.make_opsetid(DOMAIN, OP_VERSION)] if domain else [])
+    opsets = [helper.make_opsetid("", 20)] + ([helper.make_opsetid(DOMAIN, DOMAIN_VERSION)] if domain else [])
     graph = helper.make_graph(nodes, "bench", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
 

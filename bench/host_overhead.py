@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from onnxfuse.bench.device_run import DeviceRun, output_shapes  # noqa: E402
 from onnxfuse.bench.op_bench import DTYPES, initializer, random_input  # noqa: E402
 from onnxfuse.bench.timing import TimingPolicy, measure  # noqa: E402
-from onnxfuse.domain import DOMAIN, OP_TYPE, OP_VERSION  # noqa: E402
+from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION  # noqa: E402
 from onnxfuse.runtime import create_session  # noqa: E402
 
 BASELINE_OPSET = 20  # the first opset with a Gelu op
@@ -71,7 +71,7 @@ def chain_models(layers: int, width: int, dtype: str = "fp16", seed: int = 0):
     y = helper.make_tensor_value_info("Y", elem, ["M", width])
     fused = helper.make_model(helper.make_graph(fused_nodes, "fused_chain", [x], [y], fused_init),
                               opset_imports=[helper.make_opsetid("", BASELINE_OPSET),
-                                             helper.make_opsetid(DOMAIN, OP_VERSION)])
+                                             helper.make_opsetid(DOMAIN, DOMAIN_VERSION)])
     unfused = helper.make_model(helper.make_graph(unfused_nodes, "linear_gelu_chain", [x], [y], unfused_init),
                                 opset_imports=[helper.make_opsetid("", BASELINE_OPSET)])
     for model in (fused, unfused):
