@@ -3,7 +3,7 @@
 // warp that runs the activation record the SM's clock when its fragment's math starts and when it ends, with
 // the SM, the warp and the CTA: run_device.py's `trace` mode turns that into, per SM and consumer warpgroup,
 // how long the math takes, how far apart the epilogue steps of one tile are, and how the two warpgroups'
-// epilogues follow each other (bench/kernels/NOTES.md, v6).
+// epilogues follow each other (lab/kernels/NOTES.md, v6).
 // Buffer: [0] a record counter, then records of two u64: the clock, and smid | warp << 8 | end << 16 |
 // blockIdx.x << 20.
 #pragma once

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds the standalone kernel harness (bench/kernels/harness.cu + every kernel source listed in
+# Builds the standalone kernel harness (lab/kernels/harness.cu + every kernel source listed in
 # custom_ops/src/cuda/sources.cmake) into one shared library for run_device.py, on a machine without a GPU.
-#   bench/kernels/build.sh [BUILD_DIR]      (default .device/kbuild; JOBS=2 by default)
-#   OFK_EXPLORE=tiles|epi bench/kernels/build.sh   adds candidate tiles of bench/kernels/explore/tiles.h (float16,
+#   lab/kernels/build.sh [BUILD_DIR]      (default .device/kbuild; JOBS=2 by default)
+#   OFK_EXPLORE=tiles|epi lab/kernels/build.sh   adds candidate tiles of lab/kernels/explore/tiles.h (float16,
 #                                                  W [N, K]): other tiles and clusters, or other epilogue subtiles
-#   OFK_EXPLORE=sched bench/kernels/build.sh       the stream-K tiles, and every sm90 kernel reads its tile
+#   OFK_EXPLORE=sched lab/kernels/build.sh       the stream-K tiles, and every sm90 kernel reads its tile
 #                                                  scheduler's arguments from the environment
 #                                                  (explore/scheduler_knobs.h; run_device.py's sched mode)
 # Objects are rebuilt only when a source or header is newer. Per-file compile times and the -Xptxas -v
@@ -19,19 +19,19 @@ export NVFLAGS="-std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler=-fPI
   -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
   -I$CUTLASS/include -I$CUTLASS/tools/util/include -Icustom_ops/src/cuda -Icustom_ops/src"
 srcs=$(sed -n "s/^ *\([A-Za-z0-9_]*\.cu\).*/custom_ops\/src\/cuda\/\1/p" custom_ops/src/cuda/sources.cmake)
-srcs="$srcs bench/kernels/harness.cu"
+srcs="$srcs lab/kernels/harness.cu"
 case "${OFK_EXPLORE:-}" in
-  tiles) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_TILES_BUILD -Ibench/kernels"
-         srcs="$srcs $(ls bench/kernels/explore/explore_[a-e].cu | tr '\n' ' ')" ;;
-  epi)   NVFLAGS="$NVFLAGS -DOFK_EXPLORE_EPI_BUILD -Ibench/kernels"
-         srcs="$srcs $(ls bench/kernels/explore/explore_[f-i].cu | tr '\n' ' ')" ;;
-  sched) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_SCHED_BUILD -Ibench/kernels"
-         srcs="$srcs bench/kernels/explore/explore_e.cu bench/kernels/explore/explore_j.cu bench/kernels/explore/explore_k.cu bench/kernels/explore/explore_l.cu bench/kernels/explore/explore_m.cu bench/kernels/explore/explore_n.cu" ;;
+  tiles) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_TILES_BUILD -Ilab/kernels"
+         srcs="$srcs $(ls lab/kernels/explore/explore_[a-e].cu | tr '\n' ' ')" ;;
+  epi)   NVFLAGS="$NVFLAGS -DOFK_EXPLORE_EPI_BUILD -Ilab/kernels"
+         srcs="$srcs $(ls lab/kernels/explore/explore_[f-i].cu | tr '\n' ' ')" ;;
+  sched) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_SCHED_BUILD -Ilab/kernels"
+         srcs="$srcs lab/kernels/explore/explore_e.cu lab/kernels/explore/explore_j.cu lab/kernels/explore/explore_k.cu lab/kernels/explore/explore_l.cu lab/kernels/explore/explore_m.cu lab/kernels/explore/explore_n.cu" ;;
   "") ;;
   *) echo "OFK_EXPLORE=tiles|epi|sched"; exit 2 ;;
 esac
 export out
-newest_header=$(ls -t custom_ops/src/cuda/*.cuh custom_ops/src/cuda/*.h custom_ops/src/*.h bench/kernels/explore/*.h | head -1)
+newest_header=$(ls -t custom_ops/src/cuda/*.cuh custom_ops/src/cuda/*.h custom_ops/src/*.h lab/kernels/explore/*.h | head -1)
 export newest_header
 compile() {
   src=$1; base=$(basename "$src" .cu); obj="$out/$base.o"

@@ -33,7 +33,7 @@ GemmGeluArgs make_args(int dtype, int act, float alpha, int trans_b, int allow_t
   return a;
 }
 
-// Tiles measured but not in the shipped table (bench/kernels/explore/tiles.h), compiled into an exploration
+// Tiles measured but not in the shipped table (lab/kernels/explore/tiles.h), compiled into an exploration
 // build (build.sh with OFK_EXPLORE=tiles or =epi), reachable here by index past the table's end.
 #if defined(OFK_EXPLORE_TILES_BUILD) || defined(OFK_EXPLORE_EPI_BUILD) || defined(OFK_EXPLORE_SCHED_BUILD)
 #include "explore/tiles.h"

@@ -2,8 +2,8 @@
 // tactics.cuh): what was tried and lost, kept so that a later kernel change can re-measure them in one build.
 // One line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule, EpiM, EpiN) (EpiM = 0: CUTLASS's
 // epilogue subtile), instantiated for float16 with W [N, K] (trans_b = 1) in explore_<group>.cu, one group
-// per file so the instantiations compile side by side. Results: bench/results/kernels_v3_*.json
-// (bench/kernels/NOTES.md, v3).
+// per file so the instantiations compile side by side. Results: lab/results/kernels_v3_*.json
+// (lab/kernels/NOTES.md, v3).
 #pragma once
 
 // OFK_EXPLORE=tiles: the previous shipped 16-bit tiles, other clusters, stream-K.
@@ -28,7 +28,7 @@
   X(sk_128x192_c1, 128, 192, 64, 1, 1, kStreamK, 0, 0)           \
   X(sk_256x128_c2, 256, 128, 64, 2, 1, kStreamK, 0, 0)
 // OFK_EXPLORE=sched, round 2: 128-deep K steps (half the stage hand-offs per tile, 3-4 stages), for the
-// K = 768 shapes where the main loop waits on its loads (bench/kernels/NOTES.md, v5).
+// K = 768 shapes where the main loop waits on its loads (lab/kernels/NOTES.md, v5).
 #define OFK_EXPLORE_TILES_J(X)                                        \
   X(pp_128x128x128_c1x2_e64x128, 128, 128, 128, 1, 2, kPingpong, 64, 128) \
   X(pp_64x64x128_c1, 64, 64, 128, 1, 1, kPingpong, 0, 0)
@@ -40,7 +40,7 @@
 // OFK_EXPLORE=sched, round 4: the overlapped ping-pong kernel (custom_ops/src/cuda/sm90_warp_epilogue_kernel.cuh)
 // on the 128x128 tile, where it ties with CUTLASS's ping-pong kernel, and what its 64x64 and 64x128 tiles
 // replaced: CUTLASS's ping-pong kernel on those tiles and the cooperative 128x192 tile of 1-2 waves
-// (bench/kernels/NOTES.md, v7).
+// (lab/kernels/NOTES.md, v7).
 #define OFK_EXPLORE_TILES_L(X)                                              \
   X(ppo_128x128_c1x2, 128, 128, 64, 1, 2, kOverlappedPingpong, 0, 0)        \
   X(pp_64x64_c1_e64x64, 64, 64, 64, 1, 1, kPingpong, 64, 64)                \

@@ -1,5 +1,5 @@
 // Kernel harness only (build.sh with OFK_EXPLORE=sched): extra activation codes for the epilogue experiments
-// of bench/kernels/NOTES.md v6, as switch cases (OFK_EXPLORE_ACTIVATION_CASES) in apply_activation.
+// of lab/kernels/NOTES.md v6, as switch cases (OFK_EXPLORE_ACTIVATION_CASES) in apply_activation.
 //   -2 / -3 / -4  the fast erf in chained groups of 2 / 4 / 8 elements: each group's first product (x·x)
 //                 takes + (the previous group's last result & zero bits the compiler cannot see), so the
 //                 values are unchanged but a group cannot start before the previous one ends
