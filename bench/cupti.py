@@ -1,6 +1,7 @@
 """GPU kernel time read by CUPTI through torch.profiler: every CUDA kernel the process launches (ONNX
 Runtime's, torch's, the op library's), host overhead excluded. The one measurement the GPU benchmarks share
-(cuda_kernel.py, e2e_kernels.py, kernels/run_device.py); needs torch with CUDA, so it runs on the GPU machine."""
+(cuda_kernel.py, e2e_kernels.py, host_overhead.py; the kernel lab's lab/kernels/run_device.py and ab_builds.py);
+needs torch with CUDA, so it runs on the GPU machine."""
 
 from __future__ import annotations
 

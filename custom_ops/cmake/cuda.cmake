@@ -121,6 +121,10 @@ set_target_properties(onnxfuse_cuda_kernels PROPERTIES
   CUDA_SEPARABLE_COMPILATION OFF)
 target_include_directories(onnxfuse_cuda_kernels SYSTEM PRIVATE "${CUTLASS_INCLUDE_DIR}" "${CUTLASS_UTIL_INCLUDE_DIR}")
 target_include_directories(onnxfuse_cuda_kernels PRIVATE "${_cuda_dir}/..")
+# The kernels' hook points (src/cuda/hooks/kernel_hooks.cuh: the shipped no-op definitions) are found through
+# the include path, never beside the kernels, so that a build with its own kernel_hooks.cuh earlier on the
+# path (the kernel lab's) compiles that one instead.
+target_include_directories(onnxfuse_cuda_kernels PRIVATE "${_cuda_dir}/hooks")
 # The -gencode flags are per file (above): Hopper's wgmma + TMA kernels need the arch-specific sm_90a target.
 target_compile_options(onnxfuse_cuda_kernels PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fvisibility=hidden>)

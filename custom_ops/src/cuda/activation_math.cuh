@@ -6,7 +6,7 @@
 // Fast (fp16/bf16 outputs). The epilogue is issue-bound: a 128x128 tile gives each consumer thread 128
 // elements, so every instruction per element costs ~128 issue slots per warp, and on H200 an erf-GELU of ~25
 // instructions (erff, or a rational erf) made the fused kernel 1.3-1.5x slower than the same kernel with a
-// tanh-GELU (bench/kernels/NOTES.md). All three forms are written as x·σ(z) = x / (1 + e^(-z)), one ex2 and
+// tanh-GELU (lab/kernels/NOTES.md). All three forms are written as x·σ(z) = x / (1 + e^(-z)), one ex2 and
 // one rcp, branch-free:
 //   erf    : Φ(x) = σ(g(x)) with g = logit∘Φ fitted by an odd degree-9 polynomial (weighted minimax on
 //            [0, 7]; monotone on [-12, 12]); max abs error of x·Φ(x) is 3.3e-6 in fp32 arithmetic, far
@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "../activation.h"
+#include "kernel_hooks.cuh"
 
 namespace onnxfuse::cuda {
 
@@ -30,14 +31,12 @@ namespace onnxfuse::cuda {
 struct ActivationParams {
   int act = 0;          // static_cast<int>(onnxfuse::Activation)
   float sigmoid_alpha = 1.702f;  // sigmoid form only (named apart from CUTLASS 2 epilogue alpha)
-#ifdef OFK_EXPLORE_SCHED_BUILD
-  unsigned long long* trace = nullptr;  // kernel harness only (bench/kernels/explore/epilogue_trace.h)
-#endif
+  ONNXFUSE_HOOK_ACTIVATION_PARAMS_MEMBERS
 };
 
 // log2(e): e^(-z) = 2^(h) with h = -z·log2(e). The fast forms fold -log2(e) into their constants, so each
 // element costs one multiply less than __expf (which scales its argument before ex2.approx); every FP32
-// instruction per element shows in the epilogue's time (bench/kernels/NOTES.md, v4).
+// instruction per element shows in the epilogue's time (lab/kernels/NOTES.md, v4).
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 2^h in one MUFU op: ex2.approx.ftz.f32 (max relative error 2^-22), what __expf runs after its multiply.
@@ -82,12 +81,6 @@ __device__ __forceinline__ float gelu_tanh_precise(float x) {
 
 __device__ __forceinline__ float silu_alpha_precise(float x, float alpha) { return x / (1.0f + expf(-alpha * x)); }
 
-}  // namespace onnxfuse::cuda
-#ifdef OFK_EXPLORE_SCHED_BUILD
-#include "explore/epilogue_groups.h"  // bench/kernels: the kernel harness's extra activation codes
-#endif
-namespace onnxfuse::cuda {
-
 // Applies the activation to a whole fragment. The switch is on a kernel-uniform value, outside the
 // element loop: every thread takes the same branch, and each branch is a straight-line loop.
 template <bool kPrecise, int N>
@@ -104,11 +97,7 @@ __device__ __forceinline__ void apply_activation(float (&v)[N], const Activation
                         : x_over_one_plus_exp2(v[i], (-kLog2e * p.sigmoid_alpha) * v[i]);
       }
       break;
-#ifdef OFK_EXPLORE_SCHED_BUILD
-    case -1:  // kernel harness only: no activation, to measure what the epilogue's math costs
-      break;
-    OFK_EXPLORE_ACTIVATION_CASES(v, p)  // kernel harness only: other issue orders, traced epilogues
-#endif
+    ONNXFUSE_HOOK_ACTIVATION_CASES(v, p)
     default:
 #pragma unroll
       for (int i = 0; i < N; ++i) v[i] = kPrecise ? gelu_erf_precise(v[i]) : gelu_erf_fast(v[i]);

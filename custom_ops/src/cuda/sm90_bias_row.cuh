@@ -4,7 +4,7 @@
 // Why not CUTLASS's Sm90RowBroadcast: it stages the row through shared memory at every tile (one element per
 // thread from global memory, a barrier of the consumer warpgroup, then shared-memory loads that queue behind
 // the other warpgroup's GMMA operand reads). At K <= 1024 the ping-pong kernel is epilogue-bound: the two
-// warpgroups' epilogues run back to back and set the kernel's pace (bench/kernels/NOTES.md, v6), so that
+// warpgroups' epilogues run back to back and set the kernel's pace (lab/kernels/NOTES.md, v6), so that
 // hand-off is time of the whole kernel. This is CUTLASS's own pattern for a column vector (Sm90ColBroadcast:
 // every thread loads exactly the elements its accumulators need, vectorized, predicated on the problem's edge)
 // applied to the row.

@@ -32,10 +32,8 @@
 #include "cutlass_activation.cuh"
 #include "sm90_bias_row.cuh"
 #include "sm90_warp_epilogue_kernel.cuh"
+#include "kernel_hooks.cuh"
 #include "tactics.cuh"
-#ifdef OFK_EXPLORE_SCHED_BUILD
-#include "explore/scheduler_knobs.h"  // bench/kernels: the harness's scheduler sweep
-#endif
 
 namespace onnxfuse::cuda {
 
@@ -70,8 +68,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   // Our kernel layer (sm90_warp_epilogue_kernel.cuh: per-warp epilogues, no order between the warpgroups'
   // epilogues) or CUTLASS's kernels.
-  static constexpr bool kSplitN = S == Sm90Schedule::kSplitNCooperative;
-  static constexpr bool kOwnKernel = S == Sm90Schedule::kOverlappedPingpong || kSplitN;
+  static constexpr bool kOwnKernel = S == Sm90Schedule::kOverlappedPingpong;
   static constexpr bool kPingpong = S == Sm90Schedule::kPingpong || S == Sm90Schedule::kOverlappedPingpong;
   using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
@@ -94,8 +91,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
       cutlass::epilogue::fusion::Sm90Compute<CutlassActivationFor<Element>::template Fn, Element, ElementCompute,
                                              kRound>,
       AddBias>;
-  // Builders are named here and instantiated only where used: CUTLASS's cooperative builders refuse the 192-row
-  // tiles our split-N kernel takes.
+  // Named here and instantiated only where used: our kernel has an epilogue of its own.
   using EpilogueBuilder = cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile, ElementAccumulator,
       ElementCompute,
@@ -104,23 +100,19 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
 
   // The shared memory the epilogue keeps from the main loop's stages: CUTLASS's staging buffers, or our kernel's
   // per-warp buffers.
-  static constexpr Sm90ConsumerSplit kSplit = kSplitN ? Sm90ConsumerSplit::kSplitN : Sm90ConsumerSplit::kPingpong;
   static constexpr int epilogue_smem_bytes() {
     if constexpr (kOwnKernel)
-      return sm90_warp_epilogue_smem_bytes<Element, TileN, kSplit>();
+      return sm90_warp_epilogue_smem_bytes<Element, TileN>();
     else
       return static_cast<int>(sizeof(typename EpilogueBuilder::CollectiveOp::SharedStorage));
   }
-  using MainloopBuilder = std::conditional_t<
-      kSplitN, Sm90SplitNMainloop<Element, LayoutA, LayoutB, TileShape, ClusterShape, epilogue_smem_bytes()>,
-      cutlass::gemm::collective::CollectiveBuilder<
-          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB,
-          kAlignment, ElementAccumulator, TileShape, ClusterShape,
-          cutlass::gemm::collective::StageCountAutoCarveout<epilogue_smem_bytes()>, MainloopSchedule>>;
-  using CollectiveMainloop = typename MainloopBuilder::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB,
+      kAlignment, ElementAccumulator, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<epilogue_smem_bytes()>, MainloopSchedule>::CollectiveOp;
 
   struct OwnKernel {
-    using type = Sm90WarpEpilogueKernel<CollectiveMainloop, Element, kSplit>;
+    using type = Sm90WarpEpilogueKernel<CollectiveMainloop, Element>;
   };
   struct CutlassKernel {
     using type = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
@@ -163,10 +155,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
     args.hw_info.device_id = dev.device;
     args.hw_info.sm_count = dev.sm_count;
     args.scheduler.max_swizzle_size = sm90_swizzle(a, dev, TileM, TileN, ClusterM, ClusterN);
-#ifdef OFK_EXPLORE_SCHED_BUILD
-    ofk_explore::apply_scheduler_knobs(args.scheduler);
-    if constexpr (S == Sm90Schedule::kStreamK) ofk_explore::apply_stream_k_knobs(args.scheduler);
-#endif
+    hooks::adjust_sm90_scheduler<S == Sm90Schedule::kStreamK>(args.scheduler);
     return args;
   }
 };

@@ -3,7 +3,7 @@
 //
 // Why its own epilogue: CUTLASS's TMA epilogue stages the whole tile through one shared buffer under a
 // warpgroup-wide named barrier with a fixed id, so CUTLASS's ping-pong kernel must run its two warpgroups'
-// epilogues one after the other. At K <= 1024 that order sets the kernel's pace (bench/kernels/NOTES.md, v6).
+// epilogues one after the other. At K <= 1024 that order sets the kernel's pace (lab/kernels/NOTES.md, v6).
 // Here every warp owns its rows of the accumulator outright (a Hopper GMMA gives warp w of a warpgroup rows
 // 16w..16w+15 of each 64-row block), so each warp can stage them through a private shared-memory buffer:
 //   1. the bias of the thread's columns is read into registers before the tile's main loop (load_bias);

@@ -6,13 +6,14 @@
 // on the Tensor Cores (so that one warpgroup's epilogue overlaps the other's main loop), and their epilogues
 // take turns too, because both stage through the same shared-memory buffer under the same named barrier. When
 // an epilogue outlasts a main loop, as GELU's does at K <= 1024, a warpgroup's epilogue waits for the other's
-// (bench/kernels/NOTES.md, v6). Here the main loops keep their order and the epilogues have none: each warp
+// (lab/kernels/NOTES.md, v6). Here the main loops keep their order and the epilogues have none: each warp
 // stages its own rows through its own buffer. Shipped for the 64x64 and 64x128 ping-pong tiles, where it wins
 // 2-33 % (NOTES v7); at many waves it ties CUTLASS's kernel.
 //
 // Roles (384 threads): warp 0 of warpgroup 0 issues the TMA loads of every tile this CTA computes; warpgroups
-// 1 and 2 take alternate tiles of the persistent tile walk (ping-pong), or share each tile (split N), each
-// running main loop -> epilogue per tile.
+// 1 and 2 take alternate tiles of the persistent tile walk (ping-pong), each running main loop -> epilogue per
+// tile. Their main loops take turns on the Tensor Cores, so that one's epilogue runs during the other's main
+// loop.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,65 +27,16 @@
 
 namespace onnxfuse::cuda {
 
-// How the two consumer warpgroups share the work:
-//  kPingpong   each takes its own tile (alternate tiles of the walk); their main loops take turns on the Tensor
-//              Cores, so that one's epilogue runs during the other's main loop;
-//  kSplitN     both work on one tile, each on its own half of the columns (the main loop is CUTLASS's
-//              cooperative one, split along N instead of M): tiles whose row count is an odd multiple of 64,
-//              such as 192, whose count of tiles can fill the SMs evenly where 128-row tiles leave a partial
-//              last wave. Measured and not shipped (bench/kernels/NOTES.md v7): both warpgroups read all of A
-//              from shared memory and run 64-column GMMAs, and the epilogue is not overlapped; it loses to
-//              ping-pong 128x128 everywhere (4096x768x3072: 42.3 us vs 37.2). Kept for the kernel harness.
-enum class Sm90ConsumerSplit { kPingpong, kSplitN };
-
-// CUTLASS's TMA + GMMA main-loop collective for a tile split along N between the two consumer warpgroups (what
-// CUTLASS's collective builder makes for its cooperative kernel, with the warpgroups side by side along N rather
-// than M): each warpgroup runs GMMAs of (TileM x TileN/2), TileM / 64 of them along M.
-template <class Element, class LayoutA, class LayoutB, class TileShape, class ClusterShape, int CarveoutBytes>
-struct Sm90SplitNMainloop {
-  using Major = cute::GMMA::Major;
-  static constexpr Major kMajorA = cutlass::gemm::collective::detail::gmma_ss_tag_to_major_A<Element, LayoutA>();
-  static constexpr Major kMajorB = cutlass::gemm::collective::detail::gmma_ss_tag_to_major_B<Element, LayoutB>();
-  using HalfTile = cute::Shape<cute::_64, cute::Int<cute::size<1>(TileShape{}) / 2>, cute::_64>;  // picks the GMMA
-  using TiledMma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, HalfTile, kMajorA, kMajorB>(),
-      cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
-  using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
-      cute::shape<1>(ClusterShape{})));
-  using GmemTiledCopyB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
-      cute::shape<0>(ClusterShape{})));
-  using SmemLayoutAtomA = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
-                                   kMajorA, Element, decltype(cute::get<0>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
-  using SmemLayoutAtomB = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
-                                   kMajorB, Element, decltype(cute::get<1>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
-  static constexpr int kStages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
-      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, Element, Element, TileShape>(
-      cutlass::gemm::collective::StageCountAutoCarveout<CarveoutBytes>{});
-  using CollectiveOp = cutlass::gemm::collective::CollectiveMma<
-      cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<kStages, ClusterShape,
-                                                        cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
-      TileShape, Element, cutlass::gemm::TagToStrideA_t<LayoutA>, Element, cutlass::gemm::TagToStrideB_t<LayoutB>,
-      TiledMma, GmemTiledCopyA, SmemLayoutAtomA, void, cute::identity, GmemTiledCopyB, SmemLayoutAtomB, void,
-      cute::identity>;
-};
-
 constexpr int kSm90ConsumerWarps = 2 * cutlass::NumWarpsPerWarpGroup;
-
-// The columns of a tile one consumer warpgroup computes and stores.
-template <Sm90ConsumerSplit Split>
-constexpr int sm90_group_tile_n(int tile_n) {
-  return Split == Sm90ConsumerSplit::kSplitN ? tile_n / 2 : tile_n;
-}
 
 // Shared memory the epilogue takes from the main loop's stages: one staging buffer per consumer warp. Needed
 // before the main-loop collective exists (its stage count is what is left), hence a function of the tile alone.
-template <class Element, int TileN, Sm90ConsumerSplit Split>
+template <class Element, int TileN>
 constexpr int sm90_warp_epilogue_smem_bytes() {
-  return kSm90ConsumerWarps * Sm90WarpEpilogue<Element, sm90_group_tile_n<Split>(TileN)>::kStageElements *
-         static_cast<int>(sizeof(Element));
+  return kSm90ConsumerWarps * Sm90WarpEpilogue<Element, TileN>::kStageElements * static_cast<int>(sizeof(Element));
 }
 
-template <class CollectiveMainloop_, class Element_, Sm90ConsumerSplit Split = Sm90ConsumerSplit::kPingpong>
+template <class CollectiveMainloop_, class Element_>
 class Sm90WarpEpilogueKernel {
  public:
   using CollectiveMainloop = CollectiveMainloop_;
@@ -98,12 +50,9 @@ class Sm90WarpEpilogueKernel {
   using TileScheduler = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
-  static constexpr bool kSplitN = Split == Sm90ConsumerSplit::kSplitN;
-  static constexpr int kGroupTileN = sm90_group_tile_n<Split>(kTileN);
-  using Epilogue = Sm90WarpEpilogue<Element, kGroupTileN>;
+  using Epilogue = Sm90WarpEpilogue<Element, kTileN>;
 
-  static constexpr int kMmaWarpGroups = 2;
-  static constexpr int kTilesInFlight = kSplitN ? 1 : kMmaWarpGroups;  // tiles the CTA's consumers work on at once
+  static constexpr int kMmaWarpGroups = 2;  // one tile each: the CTA's consumers work on two tiles at once
   static constexpr int kConsumerWarps = kSm90ConsumerWarps;
   static constexpr uint32_t MaxThreadsPerBlock = (1 + kMmaWarpGroups) * cutlass::NumThreadsPerWarpGroup;
   static constexpr uint32_t MinBlocksPerMultiprocessor = 1;
@@ -122,7 +71,7 @@ class Sm90WarpEpilogueKernel {
     struct TensorStorage : cute::aligned_struct<128, cute::_1> {
       typename CollectiveMainloop::TensorStorage mainloop;
       alignas(128) cute::array_aligned<Element, kConsumerWarps * Epilogue::kStageElements> epilogue;
-      static_assert(sizeof(epilogue) == sm90_warp_epilogue_smem_bytes<Element, kTileN, Split>());
+      static_assert(sizeof(epilogue) == sm90_warp_epilogue_smem_bytes<Element, kTileN>());
     } tensors;
   };
   static constexpr int SharedStorageSize = sizeof(SharedStorage);
@@ -191,8 +140,8 @@ class Sm90WarpEpilogueKernel {
     if (role == Role::Producer && warp_in_group == 0) pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
     if (role != Role::Producer) pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
     pipeline_params.is_leader = group_thread == 0;
-    // One warpgroup consumes each stage (ping-pong), or both (split N).
-    pipeline_params.num_consumers = kMmaWarpGroups * cutlass::NumThreadsPerWarpGroup / kTilesInFlight;
+    // One warpgroup consumes each stage: the one whose tile it belongs to.
+    pipeline_params.num_consumers = cutlass::NumThreadsPerWarpGroup;
     pipeline_params.num_producers = CollectiveMainloop::NumProducerThreadEvents;
     pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
     MainloopPipeline pipeline(shared.pipelines.mainloop, pipeline_params, ClusterShape{});
@@ -223,7 +172,7 @@ class Sm90WarpEpilogueKernel {
     typename CollectiveMainloop::PipelineState consume_state;
     auto produce_state = cutlass::make_producer_start_state<MainloopPipeline>();
     TileScheduler scheduler{params.scheduler};
-    if (!kSplitN && role == Role::Consumer1) {  // the second warpgroup starts one tile and its stages later
+    if (role == Role::Consumer1) {  // the second warpgroup starts one tile and its stages later
       scheduler.advance_to_next_work();
       consume_state.advance(k_tiles);
     }
@@ -252,25 +201,22 @@ class Sm90WarpEpilogueKernel {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
       TiledMma tiled_mma;
       Element* stage = shared.tensors.epilogue.data() + (warp - cutlass::NumWarpsPerWarpGroup) * Epilogue::kStageElements;
-      const int group = static_cast<int>(role) - static_cast<int>(Role::Consumer0);
-      // The thread's index in the tiled MMA: its warpgroup's (ping-pong) or both warpgroups' (split N).
-      const int mma_thread = kSplitN ? group * cutlass::NumThreadsPerWarpGroup + group_thread : group_thread;
       for (; work.is_valid(); work = scheduler.get_current_work()) {
-        const int m0 = work.M_idx * kTileM, n0 = work.N_idx * kTileN + (kSplitN ? group * kGroupTileN : 0);
+        const int m0 = work.M_idx * kTileM, n0 = work.N_idx * kTileN;
         // The bias is read before this warpgroup's turn on the Tensor Cores: its latency hides in the wait.
         typename Epilogue::BiasPairs bias;
         Epilogue::load_bias(bias, params.epilogue, n0, lane);
         Tensor accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));  // (MMA, MMA_M, MMA_N)
 
-        if constexpr (!kSplitN) mma_order.wait();
-        mainloop.mma(pipeline, consume_state, accumulators, k_tiles, mma_thread, shared.tensors.mainloop,
+        mma_order.wait();
+        mainloop.mma(pipeline, consume_state, accumulators, k_tiles, group_thread, shared.tensors.mainloop,
                      params.mainloop);
-        if constexpr (!kSplitN) mma_order.arrive();  // the other warpgroup's main loop may start
+        mma_order.arrive();  // the other warpgroup's main loop may start
         mainloop.mma_tail(pipeline, consume_state, k_tiles);
-        consume_state.advance(k_tiles * kTilesInFlight);  // ping-pong: skip the other warpgroup's stages
+        consume_state.advance(k_tiles * kMmaWarpGroups);  // skip the other warpgroup's stages
 
         Epilogue::store(accumulators, bias, params.epilogue, m0, n0, warp_in_group, lane, stage);
-        scheduler.advance_to_next_work(kTilesInFlight);
+        scheduler.advance_to_next_work(kMmaWarpGroups);
       }
     }
 #endif

@@ -7,9 +7,7 @@
 
 #include "activation_math.cuh"
 #include "gemm_gelu.h"
-#ifdef OFK_EXPLORE_SCHED_BUILD
-#include "explore/epilogue_trace.h"  // bench/kernels: the harness's epilogue timeline
-#endif
+#include "kernel_hooks.cuh"
 
 namespace onnxfuse::cuda {
 
@@ -30,8 +28,6 @@ enum class Sm90Schedule : int {
   kCooperative,  // two consumer warpgroups split one tile: larger tiles, epilogue not overlapped
   kStreamK,      // cooperative, with the work split along K too (stream-K): every SM busy at 1-2 waves
   kOverlappedPingpong,  // ping-pong whose two warpgroups' epilogues may overlap (sm90_warp_epilogue_kernel.cuh)
-  kSplitNCooperative,   // one tile, its columns split between the two warpgroups, the same per-warp epilogue
-                        // (kernel harness only: it lost everywhere, bench/kernels/NOTES.md v7)
 };
 
 // EpiM x EpiN: the CUTLASS epilogue's subtile (the overlapped kernel ignores them), the piece of the tile stored per step through shared memory (M must be
@@ -44,8 +40,8 @@ struct Sm90Config {};
 // same lists are instantiated for every (16-bit dtype, layout) in sm90_<dtype>_<layout>_{small,large}.cu and
 // listed by the dispatch table, so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs
 // ~1 min of nvcc on a 2-core machine and cicc takes ~5 GB for a file of three, so a file holds at most three
-// and the lists hold only tiles that win somewhere (bench/kernels/NOTES.md has the measurements,
-// bench/kernels/explore/ the candidates that lost). Why each, fp16 H200 GPU times in us, erf form:
+// and the lists hold only tiles that win somewhere (lab/kernels/NOTES.md has the measurements,
+// lab/kernels/explore/ the candidates that lost). Why each, fp16 H200 GPU times in us, erf form:
 //  ppo_64x64_c1         overlapped ping-pong 64x64 (sm90_warp_epilogue_kernel.cuh: the two warpgroups'
 //                       epilogues are not ordered): the most CTAs, for up to a wave of 128x128 tiles at short K
 //                       (128x768x3072: 4.7 vs 5.0 for CUTLASS's ping-pong 64x64 and 9.5 for 128x128;
@@ -123,7 +119,7 @@ inline size_t dtype_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 // enough to stay in L2. CUTLASS rounds both tile counts up to a multiple of swizzle x cluster and walks the
 // padding too, so the swizzle is used only where that adds at most 3 % of tiles (fp32 2048x4096x16384 on
 // cooperative 256x128 tiles, 8 tile rows padded to 16, ran 2.8x slower). Measured on H200
-// (bench/kernels/NOTES.md, v5), GPU us, swizzle 1 vs 8: fp16 8192x4096x16384 1669 vs 1579, fp16
+// (lab/kernels/NOTES.md, v5), GPU us, swizzle 1 vs 8: fp16 8192x4096x16384 1669 vs 1579, fp16
 // 4096x4096x16384 796 vs 775; where an operand fits in L2 it loses (fp16 2048x4096x16384 381 vs 392,
 // 16384x768x3072 132 vs 182).
 constexpr int kSm90WideSwizzle = 8;
@@ -144,9 +140,7 @@ inline int sm90_swizzle(const GemmGeluArgs& a, const DeviceInfo& dev, int tile_m
 
 inline ActivationParams activation_params(const GemmGeluArgs& a) {
   ActivationParams p{static_cast<int>(a.act), a.alpha};
-#ifdef OFK_EXPLORE_SCHED_BUILD
-  p.trace = ofk_explore::trace_buffer;  // kernel harness only: null unless its trace mode set one
-#endif
+  hooks::fill_activation_params(p);
   return p;
 }
 

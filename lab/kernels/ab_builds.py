@@ -1,9 +1,9 @@
-"""Same-process A/B of two kernel-harness builds (bench/kernels/build.sh), e.g. before and after a kernel
+"""Same-process A/B of two kernel-harness builds (lab/kernels/build.sh), e.g. before and after a kernel
 change: for each shape, dtype and activation form, the dispatch's kernel of build A and of build B, timed in
 interleaved rounds (CUPTI GPU time, medians), and whether the two builds' outputs are bit-identical.
 Separate processes drift by more than the changes this is for (the H200 runs these shapes at its power cap).
 
-    python3 bench/kernels/ab_builds.py LIB_A.so LIB_B.so OUT.json [--shapes MxKxN,...] [--rounds 5]
+    python3 lab/kernels/ab_builds.py LIB_A.so LIB_B.so OUT.json [--shapes MxKxN,...] [--rounds 5]
 
 Each library is loaded on its own (ctypes, RTLD_LOCAL), so both keep their own tactic tables and statics.
 """
@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from cupti import kernel_times_us  # noqa: E402  (bench/cupti.py)
 
 DT = {"fp16": (1, torch.float16), "bf16": (2, torch.bfloat16)}

@@ -1,7 +1,7 @@
-"""Checks and times the GEMM+bias+GELU kernels on their own (no ONNX Runtime): bench/kernels/harness.cu
+"""Checks and times the GEMM+bias+GELU kernels on their own (no ONNX Runtime): lab/kernels/harness.cu
 compiled by build.sh into one .so, called through ctypes on torch CUDA tensors, on torch's current stream.
 
-    python3 bench/kernels/run_device.py LIB.so OUT.json [check] [time] [tactics] [fp16all]
+    python3 lab/kernels/run_device.py LIB.so OUT.json [check] [time] [tactics] [fp16all]
 
 check   : every dtype x activation x transB x bias over aligned, misaligned, odd, tiny and empty shapes;
           error vs a float64 reference against the unfused path's error (mm in the dtype, bias add, GELU:
@@ -45,7 +45,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from cupti import kernel_times_us  # noqa: E402  (bench/cupti.py)
 
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -63,7 +63,7 @@ TACTICS = [LIB.ofk_tactic_name(i).decode() for i in range(NTACTICS)]
 DT = {"fp16": (1, torch.float16), "bf16": (2, torch.bfloat16), "fp32": (0, torch.float32)}
 ACTS = {"erf": 0, "tanh": 1, "sigmoid": 2, "none": -1}  # none: OFK_EXPLORE=sched builds only (run_sched)
 # OFK_EXPLORE=sched builds only: the fast forms in chained groups of 2-8 elements (run_groups), the erf form
-# and no activation with the epilogue timeline (run_trace) (bench/kernels/explore/epilogue_groups.h)
+# and no activation with the epilogue timeline (run_trace) (lab/kernels/explore/epilogue_groups.h)
 GROUPS = {"erf_g2": -2, "erf_g4": -3, "erf_g8": -4, "tanh_g8": -5, "sigmoid_g8": -6}
 ACTS.update(GROUPS, erf_traced=-7, none_traced=-8)
 FORMS = ("erf", "tanh", "sigmoid")  # what the op computes: check, tactics and fp16all go over these

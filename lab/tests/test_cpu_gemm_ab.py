@@ -1,4 +1,4 @@
-"""bench/cpu_gemm_ab, the in-process A/B harness behind the CPU kernel's tuning numbers: a library of two
+"""lab/cpu_gemm_ab, the in-process A/B harness behind the CPU kernel's tuning numbers: a library of two
 variants builds from the project's own sources, each variant computes act(X·Wᵀ + b) over a whole problem with
 several threads, and ab.py's report runs against ORT in the same process."""
 
@@ -16,8 +16,8 @@ import pytest
 
 from onnxfuse import runtime
 
-ROOT = Path(__file__).resolve().parents[1]
-AB = ROOT / "bench" / "cpu_gemm_ab"
+ROOT = Path(__file__).resolve().parents[2]
+AB = ROOT / "lab" / "cpu_gemm_ab"
 
 pytestmark = [
     pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the packed GEMM is x86-64 only"),
@@ -34,7 +34,7 @@ def ab(tmp_path_factory, library_path):
     build = subprocess.run(["bash", str(AB / "build.sh"), str(lib_path), f"cur:{src}:256:144:128",
                             f"kc64:{src}:64:12:32"], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-2000:]
-    spec = importlib.util.spec_from_file_location("onnxfuse_bench_cpu_gemm_ab", AB / "ab.py")
+    spec = importlib.util.spec_from_file_location("onnxfuse_lab_cpu_gemm_ab", AB / "ab.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module, lib_path

@@ -1,9 +1,9 @@
-// Kernel harness only (build.sh with OFK_EXPLORE=sched): a timeline of the epilogue. With a trace buffer set
-// (ofk_set_trace in harness.cu), the activation codes -7 (erf) and -8 (no activation) make lane 0 of every
-// warp that runs the activation record the SM's clock when its fragment's math starts and when it ends, with
-// the SM, the warp and the CTA: run_device.py's `trace` mode turns that into, per SM and consumer warpgroup,
-// how long the math takes, how far apart the epilogue steps of one tile are, and how the two warpgroups'
-// epilogues follow each other (bench/kernels/NOTES.md, v6).
+// Kernel lab only (build.sh with OFK_EXPLORE=sched, through hooks/kernel_hooks.cuh): a timeline of the
+// epilogue. With a trace buffer set (ofk_set_trace in harness.cu), the activation codes -7 (erf) and -8 (no
+// activation) make lane 0 of every warp that runs the activation record the SM's clock when its fragment's math
+// starts and when it ends, with the SM, the warp and the CTA: run_device.py's `trace` mode turns that into, per
+// SM and consumer warpgroup, how long the math takes, how far apart the epilogue steps of one tile are, and how
+// the two warpgroups' epilogues follow each other (lab/kernels/NOTES.md, v6).
 // Buffer: [0] a record counter, then records of two u64: the clock, and smid | warp << 8 | end << 16 |
 // blockIdx.x << 20.
 #pragma once

@@ -2,9 +2,9 @@
 """Which kernel cuBLAS runs for each shape: the plain GEMM (torch.mm) and cuBLASLt's bias + tanh-GELU epilogue
 (torch._addmm_activation), fp16, W [N, K], with their GPU time from CUPTI (torch.profiler). On Hopper the names
 of cuBLAS's nvjet kernels carry their configuration (tile MxN, K step x stages, cluster, schedule), which is
-what to compare our tactic table against (bench/kernels/NOTES.md).
+what to compare our tactic table against (lab/kernels/NOTES.md).
 
-    python3 bench/kernels/cublas_choices.py > $OUT/cublas_choices.txt      (needs torch with CUDA)
+    python3 lab/kernels/cublas_choices.py > $OUT/cublas_choices.txt      (needs torch with CUDA)
 """
 import torch
 from torch.profiler import ProfilerActivity, profile

@@ -5,8 +5,8 @@ the unfused MatMul + Add + Gelu the fused op replaces) take turns in one process
 every column alike. On the 2-core machines this project runs on, consecutive processes differ by 30-50 %;
 ratios measured this way held to a few percent.
 
-    bench/cpu_gemm_ab/build.sh /tmp/ab.so cur:custom_ops/src:256:144:128 kc128:custom_ops/src:128:144:128
-    python bench/cpu_gemm_ab/ab.py /tmp/ab.so 1024x768x3072 --threads 2 --reps 31
+    lab/cpu_gemm_ab/build.sh /tmp/ab.so cur:custom_ops/src:256:144:128 kc128:custom_ops/src:128:144:128
+    python lab/cpu_gemm_ab/ab.py /tmp/ab.so 1024x768x3072 --threads 2 --reps 31
 
 Prints, per column, the median ms, GFLOP/s, the ratio to MLAS's MatMul and to the unfused graph, and each
 variant's largest difference from ORT's unfused output (fp32, erf GELU, X ~ N(0, 1), W ~ N(0, 1/K)).
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from cpu_kernel import models_for, session_options  # noqa: E402  (bench/cpu_kernel.py: the same peers)
 
 

@@ -7,6 +7,20 @@
 #include "gemm_gelu.h"
 #include "tactics.cuh"
 
+// An exploration build (build.sh with OFK_EXPLORE=tiles, epi or sched) adds the candidate tiles of its mode's
+// groups (lab/kernels/explore/tiles.h), reachable here by index past the shipped table's end.
+#if defined(OFK_EXPLORE_TILES_BUILD)
+#define OFK_EXPLORE_MODE OFK_EXPLORE_MODE_TILES
+#elif defined(OFK_EXPLORE_EPI_BUILD)
+#define OFK_EXPLORE_MODE OFK_EXPLORE_MODE_EPI
+#elif defined(OFK_EXPLORE_SCHED_BUILD)
+#define OFK_EXPLORE_MODE OFK_EXPLORE_MODE_SCHED
+#endif
+#ifdef OFK_EXPLORE_MODE
+#include "explore/configs.h"
+#include "explore/tiles.h"
+#endif
+
 using namespace onnxfuse::cuda;
 
 namespace {
@@ -33,28 +47,12 @@ GemmGeluArgs make_args(int dtype, int act, float alpha, int trans_b, int allow_t
   return a;
 }
 
-// Tiles measured but not in the shipped table (bench/kernels/explore/tiles.h), compiled into an exploration
-// build (build.sh with OFK_EXPLORE=tiles or =epi), reachable here by index past the table's end.
-#if defined(OFK_EXPLORE_TILES_BUILD) || defined(OFK_EXPLORE_EPI_BUILD) || defined(OFK_EXPLORE_SCHED_BUILD)
-#include "explore/tiles.h"
+// The candidate tiles measured but not in the shipped table, as tactics.
+#ifdef OFK_EXPLORE_MODE
 #define OFK_EXTRA(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
-  sm90_tactic<DType::kFloat16, true, TM, TN, TK, CM, CN, Sm90Schedule::SCHED, EM, EN>("sm90_f16_tn_" #name),
-const Tactic kExtra[] = {
-#ifdef OFK_EXPLORE_TILES_BUILD
-    OFK_EXPLORE_TILES(OFK_EXTRA)
-#endif
-#ifdef OFK_EXPLORE_EPI_BUILD
-    OFK_EXPLORE_EPI_TILES(OFK_EXTRA)
-#endif
-#ifdef OFK_EXPLORE_SCHED_BUILD
-    OFK_EXPLORE_TILES_E(OFK_EXTRA)  // the stream-K tiles, swept over their decomposition modes
-    OFK_EXPLORE_TILES_J(OFK_EXTRA)  // 128-deep K steps
-    OFK_EXPLORE_TILES_K(OFK_EXTRA)  // W multicast along M under a wave
-    OFK_EXPLORE_TILES_L(OFK_EXTRA)  // the overlapped ping-pong kernel's 128x128 tile, and what it replaced
-    OFK_EXPLORE_TILES_M(OFK_EXTRA)
-    OFK_EXPLORE_TILES_N(OFK_EXTRA)  // split-N cooperative tiles
-#endif
-};
+  ofk_explore::tactic<OFK_EXPLORE_CONFIG(TM, TN, TK, CM, CN, SCHED, EM, EN)>("sm90_f16_tn_" #name),
+#define OFK_EXTRA_GROUP(group) OFK_EXPLORE_TILES_##group(OFK_EXTRA)
+const Tactic kExtra[] = {OFK_EXPLORE_MODE(OFK_EXTRA_GROUP)};
 constexpr int kExtraCount = static_cast<int>(sizeof(kExtra) / sizeof(kExtra[0]));
 #else
 const Tactic* const kExtra = nullptr;
@@ -81,7 +79,7 @@ extern "C" {
 int ofk_tactic_count() { return gemm_gelu_tactic_count() + kExtraCount; }
 const char* ofk_tactic_name(int i) { return tactic_at(i).name; }
 
-#ifdef OFK_EXPLORE_SCHED_BUILD
+#ifdef OFK_EXPLORE_SCHED_BUILD  // built with the lab's hook points (hooks/kernel_hooks.cuh)
 // The epilogue timeline buffer of explore/epilogue_trace.h for the launches that follow (null: none).
 void ofk_set_trace(void* buffer) { ofk_explore::trace_buffer = static_cast<unsigned long long*>(buffer); }
 #endif

@@ -1,16 +1,19 @@
-// Kernel harness only (build.sh with OFK_EXPLORE=sched): extra activation codes for the epilogue experiments
-// of bench/kernels/NOTES.md v6, as switch cases (OFK_EXPLORE_ACTIVATION_CASES) in apply_activation.
+// Kernel lab only (build.sh with OFK_EXPLORE=sched, through hooks/kernel_hooks.cuh): extra activation codes for
+// the epilogue experiments of lab/kernels/NOTES.md v6, as `case` labels of apply_activation's switch
+// (OFK_EXPLORE_ACTIVATION_CASES, custom_ops/src/cuda/activation_math.cuh):
+//   -1            no activation, to measure what the epilogue's math costs
 //   -2 / -3 / -4  the fast erf in chained groups of 2 / 4 / 8 elements: each group's first product (x·x)
 //                 takes + (the previous group's last result & zero bits the compiler cannot see), so the
 //                 values are unchanged but a group cannot start before the previous one ends
 //   -5 / -6       tanh / sigmoid in chained groups of 8
 //   -7 / -8       the shipped erf / no activation, with the epilogue timeline of epilogue_trace.h
-// Included by activation_math.cuh after the fast forms, outside its namespace.
+// The hook header is included ahead of activation_math.cuh's forms, so whatever calls them is written inside
+// the cases (OFK_EXPLORE_ERF_LINKED, OFK_EXPLORE_TANH_LINKED), which expand in apply_activation, after the forms.
 #pragma once
 
-#include "explore/epilogue_trace.h"
+#include "epilogue_trace.h"
 
-namespace onnxfuse::cuda::explore {
+namespace ofk_explore {
 
 template <int G, int N, class Form>
 __device__ __forceinline__ void in_chained_groups(float (&v)[N], unsigned zero_bits, Form form) {
@@ -28,39 +31,41 @@ __device__ __forceinline__ void in_chained_groups(float (&v)[N], unsigned zero_b
   }
 }
 
-// The shipped forms of activation_math.cuh with `link` added to their first product.
-__device__ __forceinline__ float erf_linked(float x, float link) {
-  return x_over_one_plus_exp2(x, erf_logit_h(x, fmaf(x, x, link)));
-}
-__device__ __forceinline__ float tanh_linked(float x, float link) {
-  return x_over_one_plus_exp2(x, x * fmaf(-0.10294323958002442f, fmaf(x, x, link), -2.302208198144325f));
-}
-
 // 0 at run time from a kernel parameter, so the compiler cannot fold it: the sign bit of the sigmoid alpha
 // (the harness passes 1.702).
-__device__ __forceinline__ unsigned zero_bits(const ActivationParams& p) {
-  return __float_as_uint(p.sigmoid_alpha) & 0x80000000u;
+__device__ __forceinline__ unsigned zero_bits(float sigmoid_alpha) {
+  return __float_as_uint(sigmoid_alpha) & 0x80000000u;
 }
 
-}  // namespace onnxfuse::cuda::explore
+}  // namespace ofk_explore
 
-#define OFK_EXPLORE_ACTIVATION_CASES(v, p)                                                                   \
+// The shipped fast forms of activation_math.cuh with `link` added to their first product.
+#define OFK_EXPLORE_ERF_LINKED \
+  [](float x, float link) { return x_over_one_plus_exp2(x, erf_logit_h(x, fmaf(x, x, link))); }
+#define OFK_EXPLORE_TANH_LINKED                                                                            \
+  [](float x, float link) {                                                                                \
+    return x_over_one_plus_exp2(x, x * fmaf(-0.10294323958002442f, fmaf(x, x, link), -2.302208198144325f)); \
+  }
+
+#define OFK_EXPLORE_ACTIVATION_CASES(v, p)                                                                 \
+  case -1:                                                                                                 \
+    break;                                                                                                 \
   case -2:                                                                                                 \
-    explore::in_chained_groups<2>(v, explore::zero_bits(p), explore::erf_linked);                          \
+    ofk_explore::in_chained_groups<2>(v, ofk_explore::zero_bits(p.sigmoid_alpha), OFK_EXPLORE_ERF_LINKED);  \
     break;                                                                                                 \
   case -3:                                                                                                 \
-    explore::in_chained_groups<4>(v, explore::zero_bits(p), explore::erf_linked);                          \
+    ofk_explore::in_chained_groups<4>(v, ofk_explore::zero_bits(p.sigmoid_alpha), OFK_EXPLORE_ERF_LINKED);  \
     break;                                                                                                 \
   case -4:                                                                                                 \
-    explore::in_chained_groups<8>(v, explore::zero_bits(p), explore::erf_linked);                          \
+    ofk_explore::in_chained_groups<8>(v, ofk_explore::zero_bits(p.sigmoid_alpha), OFK_EXPLORE_ERF_LINKED);  \
     break;                                                                                                 \
   case -5:                                                                                                 \
-    explore::in_chained_groups<8>(v, explore::zero_bits(p), explore::tanh_linked);                         \
+    ofk_explore::in_chained_groups<8>(v, ofk_explore::zero_bits(p.sigmoid_alpha), OFK_EXPLORE_TANH_LINKED); \
     break;                                                                                                 \
   case -6: {                                                                                               \
     const float k = -kLog2e * p.sigmoid_alpha;                                                             \
-    explore::in_chained_groups<8>(v, explore::zero_bits(p),                                                \
-                                  [k](float x, float l) { return x_over_one_plus_exp2(x, fmaf(k, x, l)); }); \
+    ofk_explore::in_chained_groups<8>(v, ofk_explore::zero_bits(p.sigmoid_alpha),                          \
+                                      [k](float x, float l) { return x_over_one_plus_exp2(x, fmaf(k, x, l)); }); \
     break;                                                                                                 \
   }                                                                                                        \
   case -7:                                                                                                 \

@@ -3,8 +3,8 @@
 # trees, K slice depths, tile shapes, -D switches) side by side in one .so, for ab.py to time against ORT's
 # MLAS in one process. AVX2 only (the variants run Tile<Avx2, 1 panel>).
 #
-#   bench/cpu_gemm_ab/build.sh OUT.so NAME:SRC_DIR:KC:TILE_M:TILE_N[:DEF=1,DEF=2] ...
-#   e.g. bench/cpu_gemm_ab/build.sh /tmp/ab.so cur:custom_ops/src:256:144:128 kc128:custom_ops/src:128:144:128
+#   lab/cpu_gemm_ab/build.sh OUT.so NAME:SRC_DIR:KC:TILE_M:TILE_N[:DEF=1,DEF=2] ...
+#   e.g. lab/cpu_gemm_ab/build.sh /tmp/ab.so cur:custom_ops/src:256:144:128 kc128:custom_ops/src:128:144:128
 #
 # SRC_DIR is a tree laid out like custom_ops/src (a copy with an edited packed_gemm_kernel.h, say); the weight
 # packing comes from the first variant's tree. NAME must be a C identifier.

@@ -1,7 +1,0 @@
-// Exploration tiles with an explicit epilogue subtile, group H (tiles.h), float16, trans_b = 1.
-#include "sm90_gemm_gelu.cuh"
-#include "tiles.h"
-
-#define INSTANTIATE(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
-  ONNXFUSE_SM90_TACTIC(onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN, SCHED, EM, EN)
-OFK_EXPLORE_EPI_TILES_H(INSTANTIATE)

@@ -1,0 +1,35 @@
+// How a candidate line of tiles.h, X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule, EpiM, EpiN), becomes
+// a kernel configuration, float16 with W [N, K] (trans_b = 1). The schedule names one of the shipped
+// Sm90Schedule values (custom_ops/src/cuda/tactics.cuh: an Sm90Config, built by the shipped Sm90Kernel), or
+// kSplitNCooperative, the lab's split-N kernel (sm90_split_n_kernel.cuh: its own configuration type, which that
+// file's Sm90Kernel specialization builds; it has its own epilogue, so EpiM x EpiN are 0 x 0).
+// Light (no CUTLASS), like tactics.cuh: harness.cu names the tactics, explore.cu instantiates them.
+#pragma once
+
+#include "tactics.cuh"
+
+namespace ofk_explore {
+
+template <onnxfuse::cuda::DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN>
+struct Sm90SplitNConfig {};
+
+// The table entry of one candidate (its kernels are instantiated in explore.cu's object for its group).
+template <class Config>
+constexpr onnxfuse::cuda::Tactic tactic(const char* name) {
+  using T = onnxfuse::cuda::Sm90Tactic<Config>;
+  return onnxfuse::cuda::Tactic{name, &T::can_implement, &T::workspace, &T::run};
+}
+
+}  // namespace ofk_explore
+
+#define OFK_EXPLORE_CONFIG(TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  OFK_EXPLORE_CONFIG_##SCHED(TM, TN, TK, CM, CN, SCHED, EM, EN)
+#define OFK_EXPLORE_SHIPPED_CONFIG(TM, TN, TK, CM, CN, SCHED, EM, EN)                                             \
+  onnxfuse::cuda::Sm90Config<onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN,                           \
+                             onnxfuse::cuda::Sm90Schedule::SCHED, EM, EN>
+#define OFK_EXPLORE_CONFIG_kPingpong OFK_EXPLORE_SHIPPED_CONFIG
+#define OFK_EXPLORE_CONFIG_kCooperative OFK_EXPLORE_SHIPPED_CONFIG
+#define OFK_EXPLORE_CONFIG_kStreamK OFK_EXPLORE_SHIPPED_CONFIG
+#define OFK_EXPLORE_CONFIG_kOverlappedPingpong OFK_EXPLORE_SHIPPED_CONFIG
+#define OFK_EXPLORE_CONFIG_kSplitNCooperative(TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  ofk_explore::Sm90SplitNConfig<onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN>
