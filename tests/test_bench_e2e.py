@@ -64,3 +64,16 @@ def test_full_size_configs_are_the_published_ones(name):
     assert (hidden, layers) == (768, 12)
     if name == "vit-b16":
         assert (spec.full["image_size"], spec.full["patch_size"]) == (224, 16)
+
+
+def test_sdpa_export_goal():
+    """On the default (sdpa) export the B=32 goal is a 1.6× speedup, judged next to the 10 % one."""
+    records = [
+        {"model": "vit-b16", "attn": "sdpa", "runs": {"default": _run({1: (2.0, 1.5), 32: (16.4, 9.6)})}},
+        {"model": "bert-base", "attn": "sdpa", "runs": {"default": _run({1: (2.0, 1.9), 32: (8.0, 6.0)})}},
+        {"model": "gpt2-small", "attn": "eager", "runs": {"default": _run({32: (8.0, 6.0)})}},
+    ]
+    vit, bert, gpt2 = e2e.verdicts(records)
+    assert vit.endswith("sdpa export B=32 speedup 1.71× (goal ≥ 1.6×): PASS")
+    assert bert.endswith("sdpa export B=32 speedup 1.33× (goal ≥ 1.6×): FAIL")
+    assert "sdpa" not in gpt2

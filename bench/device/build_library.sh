@@ -29,8 +29,13 @@ cmake -S custom_ops -B .device/build -DCMAKE_BUILD_TYPE=Release -DONNXFUSE_CUDA=
 rm -rf .device/buildkit
 mkdir -p .device/buildkit/openblas/lib
 cp -r "$(sed -n 's/^ONNXRUNTIME_INCLUDE_DIR:PATH=//p' .device/build/CMakeCache.txt)" .device/buildkit/ort-include
-cp -r "$(sed -n 's/^ONNXFUSE_OPENBLAS_INCLUDE_DIR:PATH=//p' .device/build/CMakeCache.txt)" .device/buildkit/openblas/include
-cp "$(sed -n 's/^ONNXFUSE_OPENBLAS_LIBRARY:FILEPATH=//p' .device/build/CMakeCache.txt)" .device/buildkit/openblas/lib/
+# The OpenBLAS cache entries are empty when CMake asked the scipy-openblas32 package itself: ask it too.
+blas_include=$(sed -n 's/^ONNXFUSE_OPENBLAS_INCLUDE_DIR:PATH=//p' .device/build/CMakeCache.txt)
+blas_library=$(sed -n 's/^ONNXFUSE_OPENBLAS_LIBRARY:FILEPATH=//p' .device/build/CMakeCache.txt)
+[ -n "$blas_include" ] || blas_include=$(python3 -c "import scipy_openblas32 as s; print(s.get_include_dir())")
+[ -n "$blas_library" ] || blas_library=$(python3 -c "import scipy_openblas32 as s, os; print(os.path.join(s.get_lib_dir(), 'lib' + s.get_library() + '.so'))")
+cp -r "$blas_include" .device/buildkit/openblas/include
+cp "$blas_library" .device/buildkit/openblas/lib/
 [ "${CONFIGURE_ONLY:-0}" = 1 ] && { echo "ready to carry: .device/buildkit ($(du -sh .device/buildkit | cut -f1))"; exit 0; }
 
 cmake --build .device/build -j "${JOBS:-2}"
