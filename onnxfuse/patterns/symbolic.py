@@ -1,0 +1,638 @@
+"""Symbolic evaluation of the small integer and boolean subgraphs that exporters write around attention:
+reshape targets built from ``Shape`` slices, and attention masks built from index ranges.
+
+Nothing here runs the model. A value is one of:
+
+* :class:`Vec` — a small int64 vector (or scalar) whose elements are :class:`Dim` monomials: products of
+  integers and symbolic dimensions (``Shape(x)[i]``);
+* :class:`Index` — a tensor given by a formula of its own indices: ``Range(0, n)`` is the tensor whose
+  element at position ``i`` is ``i``; Unsqueeze/Expand/compare/And/Add/Mul/GatherND build formulas of
+  those. Its ``extents`` are Dims (1 for a broadcast axis);
+* :class:`Data` — a tensor of unknown values the formula may index into (an ``attention_mask``);
+  :class:`FlatData` is such a tensor seen through ``Flatten``.
+
+A dimension is canonical when shape inference knows it: an int, or a ``dim_param``/inferred symbol (two
+tensors whose inferred dims carry the same symbol have the same size; that is what the ONNX symbol
+means). Otherwise it stays ``Shape(x)[i]`` of its tensor: equal only to itself.
+
+Anything the evaluator does not model (another op, a non-uniform constant, a formula it cannot simplify)
+raises :class:`NotSymbolic` with a reason; a caller that needs a proof then refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+import onnx
+
+from .graph import GraphView, attr, is_op
+
+T = onnx.TensorProto
+INT64_MAX = 2**63 - 1
+
+
+class NotSymbolic(Exception):
+    """The value cannot be followed symbolically; the message says where and why."""
+
+
+# --- dimensions -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Dim:
+    """``coef · Π factors``: an integer (no factors) or a product of symbolic dimensions."""
+
+    coef: int
+    factors: tuple = ()
+
+    @staticmethod
+    def of(value) -> Dim:
+        return Dim(int(value)) if not isinstance(value, Dim) else value
+
+    @property
+    def is_int(self) -> bool:
+        return not self.factors
+
+    def __mul__(self, other: Dim) -> Dim:
+        return Dim(self.coef * other.coef, tuple(sorted(self.factors + other.factors, key=repr)))
+
+    def divide(self, other: Dim) -> Dim | None:
+        """``self / other`` when it is exact as monomials, else None."""
+        if other.coef == 0 or self.coef % other.coef:
+            return None
+        rest = list(self.factors)
+        for f in other.factors:
+            if f not in rest:
+                return None
+            rest.remove(f)
+        return Dim(self.coef // other.coef, tuple(rest))
+
+    def quotient(self, other: Dim) -> Dim:
+        """``self / other``: exact as monomials, or one opaque symbol naming the quotient (two quotients
+        of the same dimensions are the same symbol, which is all a proof here needs)."""
+        q = self.divide(other)
+        return q if q is not None else Dim(1, (f"({self!r})/({other!r})",))
+
+    def __repr__(self) -> str:
+        parts = ([str(self.coef)] if self.coef != 1 or not self.factors else []) + [str(f) for f in self.factors]
+        return "·".join(parts)
+
+
+def inferred_dim(view: GraphView, name: str, axis: int) -> Dim:
+    """Dimension ``axis`` of ``name`` as shape inference knows it (int or symbol), or ``Shape(name)[axis]``."""
+    shape = view.shape(name)
+    if shape is not None and -len(shape) <= axis < len(shape):
+        d = shape[axis]
+        if isinstance(d, int):
+            return Dim(d)
+        if isinstance(d, str) and d:
+            return Dim(1, (d,))
+        axis %= len(shape)
+    return Dim(1, (f"{name}[{axis}]",))
+
+
+# --- values -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Vec:
+    items: tuple  # of Dim
+    scalar: bool = False
+
+
+@dataclass(frozen=True)
+class BoolVec:
+    items: tuple  # of bool
+
+
+@dataclass(frozen=True)
+class Index:
+    extents: tuple  # of Dim
+    expr: tuple  # formula (see module docstring)
+
+
+@dataclass(frozen=True)
+class Data:
+    name: str  # the tensor whose (unknown) values the formula reads
+    rank: int
+    as_bool: bool = False  # read through Cast(to=bool): "nonzero"
+
+
+@dataclass(frozen=True)
+class FlatData:
+    data: Data
+    cols: Dim  # elements per row of the rank-2 source: Flatten(x)[i] = x[i // cols, i % cols]
+
+
+Value = Union[Vec, BoolVec, Index, Data, FlatData]
+
+TRUE = ("const", True)
+
+
+def axis(a: int) -> tuple:
+    return ("axis", a)
+
+
+def shift_axes(expr: tuple, mapping) -> tuple:
+    if expr[0] == "axis":
+        return ("axis", mapping(expr[1]))
+    if expr[0] == "const":
+        return expr
+    if expr[0] == "data":
+        return ("data", expr[1], *(shift_axes(e, mapping) for e in expr[2:]))
+    if expr[0] == "flatdata":
+        return ("flatdata", expr[1], expr[2], shift_axes(expr[3], mapping))
+    return (expr[0], *(shift_axes(e, mapping) for e in expr[1:]))
+
+
+def _broadcast(a: tuple, b: tuple, where: str) -> tuple:
+    """Numpy broadcast of two extent tuples (right-aligned); an axis of extent 1 takes the other's."""
+    n = max(len(a), len(b))
+    a = (Dim(1),) * (n - len(a)) + tuple(a)
+    b = (Dim(1),) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == Dim(1):
+            out.append(x)
+        elif x == Dim(1):
+            out.append(y)
+        else:
+            raise NotSymbolic(f"{where}: cannot show that extents {x} and {y} broadcast")
+    return tuple(out)
+
+
+def _aligned(v: Index, rank: int) -> Index:
+    """``v`` with leading broadcast axes added up to ``rank`` (its formula's axes shift right)."""
+    k = rank - len(v.extents)
+    if k <= 0:
+        return v
+    return Index((Dim(1),) * k + v.extents, shift_axes(v.expr, lambda a: a + k))
+
+
+# --- the evaluator ----------------------------------------------------------------------------------
+class Evaluator:
+    """Follows tensors back through the ops it models, each tensor once."""
+
+    def __init__(self, view: GraphView):
+        self.view = view
+        self.memo: dict[str, Value] = {}
+        self.dims: dict[tuple[str, int], Dim] = {}
+
+    # -- dimensions --
+    def dim(self, name: str, axis: int) -> Dim:
+        """Dimension ``axis`` (>= 0) of ``name``, traced through the ops that only move dimensions
+        (Transpose, Reshape to a known target, MatMul, elementwise ops with a scalar) back to the tensor
+        it comes from, whose inferred dimension it then is. Shape inference alone loses these equalities
+        at every op it cannot type precisely (its fresh ``unk__`` symbols); the trace keeps them."""
+        key = (name, axis)
+        if key not in self.dims:
+            self.dims[key] = inferred_dim(self.view, name, axis)  # (also breaks cycles)
+            self.dims[key] = self._traced_dim(name, axis) or self.dims[key]
+        return self.dims[key]
+
+    def rank(self, name: str) -> int | None:
+        shape = self.view.shape(name)
+        return None if shape is None else len(shape)
+
+    def _traced_dim(self, name: str, axis: int) -> Dim | None:
+        i = self.view.producer.get(name)
+        if i is None:
+            return None
+        node, view = self.view.nodes[i], self.view
+        op = node.op_type if node.domain in ("", "ai.onnx") else None
+        if op == "Transpose":
+            perm = attr(node, "perm", None)
+            return self.dim(node.input[0], perm[axis]) if perm is not None and axis < len(perm) else None
+        if op in ("Softmax", "Cast", "IsNaN", "Identity"):
+            return self.dim(node.input[0], axis)
+        if op in ("Mul", "Div", "Add", "Sub") and len(node.input) == 2:
+            for a, b in ((0, 1), (1, 0)):
+                if view.scalar(node.input[b]) is not None and self.rank(node.input[a]) == self.rank(name):
+                    return self.dim(node.input[a], axis)
+            c = view.constant(node.input[1])
+            if op == "Add" and c is not None and len(c.dims) == 1 and self.rank(node.input[0]) == self.rank(name):
+                return self.dim(node.input[0], axis) if axis < (self.rank(name) or 0) - 1 else None
+            return None
+        if op == "Where" and len(node.input) == 3 and view.scalar(node.input[1]) is not None:
+            ci = view.producer.get(node.input[0])
+            if ci is not None and is_op(view.nodes[ci], "IsNaN") and view.nodes[ci].input[0] == node.input[2]:
+                return self.dim(node.input[2], axis)
+            return None
+        if op == "MatMul" and len(node.input) == 2:
+            ra, rb, r = self.rank(node.input[0]), self.rank(node.input[1]), self.rank(name)
+            if ra is None or rb is None or r is None or ra < 2 or rb < 2:
+                return None
+            if axis == r - 1:
+                return self.dim(node.input[1], rb - 1)
+            if axis == r - 2:
+                return self.dim(node.input[0], ra - 2)
+            # a batch axis only one operand has is that operand's; one both have must agree
+            da = self.dim(node.input[0], axis - (r - ra)) if axis - (r - ra) >= 0 else None
+            db = self.dim(node.input[1], axis - (r - rb)) if axis - (r - rb) >= 0 else None
+            if da is None or db is None:
+                return da or db
+            return da if da == db else None
+        if op == "Reshape":
+            try:
+                target = self.vec(node.input[1]).items
+            except NotSymbolic:
+                return None
+            if axis >= len(target):
+                return None
+            d = target[axis]
+            copy = not attr(node, "allowzero", 0)
+            if d == Dim(0) and copy:
+                return self.dim(node.input[0], axis)
+            if d == Dim(-1):  # the element count over the other target dimensions
+                r = self.rank(node.input[0])
+                if r is None:
+                    return None
+                numel = _product(self.dim(node.input[0], j) for j in range(r))
+                others = _product(self.dim(node.input[0], j) if (t == Dim(0) and copy) else t
+                                  for j, t in enumerate(target) if j != axis)
+                return numel.quotient(others)
+            return d if d != Dim(0) else None
+        if op == "Split":
+            r = self.rank(name)
+            split_axis = attr(node, "axis", 0)
+            if r is not None and axis != split_axis % r:
+                return self.dim(node.input[0], axis)
+        return None
+
+
+    def value(self, name: str) -> Value:
+        if name not in self.memo:
+            self.memo[name] = self._evaluate(name)
+        return self.memo[name]
+
+    def vec(self, name: str) -> Vec:
+        v = self.value(name)
+        if not isinstance(v, Vec):
+            raise NotSymbolic(f"'{name}' is not a small integer vector")
+        return v
+
+    def index(self, name: str) -> Index:
+        v = _as_index(self.value(name))
+        if not isinstance(v, Index):
+            raise NotSymbolic(f"'{name}' is not an index formula")
+        return v
+
+    # -- leaves --
+    def _constant(self, name: str) -> Value | None:
+        t = self.view.constant(name)
+        if t is None:
+            return None
+        value = self.view.small_value(name, max_elements=4096)
+        if value is None:
+            raise NotSymbolic(f"constant '{name}' is too large to read")
+        if t.data_type in (T.INT64, T.INT32) and value.ndim <= 1:
+            return Vec(tuple(Dim(int(x)) for x in value.reshape(-1)), scalar=value.ndim == 0)
+        flat = value.reshape(-1)
+        if flat.size and np.all(flat == flat[0]):  # a uniform constant of any rank: its one value
+            item = flat[0].item()
+            return Index(tuple(Dim(int(d)) for d in t.dims), ("const", item))
+        if flat.size == 0 and t.data_type in (T.INT64, T.INT32):
+            return Vec((), scalar=False)
+        raise NotSymbolic(f"constant '{name}' is not uniform (a literal mask is not modelled)")
+
+    def _evaluate(self, name: str) -> Value:
+        c = self._constant(name)
+        if c is not None:
+            return c
+        i = self.view.producer.get(name)
+        if i is None:
+            shape = self.view.shape(name)
+            if shape is None:
+                raise NotSymbolic(f"the rank of '{name}' is unknown")
+            return Data(name, len(shape))
+        node = self.view.nodes[i]
+        handler = getattr(self, f"_op_{node.op_type}", None) if node.domain in ("", "ai.onnx") else None
+        if handler is None:
+            shape = self.view.shape(name)
+            if shape is None:
+                raise NotSymbolic(f"{node.op_type} '{self.view.node_name(i)}' is not modelled")
+            return Data(name, len(shape))
+        return handler(node, name)
+
+    # -- shape arithmetic --
+    def _op_Shape(self, node, _):
+        src = node.input[0]
+        try:
+            v = self.value(src)
+        except NotSymbolic:
+            v = None
+        if isinstance(v, Index):
+            dims = v.extents
+        elif isinstance(v, Vec):
+            dims = () if v.scalar else (Dim(len(v.items)),)
+        else:
+            shape = self.view.shape(src)
+            if shape is None:
+                raise NotSymbolic(f"the rank of '{src}' is unknown")
+            dims = tuple(self.dim(src, a) for a in range(len(shape)))
+        start, end = attr(node, "start", 0), attr(node, "end", None)
+        return Vec(tuple(dims[slice(start, end)]))
+
+    def _op_Gather(self, node, _):
+        data = self.value(node.input[0])
+        if isinstance(data, FlatData):
+            idx = self.index(node.input[1])
+            if attr(node, "axis", 0) != 0:
+                raise NotSymbolic("Gather of a flattened tensor on an axis other than 0")
+            return Index(idx.extents + (Dim(1),), ("flatdata", data.data, data.cols, idx.expr))
+        if not isinstance(data, Vec):
+            raise NotSymbolic("Gather of a tensor that is neither a shape nor a flattened mask")
+        ind = self.vec(node.input[1])
+        picked = []
+        for d in ind.items:
+            if not d.is_int or not -len(data.items) <= d.coef < len(data.items):
+                raise NotSymbolic("Gather of a shape at an unknown position")
+            picked.append(data.items[d.coef])
+        return Vec(tuple(picked), scalar=ind.scalar)
+
+    def _op_Slice(self, node, _):
+        data = self.vec(node.input[0])
+        starts, ends = self.vec(node.input[1]).items, self.vec(node.input[2]).items
+        if len(node.input) > 3 and node.input[3] and [d.coef for d in self.vec(node.input[3]).items] != [0]:
+            raise NotSymbolic("Slice of a shape on an axis other than 0")
+        if len(node.input) > 4 and node.input[4] and [d.coef for d in self.vec(node.input[4]).items] != [1]:
+            raise NotSymbolic("Slice of a shape with a step")
+        if len(starts) != 1 or len(ends) != 1 or not starts[0].is_int or not ends[0].is_int:
+            raise NotSymbolic("Slice of a shape at unknown positions")
+        n = len(data.items)
+        s, e = (max(min(x.coef, INT64_MAX), -INT64_MAX) for x in (starts[0], ends[0]))
+        return Vec(data.items[slice(*slice(s, e).indices(n)[:2])])
+
+    def _op_Concat(self, node, _):
+        parts = [self.value(x) for x in node.input]
+        if all(isinstance(p, Vec) for p in parts):
+            return Vec(tuple(d for p in parts for d in p.items))
+        if all(isinstance(p, Index) for p in parts) and len(parts) == 2:
+            a, b = parts
+            ax = attr(node, "axis", 0)
+            if ax not in (-1, len(a.extents) - 1) or a.extents[-1:] != (Dim(1),) or b.extents[-1:] != (Dim(1),):
+                raise NotSymbolic("Concat of index tensors other than stacking on a new last axis")
+            ext = _broadcast(a.extents[:-1], b.extents[:-1], "Concat")
+            return Index(ext + (Dim(2),), ("stack", a.expr, b.expr))
+        raise NotSymbolic("Concat of values of different kinds")
+
+    def _op_Squeeze(self, node, _):
+        v = self.value(node.input[0])
+        if isinstance(v, Vec) and len(v.items) == 1:
+            return Vec(v.items, scalar=True)
+        raise NotSymbolic("Squeeze of something other than a one-element shape")
+
+    def _op_Unsqueeze(self, node, _):
+        v = self.value(node.input[0])
+        axes = attr(node, "axes", None)
+        if axes is None:
+            axes = [d.coef for d in self.vec(node.input[1]).items]
+        if isinstance(v, Vec):
+            if v.scalar and list(axes) == [0]:
+                return Vec(v.items)
+            raise NotSymbolic("Unsqueeze of a shape vector")
+        if isinstance(v, Data) and v.rank == 2:  # mask[:, None, None, :]: element (b, ., ., k) is mask[b, k]
+            src = node.input[0]
+            v = Index((self.dim(src, 0), self.dim(src, 1)), ("data", v, axis(0), axis(1)))
+        if not isinstance(v, Index):
+            raise NotSymbolic("Unsqueeze of an unknown tensor")
+        rank = len(v.extents) + len(axes)
+        axes = sorted(a % rank for a in axes)
+        old_to_new, new_ext, j = {}, [], 0
+        for a in range(rank):
+            if a in axes:
+                new_ext.append(Dim(1))
+            else:
+                old_to_new[j] = a
+                new_ext.append(v.extents[j])
+                j += 1
+        return Index(tuple(new_ext), shift_axes(v.expr, old_to_new.__getitem__))
+
+    def _op_Cast(self, node, _):
+        v = self.value(node.input[0])
+        to = attr(node, "to")
+        if isinstance(v, Vec) and to in (T.INT64, T.INT32):
+            return v
+        if isinstance(v, Data) and to == T.BOOL:
+            return Data(v.name, v.rank, as_bool=True)
+        if isinstance(v, Index) and to in (T.BOOL, T.INT64, T.INT32) and _is_boolean(v.expr):
+            return v
+        raise NotSymbolic(f"Cast to {onnx.helper.tensor_dtype_to_string(to)} changes values")
+
+    def _op_Reshape(self, node, _):
+        v = self.value(node.input[0])
+        target = self.vec(node.input[1])
+        if isinstance(v, Data):  # the mask reshaped: the formula reads the reshaped tensor itself
+            return Data(node.output[0], len(target.items))
+        if isinstance(v, Vec) and [d.coef for d in target.items] == [-1]:
+            return Vec(v.items)
+        if not isinstance(v, Index):
+            raise NotSymbolic("Reshape of an unknown tensor")
+        if [d.coef for d in target.items] == [-1] and target.items[0].is_int:
+            return Index((_product(v.extents),), ("flat", v.extents, v.expr))
+        if v.expr[0] == "flat":
+            src_ext, src_expr = v.expr[1], v.expr[2]
+            wanted = tuple(target.items)
+            if _non_unit(wanted) == _non_unit(src_ext):
+                return _reindex_units(src_ext, src_expr, wanted)
+        if _non_unit(target.items) == _non_unit(v.extents):
+            return _reindex_units(v.extents, v.expr, tuple(target.items))
+        raise NotSymbolic("Reshape that moves index elements")
+
+    def _op_Flatten(self, node, _):
+        v = self.value(node.input[0])
+        if isinstance(v, Data) and v.rank == 2 and attr(node, "axis", 1) == 2:
+            return FlatData(v, self.dim(v.name, 1))
+        raise NotSymbolic("Flatten of something other than a rank-2 mask")
+
+    def _op_ConstantOfShape(self, node, _):
+        shape = self.vec(node.input[0])
+        t = attr(node, "value")
+        value = onnx.numpy_helper.to_array(t).reshape(-1)[0].item() if t is not None else 0.0
+        if isinstance(value, (int, bool)) and not isinstance(value, bool) and len(shape.items) == 1 \
+                and shape.items[0].is_int:
+            return Vec((Dim(value),) * shape.items[0].coef)
+        return Index(tuple(shape.items), ("const", value))
+
+    def _op_Range(self, node, _):
+        start, limit, delta = (self.vec(x) for x in node.input[:3])
+        if start.items != (Dim(0),) or delta.items != (Dim(1),):
+            raise NotSymbolic("Range that does not start at 0 with step 1")
+        return Index((limit.items[0],), axis(0))
+
+    def _op_Expand(self, node, _):
+        v = self.value(node.input[0])
+        shape = self.vec(node.input[1])
+        v = _as_index(v)
+        if not isinstance(v, Index):
+            raise NotSymbolic("Expand of an unknown tensor")
+        rank = max(len(v.extents), len(shape.items))
+        v = _aligned(v, rank)
+        return Index(_broadcast(v.extents, tuple(shape.items), "Expand"), v.expr)
+
+    def _elementwise(self, node, op: str):
+        a, b = (self.value(x) for x in node.input[:2])
+        if isinstance(a, Vec) and isinstance(b, Vec) and op in ("mul", "div", "eq"):
+            return _vec_arith(a, b, op)
+        a, b = (_as_index(x) for x in (a, b))
+        if not isinstance(a, Index) or not isinstance(b, Index):
+            raise NotSymbolic(f"{node.op_type} of values it does not model")
+        rank = max(len(a.extents), len(b.extents))
+        a, b = _aligned(a, rank), _aligned(b, rank)
+        return Index(_broadcast(a.extents, b.extents, node.op_type), (op, a.expr, b.expr))
+
+    def _op_And(self, node, _):
+        return self._elementwise(node, "and")
+
+    def _op_LessOrEqual(self, node, _):
+        return self._elementwise(node, "le")
+
+    def _op_GreaterOrEqual(self, node, _):
+        return self._elementwise(node, "ge")
+
+    def _op_Less(self, node, _):
+        return self._elementwise(node, "lt")
+
+    def _op_Greater(self, node, _):
+        return self._elementwise(node, "gt")
+
+    def _op_Add(self, node, _):
+        return self._elementwise(node, "add")
+
+    def _op_Mul(self, node, _):
+        return self._elementwise(node, "mul")
+
+    def _op_Div(self, node, _):
+        return self._elementwise(node, "div")
+
+    def _op_Max(self, node, _):
+        return self._elementwise(node, "max")
+
+    def _op_Equal(self, node, _):
+        return self._elementwise(node, "eq")
+
+    def _op_Where(self, node, name):
+        c = self.value(node.input[0])
+        if isinstance(c, BoolVec):
+            x, y = self.vec(node.input[1]), self.vec(node.input[2])
+            n = len(c.items)
+            xs = x.items * n if len(x.items) == 1 else x.items
+            ys = y.items * n if len(y.items) == 1 else y.items
+            return Vec(tuple(a if k else b for k, a, b in zip(c.items, xs, ys)))
+        raise NotSymbolic("Where outside shape arithmetic")
+
+    def _op_GatherND(self, node, _):
+        data, idx = self.value(node.input[0]), self.index(node.input[1])
+        if not isinstance(data, Data) or data.rank != 2 or attr(node, "batch_dims", 0) != 0:
+            raise NotSymbolic("GatherND of something other than a rank-2 mask")
+        if idx.extents[-1:] != (Dim(2),) or idx.expr[0] != "stack":
+            raise NotSymbolic("GatherND with indices that are not a (row, column) pair")
+        return Index(idx.extents[:-1], ("data", data, idx.expr[1], idx.expr[2]))
+
+
+def _as_index(v: Value) -> Value:
+    """A one-element shape value as a constant index tensor (a scalar, or a [1] that broadcasts)."""
+    if isinstance(v, Vec) and len(v.items) == 1:
+        d = v.items[0]
+        return Index(() if v.scalar else (Dim(1),), ("const", d.coef if d.is_int else d))
+    return v
+
+
+def _is_boolean(expr: tuple) -> bool:
+    return expr[0] in ("and", "le", "ge", "lt", "gt", "eq") or (expr[0] == "const" and isinstance(expr[1], bool)) \
+        or (expr[0] == "data" and expr[1].as_bool) or (expr[0] == "flatdata" and expr[1].as_bool)
+
+
+def _product(dims) -> Dim:
+    out = Dim(1)
+    for d in dims:
+        out = out * d
+    return out
+
+
+def _non_unit(dims) -> tuple:
+    return tuple(d for d in dims if d != Dim(1))
+
+
+def _reindex_units(src: tuple, expr: tuple, dst: tuple) -> Index:
+    """Reshape that only drops or inserts axes of extent 1: the formula's axes move with their extents.
+    A formula that reads an extent-1 axis reads index 0 there, which the new layout keeps implicit only
+    if it is not read, so such a formula is not moved."""
+    src_axes = [a for a, d in enumerate(src) if d != Dim(1)]
+    dst_axes = [a for a, d in enumerate(dst) if d != Dim(1)]
+    read = _axes_read(expr)
+    if read - set(src_axes):
+        raise NotSymbolic("Reshape drops an axis the index formula reads")
+    mapping = dict(zip(src_axes, dst_axes))
+    return Index(tuple(dst), shift_axes(expr, mapping.__getitem__))
+
+
+def _axes_read(expr: tuple) -> set[int]:
+    if expr[0] == "axis":
+        return {expr[1]}
+    if expr[0] == "const":
+        return set()
+    if expr[0] == "flat":
+        return _axes_read(expr[2])  # (its own inner axes; flat is resolved before it is read)
+    rest = expr[2:] if expr[0] in ("data", "flatdata") else expr[1:]
+    if expr[0] == "flatdata":
+        rest = expr[3:]
+    out: set[int] = set()
+    for e in rest:
+        out |= _axes_read(e)
+    return out
+
+
+def _vec_arith(a: Vec, b: Vec, op: str) -> Value:
+    n = max(len(a.items), len(b.items))
+    xs = a.items * n if len(a.items) == 1 else a.items
+    ys = b.items * n if len(b.items) == 1 else b.items
+    if len(xs) != len(ys):
+        raise NotSymbolic("shape arithmetic on vectors of different lengths")
+    if op == "mul":
+        return Vec(tuple(x * y for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
+    if op == "div":  # (integer division of dimensions that are products of each other: exact)
+        return Vec(tuple(x.quotient(y) for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
+    # eq: a symbolic dimension is never negative, so it differs from a negative constant
+    res = []
+    for x, y in zip(xs, ys):
+        if x == y:
+            res.append(True)
+        elif x.is_int and y.is_int:
+            res.append(False)
+        elif (x.is_int and x.coef < 0) or (y.is_int and y.coef < 0):
+            res.append(False)
+        else:
+            raise NotSymbolic(f"cannot decide whether {x} equals {y}")
+    return BoolVec(tuple(res))
+
+
+# --- simplification of boolean mask formulas ---------------------------------------------------------
+def conjuncts(expr: tuple, extents: tuple) -> list[tuple]:
+    """The terms of an And-tree, each simplified; always-true terms (``True``, ``index >= 0``) dropped."""
+    if expr[0] == "and":
+        return conjuncts(expr[1], extents) + conjuncts(expr[2], extents)
+    term = simplify(expr, extents)
+    if term == TRUE:
+        return []
+    if term[0] == "ge" and term[1][0] == "axis" and term[2] == ("const", 0):
+        return []  # an index is never negative
+    if term[0] == "le" and term[1] == ("const", 0) and term[2][0] == "axis":
+        return []
+    return [term]
+
+
+def simplify(expr: tuple, extents: tuple) -> tuple:
+    """Rewrite ``Flatten(x)[row·cols + col]`` into ``x[row, col]`` where ``0 <= col < cols`` is known from
+    the extent of ``col``'s axis (it indexes a ``Range(0, cols)``)."""
+    if expr[0] == "flatdata":
+        data, cols, e = expr[1], expr[2], expr[3]
+        if e[0] == "add":
+            for col, rest in ((e[1], e[2]), (e[2], e[1])):
+                if col[0] != "axis" or extents[col[1]] != cols or rest[0] != "mul":
+                    continue
+                for row, k in ((rest[1], rest[2]), (rest[2], rest[1])):
+                    if k == ("const", cols.coef if cols.is_int else cols):
+                        return ("data", data, row, col)
+        raise NotSymbolic("a flattened mask read at a position not of the form row·columns + column")
+    if expr[0] in ("axis", "const", "data"):
+        return expr
+    return (expr[0], *(simplify(e, extents) for e in expr[1:]))
