@@ -2,7 +2,9 @@
 
 Anchored on ``Softmax``. The forms below are the ones torch.onnx writes for Hugging Face models with the
 default (``sdpa``) attention, TorchScript (``dynamo=False``) and dynamo exporters, opsets 14-20, raw and
-after ORT's transformers optimizer (which fuses none of them); see tests/models/manifest.json.
+after ORT's transformers optimizer (which fuses none of them); see tests/models/manifest.json. After that
+optimizer a TorchScript export carries ORT contrib ops that ONNX shape inference cannot type, so its
+projections' shapes, and with them the head split, cannot be proved: refused.
 
 Projections and head split (every model)::
 
@@ -33,23 +35,24 @@ uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (
 Guard: sdpa's math path writes ``Where(IsNaN(P), 0, P)`` after the Softmax: it turns rows with no visible
 key (−inf everywhere: NaN) into zeros.
 
-Why these and only these are exact, row by row (MHA adds ``mask_filter_value`` to the scaled scores of
-masked keys, exactly as the graph adds ``fill``; the padding mask is fed as the 2-D ``key_padding_mask``
-``Cast(Cast(mask, bool), int32)``, so any nonzero entry keeps its key, as the graph's ``Cast(bool)``
-does, for any padding pattern, left or right):
+Why these and only these are exact, row by row. The padding mask is fed as the 2-D ``key_padding_mask``
+``Cast(Cast(mask, bool), int32)`` (any nonzero entry keeps its key, as the graph's ``Cast(bool)``
+does), which states any padding pattern, left or right, per row; MHA adds ``mask_filter_value`` to the
+scaled scores of the keys it drops, and the rewrite sets it to the graph's ``fill``:
 
-* a row with at least one visible key: masked keys get ``x + fill``; with ``fill`` = ``finfo.min`` or
-  ``-inf`` their exponentials are exactly 0 in both, whatever the scores;
-* a row with no visible key under a padding mask: ``finfo.min``: every score is ``finfo.min`` in both
-  (|x| is far below its rounding), a uniform softmax; ``-inf``: NaN in both, and where the graph guards
-  it to 0 the rewrite puts the same guard on MHA's output, ``Where(IsNaN(y), 0, y)`` (it only differs
-  where V itself is NaN);
+* padding only: the same formula, ``x + fill``, for every fill and every row. A row with no visible key
+  is uniform (``finfo.min``: every score rounds to it) or NaN (``-inf``) in both; where the graph guards
+  NaN to 0, the rewrite puts the same guard on MHA's output, ``Where(IsNaN(y), 0, y)`` (it then also
+  zeroes NaN that V itself carries, which the graph would pass on);
+* causal: MHA drops future keys entirely, so the graph's fill must too: ``-inf`` or the dtype's lowest
+  value (their exponentials underflow to exactly 0 unless one row's scores already span the dtype's whole
+  range); other fills (``-10000``) let large scores through and are refused;
 * causal and padding together: ORT's kernel combines its causal fill with the padding fill its own way;
-  measured on ORT 1.31's CPU kernel, rows with no visible key match the graph only for
-  ``fill = finfo(float32).min``; any other fill with both masks is refused (left padding makes such rows
-  common).
-* a finite fill and the guard: the guard then only sees NaN from scores that overflow; MHA has no such
-  guard, so those (already overflowed) rows differ. This is the one difference the rewrite accepts.
+  measured on ORT 1.31's CPU kernel, rows with no visible key (left padding makes them common) match the
+  graph only for ``fill = finfo(float32).min``; any other fill with both masks is refused. The CUDA
+  kernels are not measured here;
+* the guard with a finite fill or no mask only sees NaN from scores that overflowed; MHA has no guard,
+  so such (already overflowed) heads give NaN instead of 0. This is the one difference accepted.
 
 Refused, with the reason shown by ``inspect``: probabilities read anywhere else (``output_attentions``),
 Softmax over another axis, a mask term that is neither padding nor causal (ALiBi, T5's relative
@@ -60,9 +63,12 @@ Biases: when Q, K and V are each ``MatMul + Add(const [D])`` with inline constan
 folded into MHA's packed ``bias`` input (one new [3D] constant); otherwise the projections' outputs are
 fed as they are (the Adds stay in front of the op).
 
-Kernel choice (ORT CUDA, contrib_ops/cuda/bert/multihead_attention.cc): no mask reaches flash attention
-(fp16) or cuDNN SDPA; a key padding mask reaches memory-efficient attention. Packed 2-D masks or a
-materialised attention_bias would be slower, so the mask is always passed as ``key_padding_mask``.
+Kernel choice (from ORT's contrib_ops/cuda/bert/multihead_attention.cc, not measured here): no mask
+reaches flash attention (fp16) or cuDNN SDPA; a key padding mask reaches memory-efficient attention, as
+a materialised ``attention_bias`` would not be faster; so the mask is always a ``key_padding_mask``.
+
+Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, packed QKV into
+``com.microsoft.Attention``, the ``(1 - mask) · min`` additive bias of older exports.
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ from onnx import numpy_helper
 
 from .graph import GraphView, attr, is_op
 from .rule import Emitter, Plan, Refusal, T, dtype_name
-from .symbolic import Data, Dim, Evaluator, NotSymbolic, conjuncts, shift_axes
+from .symbolic import Dim, Evaluator, NotSymbolic, conjuncts, shift_axes
 
 RULE = "attention"
 MS_DOMAIN = "com.microsoft"
@@ -237,11 +243,11 @@ def _scores(view: GraphView, t: str) -> _Scores | None:
 
 def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     node = view.nodes[softmax]
-    rank = len(view.shape(node.input[0]) or ()) or 4
+    ev = Evaluator(view)
+    rank = ev.rank(node.input[0]) or 4
     axis = attr(node, "axis", -1)
     if axis not in (-1, rank - 1):
         raise _Refused(f"Softmax over axis {axis}: attention normalises over the key axis (the last)")
-    ev = Evaluator(view)
     nodes = set(sc.nodes) | {softmax}
     qk = view.nodes[sc.matmul]
 
@@ -253,14 +259,15 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     scale = sc.scale * q_scale * k_scale
 
     dtype = view.dtype(q.projected)
+    if dtype is None:
+        raise _Refused("the attention's dtype is not known (shape inference typed no projection)")
     if dtype not in _SUPPORTED or view.dtype(k.projected) != dtype:
         raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
     mask = _classify_mask(view, ev, sc.bias, q, k, dtype) if sc.bias is not None else _NO_MASK
     # The mask adds without broadcasting the scores up (checked by _classify_mask), so the probabilities
     # have the product's dimensions: recorded, so the head merge's reshapes can be checked against them.
     probs, guarded = node.output[0], False
-    for j in range(4):
-        ev.dims[(probs, j)] = ev.dim(qk.output[0], j)
+    ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
     readers = view.consumers_of(probs)
     if probs in view.graph_outputs:
         raise _Refused("the attention probabilities are a graph output (output_attentions)")
@@ -270,8 +277,7 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
             raise _Refused("the attention probabilities are read outside the attention (output_attentions?)")
         nodes |= set(guard[0])
         probs, guarded = guard[1], True
-    for j in range(4):
-        ev.dims[(probs, j)] = ev.dim(qk.output[0], j)
+    ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
     pv = view.single_consumer(probs)
     if pv is None or not is_op(view.nodes[pv], "MatMul") or view.nodes[pv].input[0] != probs:
         raise _Refused("the attention probabilities are read outside the attention (output_attentions?)")
@@ -331,10 +337,9 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
     if ri is None or not is_op(view.nodes[ri], "Reshape"):
         raise _Refused(f"the {what} heads are not a Reshape of a projection")
     xp = view.nodes[ri].input[0]
-    shape = view.shape(xp)
-    if shape is None or len(shape) != 3 or not isinstance(shape[2], int):
+    if ev.rank(xp) != 3 or not ev.dim(xp, 2).is_int:
         raise _Refused(f"the {what} projection '{xp}' is not known to be [batch, sequence, hidden]")
-    hidden = shape[2]
+    hidden = ev.dim(xp, 2).coef
     try:
         target = ev.vec(view.nodes[ri].input[1]).items
     except NotSymbolic as e:
@@ -392,7 +397,7 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
                     split = ev.vec(node.input[1]).items
                 except NotSymbolic as e:
                     raise _Refused(f"the key transpose's shapes cannot be followed: {e}") from None
-                d = [ev.dim(kh, a) for a in range(4)] if len(view.shape(kh) or ()) == 4 else None
+                d = [ev.dim(kh, a) for a in range(4)] if ev.rank(kh) == 4 else None
                 if d is not None and merge == (Dim(-1), d[2], d[3]) and split == (d[0], d[1], d[3], d[2]):
                     k = _split_heads(view, ev, kh, (0, 2, 1, 3), nodes, "key")
                     nodes |= {ti, t3, r3}
@@ -461,8 +466,7 @@ def _identity_reshape(view: GraphView, ev: Evaluator, node, src: str) -> bool:
         target = ev.vec(node.input[1]).items
     except NotSymbolic:
         return False
-    shape = view.shape(src)
-    if shape is None or len(target) != len(shape):
+    if ev.rank(src) != len(target):
         return False
     free = [j for j, d in enumerate(target) if d != ev.dim(src, j)]
     return len(free) <= 1 and all(target[j] == Dim(-1) for j in free)

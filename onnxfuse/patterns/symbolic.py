@@ -11,9 +11,12 @@ Nothing here runs the model. A value is one of:
 * :class:`Data` — a tensor of unknown values the formula may index into (an ``attention_mask``);
   :class:`FlatData` is such a tensor seen through ``Flatten``.
 
-A dimension is canonical when shape inference knows it: an int, or a ``dim_param``/inferred symbol (two
-tensors whose inferred dims carry the same symbol have the same size; that is what the ONNX symbol
-means). Otherwise it stays ``Shape(x)[i]`` of its tensor: equal only to itself.
+Dimensions come from one forward pass (:meth:`Evaluator.shapes`) that carries each output dimension over
+from the input it is (Transpose, MatMul, broadcasting, normalisations, Reshape to a target read here), down
+from the graph inputs; elsewhere shape inference's: an int, or a ``dim_param``/inferred symbol (two tensors
+whose dims carry the same symbol have the same size: that is what the ONNX symbol means). A dimension
+neither knows stays ``Shape(x)[i]`` of its tensor, equal only to itself. Two dimensions are proved equal
+only by being the same value here; anything else is "not shown", and the caller refuses.
 
 Anything the evaluator does not model (another op, a non-uniform constant, a formula it cannot simplify)
 raises :class:`NotSymbolic` with a reason; a caller that needs a proof then refuses.
@@ -22,15 +25,23 @@ raises :class:`NotSymbolic` with a reason; a caller that needs a proof then refu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 import onnx
 
-from .graph import GraphView, attr, is_op
+from .graph import GraphView, attr
 
 T = onnx.TensorProto
 INT64_MAX = 2**63 - 1
+_INDEX_DTYPES = (T.INT64, T.INT32, T.BOOL)
+_MAX_DEPTH = 200  # ops between a mask or shape and its sources; exporters write a few dozen
+# Ops whose (first) output has exactly the first input's dimensions, in any domain.
+_SAME_SHAPE_OPS = {"Softmax", "Cast", "IsNaN", "Identity", "Relu", "Tanh", "Erf", "Sigmoid", "Sqrt", "Neg",
+                   "Not", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Dropout"}
+_NORMALIZATIONS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+                   "SkipSimplifiedLayerNormalization"}
+_BROADCAST_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "And", "Or", "Equal", "Less", "LessOrEqual",
+                  "Greater", "GreaterOrEqual", "Max", "Min"}
 
 
 class NotSymbolic(Exception):
@@ -44,10 +55,6 @@ class Dim:
 
     coef: int
     factors: tuple = ()
-
-    @staticmethod
-    def of(value) -> Dim:
-        return Dim(int(value)) if not isinstance(value, Dim) else value
 
     @property
     def is_int(self) -> bool:
@@ -122,7 +129,7 @@ class FlatData:
     cols: Dim  # elements per row of the rank-2 source: Flatten(x)[i] = x[i // cols, i % cols]
 
 
-Value = Union[Vec, BoolVec, Index, Data, FlatData]
+Value = Vec | BoolVec | Index | Data | FlatData
 
 TRUE = ("const", True)
 
@@ -173,95 +180,134 @@ class Evaluator:
 
     def __init__(self, view: GraphView):
         self.view = view
-        self.memo: dict[str, Value] = {}
-        self.dims: dict[tuple[str, int], Dim] = {}
+        self.memo: dict[str, Value | NotSymbolic] = {}  # failures too: each tensor is followed once
+        self.dims: dict[tuple[str, int], Dim] = {}  # proved by the caller (seed)
+        self._shapes: dict[str, tuple | None] | None = None
+        self.depth = 0
 
     # -- dimensions --
     def dim(self, name: str, axis: int) -> Dim:
-        """Dimension ``axis`` (>= 0) of ``name``, traced through the ops that only move dimensions
-        (Transpose, Reshape to a known target, MatMul, elementwise ops with a scalar) back to the tensor
-        it comes from, whose inferred dimension it then is. Shape inference alone loses these equalities
-        at every op it cannot type precisely (its fresh ``unk__`` symbols); the trace keeps them."""
-        key = (name, axis)
-        if key not in self.dims:
-            self.dims[key] = inferred_dim(self.view, name, axis)  # (also breaks cycles)
-            self.dims[key] = self._traced_dim(name, axis) or self.dims[key]
-        return self.dims[key]
+        """Dimension ``axis`` (>= 0) of ``name``: from :meth:`shapes` where the forward pass knows it, else
+        what shape inference says (an int, a symbol, or ``Shape(name)[axis]`` itself)."""
+        if (name, axis) in self.dims:
+            return self.dims[(name, axis)]
+        dims = self.shapes().get(name)
+        if dims is not None and axis < len(dims) and dims[axis] is not None:
+            return dims[axis]
+        return inferred_dim(self.view, name, axis)
 
     def rank(self, name: str) -> int | None:
+        dims = self.shapes().get(name)
+        if dims is not None:
+            return len(dims)
         shape = self.view.shape(name)
         return None if shape is None else len(shape)
 
-    def _traced_dim(self, name: str, axis: int) -> Dim | None:
-        i = self.view.producer.get(name)
-        if i is None:
+    def seed(self, name: str, dims: tuple) -> None:
+        """Record dimensions the caller has proved: from now on ``name`` has them, and so does everything
+        the forward pass derives from it (which is run again, as are the values that read shapes)."""
+        for axis, d in enumerate(dims):
+            self.dims[(name, axis)] = d
+        self._shapes = None
+        self.memo.clear()
+
+    def shapes(self) -> dict[str, tuple | None]:
+        """Every tensor's dimensions, by one forward pass over the nodes (in their topological order):
+        through the ops that only move or broadcast dimensions each output dimension *is* an input's,
+        traced back to the graph inputs' own; elsewhere what shape inference gives. Shape inference alone
+        loses these equalities at every op it cannot type precisely (its fresh ``unk__`` symbols, and
+        ORT's contrib ops, which it does not know at all); the trace keeps them."""
+        if self._shapes is None:
+            self._shapes = {}
+            for name in self.view.graph_inputs | set(self.view.initializers):
+                self._shapes[name] = self._inferred(name)
+            for node in self.view.nodes:
+                for k, out in enumerate(node.output):
+                    if out:
+                        traced = self._forward(node, k) if k == 0 else None
+                        self._shapes[out] = self._merge(traced, self._inferred(out))
+                        if (out, 0) in self.dims:  # seeded
+                            rank = len(self._shapes[out] or ()) or 1 + max(a for n, a in self.dims if n == out)
+                            self._shapes[out] = tuple(self.dims.get((out, a)) for a in range(rank))
+        return self._shapes
+
+    def _inferred(self, name: str) -> tuple | None:
+        shape = self.view.shape(name)
+        return None if shape is None else tuple(inferred_dim(self.view, name, a) for a in range(len(shape)))
+
+    @staticmethod
+    def _merge(traced: tuple | None, inferred: tuple | None) -> tuple | None:
+        if traced is None:
+            return inferred
+        if inferred is not None and len(inferred) == len(traced):
+            return tuple(t if t is not None else i for t, i in zip(traced, inferred))
+        return traced
+
+    def _in(self, name: str) -> tuple | None:
+        if not name:
             return None
-        node, view = self.view.nodes[i], self.view
-        op = node.op_type if node.domain in ("", "ai.onnx") else None
-        if op == "Transpose":
-            perm = attr(node, "perm", None)
-            return self.dim(node.input[0], perm[axis]) if perm is not None and axis < len(perm) else None
-        if op in ("Softmax", "Cast", "IsNaN", "Identity"):
-            return self.dim(node.input[0], axis)
-        if op in ("Mul", "Div", "Add", "Sub") and len(node.input) == 2:
-            for a, b in ((0, 1), (1, 0)):
-                if view.scalar(node.input[b]) is not None and self.rank(node.input[a]) == self.rank(name):
-                    return self.dim(node.input[a], axis)
-            c = view.constant(node.input[1])
-            if op == "Add" and c is not None and len(c.dims) == 1 and self.rank(node.input[0]) == self.rank(name):
-                return self.dim(node.input[0], axis) if axis < (self.rank(name) or 0) - 1 else None
+        if name not in self._shapes:  # (an outer-scope or constant-node tensor)
+            self._shapes[name] = self._inferred(name)
+        return self._shapes[name]
+
+    def _forward(self, node, k: int) -> tuple | None:
+        """Output ``k``'s dimensions from its inputs', or None (then shape inference's are used)."""
+        op = node.op_type
+        ins = [self._in(x) for x in node.input]
+        x0 = ins[0] if ins else None
+        if op in _SAME_SHAPE_OPS or (op in _NORMALIZATIONS and k == 0):
+            return x0
+        if node.domain not in ("", "ai.onnx"):
             return None
-        if op == "Where" and len(node.input) == 3 and view.scalar(node.input[1]) is not None:
-            ci = view.producer.get(node.input[0])
-            if ci is not None and is_op(view.nodes[ci], "IsNaN") and view.nodes[ci].input[0] == node.input[2]:
-                return self.dim(node.input[2], axis)
-            return None
-        if op == "MatMul" and len(node.input) == 2:
-            ra, rb, r = self.rank(node.input[0]), self.rank(node.input[1]), self.rank(name)
-            if ra is None or rb is None or r is None or ra < 2 or rb < 2:
+        if op == "Transpose" and x0 is not None:
+            perm = attr(node, "perm", None) or list(range(len(x0)))[::-1]
+            return tuple(x0[p] for p in perm) if len(perm) == len(x0) else None
+        if op in _BROADCAST_OPS:
+            operands = [d for d, name in zip(ins, node.input) if name]
+            if any(d is None for d in operands):
                 return None
-            if axis == r - 1:
-                return self.dim(node.input[1], rb - 1)
-            if axis == r - 2:
-                return self.dim(node.input[0], ra - 2)
-            # a batch axis only one operand has is that operand's; one both have must agree
-            da = self.dim(node.input[0], axis - (r - ra)) if axis - (r - ra) >= 0 else None
-            db = self.dim(node.input[1], axis - (r - rb)) if axis - (r - rb) >= 0 else None
-            if da is None or db is None:
-                return da or db
-            return da if da == db else None
-        if op == "Reshape":
+            return _broadcast_dims(operands)
+        if op == "MatMul" and len(ins) == 2 and all(d is not None and len(d) >= 2 for d in ins):
+            a, b = ins
+            batch = _broadcast_dims([a[:-2], b[:-2]])
+            return batch + (a[-2], b[-1])
+        if op == "Gather" and len(ins) == 2 and all(d is not None for d in ins):
+            data, idx = ins
+            ax = attr(node, "axis", 0) % max(len(data), 1)
+            return data[:ax] + idx + data[ax + 1:]
+        if op == "Reshape" and x0 is not None:
             try:
                 target = self.vec(node.input[1]).items
             except NotSymbolic:
                 return None
-            if axis >= len(target):
-                return None
-            d = target[axis]
             copy = not attr(node, "allowzero", 0)
-            if d == Dim(0) and copy:
-                return self.dim(node.input[0], axis)
-            if d == Dim(-1):  # the element count over the other target dimensions
-                r = self.rank(node.input[0])
-                if r is None:
-                    return None
-                numel = _product(self.dim(node.input[0], j) for j in range(r))
-                others = _product(self.dim(node.input[0], j) if (t == Dim(0) and copy) else t
-                                  for j, t in enumerate(target) if j != axis)
-                return numel.quotient(others)
-            return d if d != Dim(0) else None
-        if op == "Split":
-            r = self.rank(name)
-            split_axis = attr(node, "axis", 0)
-            if r is not None and axis != split_axis % r:
-                return self.dim(node.input[0], axis)
+            out = [x0[j] if (t == Dim(0) and copy and j < len(x0)) else t for j, t in enumerate(target)]
+            if out.count(Dim(-1)) == 1:  # the element count over the other dimensions
+                j = out.index(Dim(-1))
+                others = [d for m, d in enumerate(out) if m != j]
+                known = None not in x0 and None not in others
+                out[j] = _product(x0).quotient(_product(others)) if known else None
+            return tuple(out) if Dim(-1) not in out else None
+        if op == "Split" and x0 is not None:
+            ax = attr(node, "axis", 0) % len(x0)
+            return x0[:ax] + (None,) + x0[ax + 1:]
         return None
-
 
     def value(self, name: str) -> Value:
         if name not in self.memo:
-            self.memo[name] = self._evaluate(name)
-        return self.memo[name]
+            if self.depth > _MAX_DEPTH:
+                raise NotSymbolic(f"'{name}' is more than {_MAX_DEPTH} ops away")
+            self.depth += 1
+            try:
+                self.memo[name] = self._evaluate(name)
+            except NotSymbolic as e:
+                self.memo[name] = e
+            finally:
+                self.depth -= 1
+        v = self.memo[name]
+        if isinstance(v, NotSymbolic):
+            raise v
+        return v
 
     def vec(self, name: str) -> Vec:
         v = self.value(name)
@@ -298,18 +344,21 @@ class Evaluator:
         if c is not None:
             return c
         i = self.view.producer.get(name)
-        if i is None:
-            shape = self.view.shape(name)
-            if shape is None:
+        dtype = self.view.dtype(name)
+        if (dtype is not None and dtype not in _INDEX_DTYPES) or i is None:
+            # shapes, indices and masks are integers or booleans: a float tensor is data (an activation),
+            # never followed further (which would walk back through the whole network)
+            rank = self.rank(name)
+            if rank is None:
                 raise NotSymbolic(f"the rank of '{name}' is unknown")
-            return Data(name, len(shape))
+            return Data(name, rank)
         node = self.view.nodes[i]
         handler = getattr(self, f"_op_{node.op_type}", None) if node.domain in ("", "ai.onnx") else None
         if handler is None:
-            shape = self.view.shape(name)
-            if shape is None:
+            rank = self.rank(name)
+            if rank is None:
                 raise NotSymbolic(f"{node.op_type} '{self.view.node_name(i)}' is not modelled")
-            return Data(name, len(shape))
+            return Data(name, rank)
         return handler(node, name)
 
     # -- shape arithmetic --
@@ -324,10 +373,10 @@ class Evaluator:
         elif isinstance(v, Vec):
             dims = () if v.scalar else (Dim(len(v.items)),)
         else:
-            shape = self.view.shape(src)
-            if shape is None:
+            rank = self.rank(src)
+            if rank is None:
                 raise NotSymbolic(f"the rank of '{src}' is unknown")
-            dims = tuple(self.dim(src, a) for a in range(len(shape)))
+            dims = tuple(self.dim(src, a) for a in range(rank))
         start, end = attr(node, "start", 0), attr(node, "end", None)
         return Vec(tuple(dims[slice(start, end)]))
 
@@ -447,8 +496,7 @@ class Evaluator:
         shape = self.vec(node.input[0])
         t = attr(node, "value")
         value = onnx.numpy_helper.to_array(t).reshape(-1)[0].item() if t is not None else 0.0
-        if isinstance(value, (int, bool)) and not isinstance(value, bool) and len(shape.items) == 1 \
-                and shape.items[0].is_int:
+        if type(value) is int and len(shape.items) == 1 and shape.items[0].is_int:  # a shape of ones
             return Vec((Dim(value),) * shape.items[0].coef)
         return Index(tuple(shape.items), ("const", value))
 
@@ -541,6 +589,25 @@ def _is_boolean(expr: tuple) -> bool:
         or (expr[0] == "data" and expr[1].as_bool) or (expr[0] == "flatdata" and expr[1].as_bool)
 
 
+def _broadcast_dims(shapes: list) -> tuple:
+    """Numpy broadcast of dimension tuples: an axis is the operands' common dimension, the one that is not
+    1, or None where that is not known."""
+    n = max(len(d) for d in shapes)
+    out = []
+    for j in range(n):
+        axis = [d[j - (n - len(d))] for d in shapes if j - (n - len(d)) >= 0]
+        known = {a for a in axis if a is not None and a != Dim(1)}
+        if None in axis:
+            out.append(None)
+        elif not known:
+            out.append(Dim(1))
+        elif len(known) == 1:
+            out.append(known.pop())
+        else:
+            out.append(None)
+    return tuple(out)
+
+
 def _product(dims) -> Dim:
     out = Dim(1)
     for d in dims:
@@ -566,17 +633,17 @@ def _reindex_units(src: tuple, expr: tuple, dst: tuple) -> Index:
 
 
 def _axes_read(expr: tuple) -> set[int]:
-    if expr[0] == "axis":
+    """The index axes a formula depends on."""
+    kind = expr[0]
+    if kind == "axis":
         return {expr[1]}
-    if expr[0] == "const":
+    if kind == "const":
         return set()
-    if expr[0] == "flat":
-        return _axes_read(expr[2])  # (its own inner axes; flat is resolved before it is read)
-    rest = expr[2:] if expr[0] in ("data", "flatdata") else expr[1:]
-    if expr[0] == "flatdata":
-        rest = expr[3:]
+    if kind == "flat":  # ("flat", extents, inner): the inner formula's axes
+        return _axes_read(expr[2])
+    operands = {"data": expr[2:], "flatdata": expr[3:]}.get(kind, expr[1:])
     out: set[int] = set()
-    for e in rest:
+    for e in operands:
         out |= _axes_read(e)
     return out
 
@@ -589,16 +656,16 @@ def _vec_arith(a: Vec, b: Vec, op: str) -> Value:
         raise NotSymbolic("shape arithmetic on vectors of different lengths")
     if op == "mul":
         return Vec(tuple(x * y for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
-    if op == "div":  # (integer division of dimensions that are products of each other: exact)
+    if op == "div":
+        # Div truncates; its quotient symbol is the one a Reshape's -1 over the same dimensions gets, and
+        # where that Reshape runs the division is exact, so the two are the same number
         return Vec(tuple(x.quotient(y) for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
     # eq: a symbolic dimension is never negative, so it differs from a negative constant
     res = []
     for x, y in zip(xs, ys):
         if x == y:
             res.append(True)
-        elif x.is_int and y.is_int:
-            res.append(False)
-        elif (x.is_int and x.coef < 0) or (y.is_int and y.coef < 0):
+        elif (x.is_int and y.is_int) or (x.is_int and x.coef < 0) or (y.is_int and y.coef < 0):
             res.append(False)
         else:
             raise NotSymbolic(f"cannot decide whether {x} equals {y}")
