@@ -53,14 +53,14 @@ EXPECTED = {
     "bloom_dynamo_op19.onnx": (0, None),  # ALiBi: baddbmm, the scores are no Q·Kᵀ MatMul (not a candidate)
     "bloom_torchscript_op17.onnx": (0, None),
     "clip_text_dynamo_op18.onnx": (2, None),
-    "clip_text_torchscript_op16.onnx": (0, "causal and padding mask with fill -inf"),
-    "clip_text_torchscript_op16_ortopt.onnx": (0, "causal and padding mask with fill -inf"),
+    "clip_text_torchscript_op16.onnx": (2, None),
+    "clip_text_torchscript_op16_ortopt.onnx": (2, None),
     "clip_text_torchscript_op16_ortfp16.onnx": (0, SHAPES_UNKNOWN),
     "convnext_dynamo_op18.onnx": (0, None),
     "convnext_torchscript_op14.onnx": (0, None),
     "gpt2_dynamo_op18.onnx": (2, None),
     "gpt2_dynamo_op19_nofold.onnx": (0, "scaled by a factor computed at run time"),
-    "gpt2_torchscript_op14.onnx": (0, "causal and padding mask with fill -inf"),
+    "gpt2_torchscript_op14.onnx": (2, None),
     "gpt2_torchscript_op14_ortopt.onnx": (0, SHAPES_UNKNOWN),
     "gpt2_torchscript_op14_ortfp16.onnx": (0, SHAPES_UNKNOWN),
     "gpt_neox_dynamo_op20.onnx": (0, "rotary embedding"),
@@ -295,6 +295,8 @@ ACCEPTED = [
     {"mask": "padding", "fill": -math.inf, "guard": False},
     {"mask": "causal", "fill": -math.inf, "guard": True},  # causal without padding: every row sees its own key
     {"mask": "causal+padding", "fill": FLOAT32_MIN, "guard": True},  # dynamo GPT-2 / CLIP text
+    # TorchScript GPT-2 / CLIP text: MHA with finfo.min, the rows no key is visible to zeroed
+    {"mask": "causal+padding", "fill": -math.inf, "guard": True},
     {"mask": "none", "guard": False},  # ViT, eager
     {"mask": "padding", "fill": FLOAT32_MIN, "split_scale": False},  # eager: Div(scores, √d)
     {"mask": "padding", "fill": -math.inf, "dtype": T.FLOAT16},
@@ -340,7 +342,8 @@ REFUSED = [
     ({"mask": "causal", "anti_causal": True}, "neither padding nor causal"),
     ({"query_padding": True}, "neither padding nor causal"),  # mask[b, q]: rows, not keys
     ({"mask": "none", "literal_mask": True}, "literal mask is not modelled"),
-    ({"mask": "causal+padding", "fill": -math.inf}, "causal and padding mask with fill -inf"),
+    ({"mask": "causal+padding", "fill": -math.inf, "guard": False}, "causal and padding mask with fill -inf and no"),
+    ({"mask": "causal+padding", "fill": -math.inf, "dtype": T.FLOAT16}, "causal and padding mask with fill -inf in float16"),
     ({"key_heads": 4}, "heads"),
     # a finite fill under a causal mask lets future keys through when scores are large; MHA drops them
     ({"mask": "causal", "fill": -10000.0}, "causal mask with fill -10000"),

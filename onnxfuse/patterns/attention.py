@@ -49,8 +49,11 @@ scaled scores of the keys it drops, and the rewrite sets it to the graph's ``fil
   range); other fills (``-10000``) let large scores through and are refused;
 * causal and padding together: ORT's kernel combines its causal fill with the padding fill its own way;
   measured on ORT 1.31's CPU kernel, rows with no visible key (left padding makes them common) match the
-  graph only for ``fill = finfo(float32).min``; any other fill with both masks is refused. The CUDA
-  kernels are not measured here;
+  graph for ``fill = finfo(float32).min`` (uniform in both). With ``-inf`` and the guard the graph makes
+  them 0: MHA then runs with ``finfo(float32).min`` (identical on every row that sees a key) and its
+  output is multiplied by ``CumSum(key_padding_mask)[b, q] > 0``, 1 where row q sees a key and 0 where it
+  sees none. Other fills, ``-inf`` without the guard, and float16 are refused. The CUDA kernels are not
+  measured here;
 * the guard with a finite fill or no mask only sees NaN from scores that overflowed; MHA has no guard,
   so such (already overflowed) heads give NaN instead of 0. This is the one difference accepted.
 
@@ -110,6 +113,7 @@ class AttentionPlan(Plan):
     scale: float
     fill: float | None  # the graph's fill value for masked keys: MHA's mask_filter_value
     nan_guard: bool  # put the graph's IsNaN guard on MHA's output
+    zero_hidden_rows: bool  # zero the output rows that causality and padding hide completely
     dtype: int
     flat_shape: tuple | None = None  # the graph merges heads into [B·S, D]: MHA's [B, S, D] reshaped
 
@@ -143,7 +147,8 @@ class AttentionPlan(Plan):
             attrs["unidirectional"] = 1
         y = self.outputs[0]
         guarded = out.name(self.name_hint + "_guarded") if self.flat_shape else y
-        mha_out = out.name(self.name_hint + "_mha") if self.nan_guard else guarded
+        fixed = self.nan_guard or self.zero_hidden_rows
+        mha_out = out.name(self.name_hint + "_mha") if fixed else guarded
         nodes.append(onnx.helper.make_node("MultiHeadAttention", inputs, [mha_out], name=name,
                                            domain=MS_DOMAIN, **attrs))
         if self.nan_guard:
@@ -151,10 +156,34 @@ class AttentionPlan(Plan):
             zero = out.initializer(self.name_hint + "_zero", np.zeros((), dtype=onnx.helper.tensor_dtype_to_np_dtype(self.dtype)))
             nodes.append(onnx.helper.make_node("IsNaN", [mha_out], [isnan], name=out.name(isnan)))
             nodes.append(onnx.helper.make_node("Where", [isnan, zero, mha_out], [guarded], name=out.name(y + "_guard")))
+        if self.zero_hidden_rows:
+            nodes += self._zero_hidden_rows(out, inputs[4], mha_out, guarded)
         if self.flat_shape:
             shape = out.initializer(self.name_hint + "_flat_shape", np.array(self.flat_shape, dtype=np.int64))
             nodes.append(onnx.helper.make_node("Reshape", [guarded, shape], [y], name=out.name(y + "_reshape")))
         return nodes
+
+
+    def _zero_hidden_rows(self, out: Emitter, padding: str, x: str, y: str) -> list[onnx.NodeProto]:
+        """``y = x · [some key k <= q is kept]``, per (batch, query) row: the running count of kept keys
+        (CumSum of the 0/1 key padding mask) is positive exactly where the row sees a key. Rows that see
+        one are multiplied by 1 (unchanged); the others by 0, the graph's guarded NaN."""
+        hint = self.name_hint
+        seen = out.name(hint + "_keys_seen")
+        visible = out.name(hint + "_row_visible")
+        factor = out.name(hint + "_row_factor")
+        column = out.name(hint + "_row_factor_bs1")
+        return [
+            onnx.helper.make_node("CumSum", [padding, out.initializer(hint + "_key_axis", np.array(1, np.int64))],
+                                  [seen], name=out.name(seen)),
+            onnx.helper.make_node("Greater", [seen, out.initializer(hint + "_none_seen", np.array(0, np.int32))],
+                                  [visible], name=out.name(visible)),
+            onnx.helper.make_node("Cast", [visible], [factor], name=out.name(factor), to=self.dtype),
+            onnx.helper.make_node("Reshape", [factor, out.initializer(hint + "_row_shape",
+                                                                      np.array([0, 0, 1], np.int64))],
+                                  [column], name=out.name(column)),
+            onnx.helper.make_node("Mul", [x, column], [y], name=out.name(y + "_hidden_rows")),
+        ]
 
 
 def _packed_bias(view: GraphView, names: tuple) -> np.ndarray:
@@ -167,7 +196,8 @@ class Attention:
 
     name = RULE
     anchors = (("", "Softmax"),)
-    emits = ((MS_DOMAIN, "MultiHeadAttention"), ("", "Cast"), ("", "IsNaN"), ("", "Where"), ("", "Reshape"))
+    emits = ((MS_DOMAIN, "MultiHeadAttention"), ("", "Cast"), ("", "IsNaN"), ("", "Where"), ("", "Reshape"),
+             ("", "CumSum"), ("", "Greater"), ("", "Mul"))
 
     def match(self, view: GraphView, i: int):
         node = view.nodes[i]
@@ -298,6 +328,19 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     else:
         query, key, value = q.projected, k.projected, v.projected
     nodes = _absorb_shape_readers(view, nodes)
+    fill, nan_guard, zero_hidden = mask.fill, False, False
+    if mask.causal and mask.tensor is not None and fill != FLOAT32_MIN:
+        # Rows that causality and padding together hide completely (left padding): ORT's kernel matches
+        # the graph there only for the finfo(float32).min fill. The graph's -inf fill makes them NaN and
+        # its guard 0: MHA runs with finfo.min (identical on every other row) and those rows are zeroed.
+        if not (fill == -math.inf and guarded and dtype == T.FLOAT):
+            raise _Refused(f"causal and padding mask with fill {fill:g}"
+                           f"{'' if guarded else ' and no IsNaN guard'} in {dtype_name(dtype)}: "
+                           "MultiHeadAttention reproduces rows with no visible key (left padding) only for "
+                           "fill finfo(float32).min, or for -inf with the guard in float32")
+        fill, zero_hidden = FLOAT32_MIN, True
+    elif fill == -math.inf and guarded and mask.tensor is not None:
+        nan_guard = True  # padding only: NaN rows in MHA too, guarded the same way
     if scale == 0.0:  # MHA reads scale 0 as "the default 1/√head_size"
         raise _Refused("the scores are scaled by 0")
     scaling = ("√scale on Q and Kᵀ" if q_scale != 1.0 and k_scale != 1.0 else
@@ -310,7 +353,7 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         query=query, key=key, value=value, biases=biases,
         mask=mask.tensor, mask_dtype=view.dtype(mask.tensor) if mask.tensor else None,
         causal=mask.causal, num_heads=q.heads, scale=float(np.float32(scale)),
-        fill=mask.fill, nan_guard=guarded and mask.fill == -math.inf and mask.tensor is not None, dtype=dtype, flat_shape=flat_shape)
+        fill=fill, nan_guard=nan_guard, zero_hidden_rows=zero_hidden, dtype=dtype, flat_shape=flat_shape)
 
 
 # --- heads -------------------------------------------------------------------------------------------
@@ -586,9 +629,6 @@ def _classify_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Hea
             padding = term[1]
         else:
             raise _Refused(f"the mask has a term that is neither padding nor causal: {_show(term)}")
-    if causal and padding is not None and fill_value != FLOAT32_MIN:
-        raise _Refused(f"causal and padding mask with fill {fill_value:g}: MultiHeadAttention reproduces "
-                       "rows with no visible key (left padding) only for fill finfo(float32).min")
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
     if causal and fill_value not in (-math.inf, lowest):
         raise _Refused(f"causal mask with fill {fill_value:g}: MultiHeadAttention drops the future keys "
