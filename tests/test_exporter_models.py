@@ -84,6 +84,12 @@ def _fused(file: str):
     return fuse_model(_loaded(file))
 
 
+def _gelu(blocks) -> list:
+    """The report's blocks or refusals but the attention rule's: the manifest counts Linear+GELU blocks; the
+    attention rule's per-model expectations live in test_patterns_attention.py."""
+    return [b for b in blocks if b.rule != "attention"]
+
+
 def _key(n: onnx.NodeProto) -> tuple[str, str]:
     return ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
 
@@ -218,7 +224,7 @@ def test_model_is_what_the_manifest_says(file):
 def test_fused_count(file):
     entry, result = ENTRIES[file], _fused(file)
     nodes = _fused_nodes(result.model)
-    assert (len(result.report.fused), len(nodes)) == (entry["expected_fused"], entry["expected_fused"]), (
+    assert (len(_gelu(result.report.fused)), len(nodes)) == (entry["expected_fused"], entry["expected_fused"]), (
         f"{entry['expected_fused_why']}; report: {result.report.fused_by_form}, "
         f"refused: {[(r.rule, r.reason) for r in result.report.refused]}")
 
@@ -226,7 +232,8 @@ def test_fused_count(file):
 @pytest.mark.parametrize("file", _params("refusals"))
 def test_refusals(file):
     entry, report = ENTRIES[file], _fused(file).report
-    assert len(report.refused) == entry["expected_refused"], [(r.rule, r.reason, r.nodes) for r in report.refused]
+    refused = _gelu(report.refused)
+    assert len(refused) == entry["expected_refused"], [(r.rule, r.reason, r.nodes) for r in refused]
 
 
 @pytest.mark.parametrize("file", _params("activation"))
@@ -368,7 +375,7 @@ def test_external_data_model_optimizes_to_external_data(file, tmp_path):
 
     out = tmp_path / "optimized.onnx"
     report = optimize_file(src, out)
-    assert len(report.fused) == entry["expected_fused"]
+    assert len(_gelu(report.fused)) == entry["expected_fused"]
     assert (_sha(src), _sha(src_data)) == before, "the input model or its data was modified"
 
     written = onnx.load(str(out), load_external_data=False)

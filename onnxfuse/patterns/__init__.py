@@ -7,11 +7,14 @@ adding a rule to :func:`default_rules`.
 
 - ``linear_gelu``: Linear(+bias)+GELU → ``ai.onnxfuse.FusedLinearGelu``. Its stages live beside it: the
   activation normalisers (``gelu_ops``, ``erf``, ``tanh``, ``sigmoid``), ``casts`` and ``linear``.
+- ``attention``: self-attention (Q·Kᵀ, mask, Softmax, P·V, head split/merge) → ``com.microsoft.MultiHeadAttention``;
+  ``symbolic`` evaluates the shape and mask arithmetic it proves its forms with.
 - ``graph``: the read-only view every rule matches on; ``rule``: what rules return and the algebra they share.
 """
 
 from __future__ import annotations
 
+from .attention import Attention
 from .linear_gelu import ACTIVATION_RULES, APPROXIMATIONS, LinearGelu
 from .rule import Activation, FusionRule, NewTensor, OpKey, Plan, Refusal
 
@@ -19,7 +22,7 @@ from .rule import Activation, FusionRule, NewTensor, OpKey, Plan, Refusal
 def default_rules(approximate: str | None = None) -> tuple[FusionRule, ...]:
     """The rules ``optimize`` and ``inspect`` run, in priority order (a node claimed by an earlier plan is not
     fused again). ``approximate``: see :class:`LinearGelu`."""
-    return (LinearGelu(approximate),)
+    return (LinearGelu(approximate), Attention())
 
 
 def emitted_ops(rules: tuple[FusionRule, ...] | None = None) -> tuple[OpKey, ...]:
@@ -33,5 +36,5 @@ def emitted_op_types(rules: tuple[FusionRule, ...] | None = None) -> tuple[str, 
     return tuple(dict.fromkeys(op_type for _, op_type in emitted_ops(rules)))
 
 
-__all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "FusionRule", "LinearGelu", "NewTensor", "Plan",
+__all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "Attention", "FusionRule", "LinearGelu", "NewTensor", "Plan",
            "Refusal", "default_rules", "emitted_op_types", "emitted_ops"]

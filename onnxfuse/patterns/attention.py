@@ -1,0 +1,669 @@
+"""Self-attention, as the exporters write it, into one ``com.microsoft.MultiHeadAttention``.
+
+Anchored on ``Softmax``. The forms below are the ones torch.onnx writes for Hugging Face models with the
+default (``sdpa``) attention, TorchScript (``dynamo=False``) and dynamo exporters, opsets 14-20, raw and
+after ORT's transformers optimizer (which fuses none of them); see tests/models/manifest.json. After that
+optimizer a TorchScript export carries ORT contrib ops that ONNX shape inference cannot type, so its
+projections' shapes, and with them the head split, cannot be proved: refused.
+
+Projections and head split (every model)::
+
+    Qp = MatMul(X, Wq) [+ bq]                        [B, S, D]     (GPT-2: one c_attn, then Split)
+    Qh = Transpose(Reshape(Qp, [B, S, N, H]), 0213)  [B, N, S, H]   same for K and V
+
+The Reshape target is read symbolically (``symbolic.Evaluator``): TorchScript builds it from
+``Shape(hidden)`` Gathers, dynamo from ``Shape(input_ids)`` slices; B and S must be the projection's own
+dimensions (same int or inferred symbol), N·H its last one.
+
+Kᵀ: TorchScript ``Transpose(Reshape(Kp), 0231)``; dynamo ``Reshape(Transpose(Reshape(Kh, [-1, S, H]),
+021), [B, N, H, S])``, shown to be ``Transpose(Kh, 0132)`` by reading both targets from ``Shape(Kh)``;
+or ``Transpose(Kh, 0132)`` itself.
+
+Scale: sdpa splits it as ``√scale`` on Q and on Kᵀ (``Mul(Qh, c)``, ``Mul(Kᵀ, c)``), eager attention
+divides or multiplies the scores; every such scalar counts, and MHA's ``scale`` is their product.
+
+Mask: ``Add(scores, Where(keep, 0, fill))`` (either operand order), or nothing. transformers' ``sdpa_mask``
+builds ``keep`` from index arithmetic, not constants: ``Range`` over batch, query and key positions,
+``Unsqueeze``/``Expand`` onto [B, 1, S, L], ``kv_idx <= q_idx`` (causal), ``kv_idx >= 0`` (always true),
+and the padding lookup ``attention_mask[b, kv_idx]`` — a ``GatherND`` of (b, kv_idx) pairs (dynamo) or a
+``Gather`` from ``Flatten(mask)`` at ``b·T + kv_idx`` (TorchScript). ``symbolic`` evaluates ``keep`` into
+a formula of the index positions; the rule accepts exactly the conjunctions of ``mask[b, k] != 0`` and
+``k <= q``, so causality and padding are *proved*, never assumed from names. ViT's dynamo export adds a
+uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (dynamo), ``-inf``
+(TorchScript) or ``-65504`` (after ORT's float16 converter).
+
+Guard: sdpa's math path writes ``Where(IsNaN(P), 0, P)`` after the Softmax: it turns rows with no visible
+key (−inf everywhere: NaN) into zeros.
+
+Why these and only these are exact, row by row. The padding mask is fed as the 2-D ``key_padding_mask``
+``Cast(Cast(mask, bool), int32)`` (any nonzero entry keeps its key, as the graph's ``Cast(bool)``
+does), which states any padding pattern, left or right, per row; MHA adds ``mask_filter_value`` to the
+scaled scores of the keys it drops, and the rewrite sets it to the graph's ``fill``:
+
+* padding only: the same formula, ``x + fill``, for every fill and every row. A row with no visible key
+  is uniform (``finfo.min``: every score rounds to it) or NaN (``-inf``) in both; where the graph guards
+  NaN to 0, the rewrite puts the same guard on MHA's output, ``Where(IsNaN(y), 0, y)`` (it then also
+  zeroes NaN that V itself carries, which the graph would pass on);
+* causal: MHA drops future keys entirely, so the graph's fill must too: ``-inf`` or the dtype's lowest
+  value (their exponentials underflow to exactly 0 unless one row's scores already span the dtype's whole
+  range); other fills (``-10000``) let large scores through and are refused;
+* causal and padding together: ORT's kernel combines its causal fill with the padding fill its own way;
+  measured on ORT 1.31's CPU kernel, rows with no visible key (left padding makes them common) match the
+  graph for ``fill = finfo(float32).min`` (uniform in both). With ``-inf`` and the guard the graph makes
+  them 0: MHA then runs with ``finfo(float32).min`` (identical on every row that sees a key) and its
+  output is multiplied by ``CumSum(key_padding_mask)[b, q] > 0``, 1 where row q sees a key and 0 where it
+  sees none. Other fills, ``-inf`` without the guard, and float16 are refused. The CUDA kernels are not
+  measured here;
+* the guard with a finite fill or no mask only sees NaN from scores that overflowed; MHA has no guard,
+  so such (already overflowed) heads give NaN instead of 0. This is the one difference accepted.
+
+Refused, with the reason shown by ``inspect``: probabilities read anywhere else (``output_attentions``),
+Softmax over another axis, a mask term that is neither padding nor causal (ALiBi, T5's relative
+position bias, a literal triangle constant), a query/key that reaches the product in head layout through
+other ops (rotary embeddings: they would need a re-layout to MHA's [B, S, D]), inconsistent head counts.
+
+Biases: when Q, K and V are each ``MatMul + Add(const [D])`` with inline constants, the three Adds are
+folded into MHA's packed ``bias`` input (one new [3D] constant); otherwise the projections' outputs are
+fed as they are (the Adds stay in front of the op).
+
+Kernel choice (from ORT's contrib_ops/cuda/bert/multihead_attention.cc, not measured here): no mask
+reaches flash attention (fp16) or cuDNN SDPA; a key padding mask reaches memory-efficient attention, as
+a materialised ``attention_bias`` would not be faster; so the mask is always a ``key_padding_mask``.
+
+Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, packed QKV into
+``com.microsoft.Attention``, the ``(1 - mask) · min`` additive bias of older exports.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .graph import GraphView, attr, is_op
+from .rule import Emitter, Plan, Refusal, T, dtype_name
+from .symbolic import Dim, Evaluator, NotSymbolic, conjuncts, shift_axes
+
+RULE = "attention"
+MS_DOMAIN = "com.microsoft"
+FLOAT32_MIN = float(np.finfo(np.float32).min)
+_SUPPORTED = (T.FLOAT, T.FLOAT16)
+# Nodes that only compute shapes of a block's tensors may be absorbed into the block (their only reader).
+_SHAPE_OPS = ("Shape", "Slice", "Concat", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape")
+
+
+class _Refused(Exception):
+    """A candidate attention that cannot be rewritten exactly; the message is the reason."""
+
+
+# --- the plan ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttentionPlan(Plan):
+    query: str
+    key: str
+    value: str
+    biases: tuple | None  # three inline [D] constants (q, k, v) to pack into MHA's bias, or None
+    mask: str | None  # the tensor the graph reads as attention_mask[b, k], or None
+    mask_dtype: int | None
+    causal: bool
+    num_heads: int
+    scale: float
+    fill: float | None  # the graph's fill value for masked keys: MHA's mask_filter_value
+    nan_guard: bool  # put the graph's IsNaN guard on MHA's output
+    zero_hidden_rows: bool  # zero the output rows that causality and padding hide completely
+    dtype: int
+    flat_shape: tuple | None = None  # the graph merges heads into [B·S, D]: MHA's [B, S, D] reshaped
+
+    op = (MS_DOMAIN, "MultiHeadAttention")
+
+    def details(self) -> dict:
+        kind = "+".join(k for k, on in (("causal", self.causal), ("key-padding", self.mask is not None)) if on)
+        return {"num_heads": self.num_heads, "mask": kind or "none", "scale": self.scale,
+                "bias": "packed" if self.biases else "none"}
+
+    def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
+        nodes: list[onnx.NodeProto] = []
+        inputs = [self.query, self.key, self.value, "", ""]
+        if self.biases is not None:
+            inputs[3] = out.initializer(self.name_hint + "_qkv_bias", _packed_bias(out.view, self.biases))
+        if self.mask is not None:
+            source = self.mask
+            if self.mask_dtype != T.BOOL:  # any nonzero entry keeps its key, as the graph's Cast(bool)
+                as_bool = out.name(self.name_hint + "_mask_bool")
+                nodes.append(onnx.helper.make_node("Cast", [source], [as_bool], name=out.name(as_bool), to=T.BOOL))
+                source = as_bool
+            padding = out.name(self.name_hint + "_key_padding_mask")
+            nodes.append(onnx.helper.make_node("Cast", [source], [padding], name=out.name(padding), to=T.INT32))
+            inputs[4] = padding
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        attrs = {"num_heads": self.num_heads, "scale": self.scale}
+        if self.fill is not None:
+            attrs["mask_filter_value"] = self.fill
+        if self.causal:
+            attrs["unidirectional"] = 1
+        y = self.outputs[0]
+        guarded = out.name(self.name_hint + "_guarded") if self.flat_shape else y
+        fixed = self.nan_guard or self.zero_hidden_rows
+        mha_out = out.name(self.name_hint + "_mha") if fixed else guarded
+        nodes.append(onnx.helper.make_node("MultiHeadAttention", inputs, [mha_out], name=name,
+                                           domain=MS_DOMAIN, **attrs))
+        if self.nan_guard:
+            isnan = out.name(self.name_hint + "_isnan")
+            zero = out.initializer(self.name_hint + "_zero", np.zeros((), dtype=onnx.helper.tensor_dtype_to_np_dtype(self.dtype)))
+            nodes.append(onnx.helper.make_node("IsNaN", [mha_out], [isnan], name=out.name(isnan)))
+            nodes.append(onnx.helper.make_node("Where", [isnan, zero, mha_out], [guarded], name=out.name(y + "_guard")))
+        if self.zero_hidden_rows:
+            nodes += self._zero_hidden_rows(out, inputs[4], mha_out, guarded)
+        if self.flat_shape:
+            shape = out.initializer(self.name_hint + "_flat_shape", np.array(self.flat_shape, dtype=np.int64))
+            nodes.append(onnx.helper.make_node("Reshape", [guarded, shape], [y], name=out.name(y + "_reshape")))
+        return nodes
+
+
+    def _zero_hidden_rows(self, out: Emitter, padding: str, x: str, y: str) -> list[onnx.NodeProto]:
+        """``y = x · [some key k <= q is kept]``, per (batch, query) row: the running count of kept keys
+        (CumSum of the 0/1 key padding mask) is positive exactly where the row sees a key. Rows that see
+        one are multiplied by 1 (unchanged); the others by 0, the graph's guarded NaN."""
+        hint = self.name_hint
+        seen = out.name(hint + "_keys_seen")
+        visible = out.name(hint + "_row_visible")
+        factor = out.name(hint + "_row_factor")
+        column = out.name(hint + "_row_factor_bs1")
+        return [
+            onnx.helper.make_node("CumSum", [padding, out.initializer(hint + "_key_axis", np.array(1, np.int64))],
+                                  [seen], name=out.name(seen)),
+            onnx.helper.make_node("Greater", [seen, out.initializer(hint + "_none_seen", np.array(0, np.int32))],
+                                  [visible], name=out.name(visible)),
+            onnx.helper.make_node("Cast", [visible], [factor], name=out.name(factor), to=self.dtype),
+            onnx.helper.make_node("Reshape", [factor, out.initializer(hint + "_row_shape",
+                                                                      np.array([0, 0, 1], np.int64))],
+                                  [column], name=out.name(column)),
+            onnx.helper.make_node("Mul", [x, column], [y], name=out.name(y + "_hidden_rows")),
+        ]
+
+
+def _packed_bias(view: GraphView, names: tuple) -> np.ndarray:
+    return np.concatenate([numpy_helper.to_array(view.constant(n)).reshape(-1) for n in names])
+
+
+# --- the rule ----------------------------------------------------------------------------------------
+class Attention:
+    """Softmax-anchored self-attention → ``com.microsoft.MultiHeadAttention``."""
+
+    name = RULE
+    anchors = (("", "Softmax"),)
+    # The fused op. The ONNX ops written around it (the mask's Casts, the output's IsNaN/Where guard or
+    # hidden-row factor, a Reshape) run on every provider; listed here they would hold every such node of
+    # a model to the requested provider in the benchmark's placement check.
+    emits = ((MS_DOMAIN, "MultiHeadAttention"),)
+
+    def match(self, view: GraphView, i: int):
+        node = view.nodes[i]
+        if not is_op(node, "Softmax"):
+            return None
+        scores = _scores(view, node.input[0])
+        if scores is None:
+            return None  # not fed by a Q·Kᵀ product: some other Softmax
+        try:
+            return _plan(view, i, scores)
+        except _Refused as why:
+            return Refusal(RULE, str(why), (view.node_name(i),))
+
+
+@dataclass
+class _Scores:
+    matmul: int
+    nodes: set
+    scale: float
+    bias: str | None  # the mask bias added to the scores
+
+
+def _scalar_factor(view: GraphView, i: int, t: str) -> tuple[str, float] | None:
+    """``Mul(t', c)``/``Mul(c, t')``/``Div(t', c)`` producing ``t`` with a scalar constant: (t', factor)."""
+    node = view.nodes[i]
+    if is_op(node, "Mul") and len(node.input) == 2:
+        for a, b in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
+            s = view.scalar(b)
+            if s is not None:
+                return a, s[0]
+    if is_op(node, "Div") and len(node.input) == 2:
+        s = view.scalar(node.input[1])
+        if s is not None and s[0] != 0.0:
+            return node.input[0], 1.0 / s[0]
+    return None
+
+
+def _strip_scale(view: GraphView, t: str, nodes: set) -> tuple[str, float]:
+    scale = 1.0
+    while True:
+        i = view.producer.get(t)
+        if i is None:
+            return t, scale
+        f = _scalar_factor(view, i, t)
+        if f is None:
+            return t, scale
+        nodes.add(i)
+        t, scale = f[0], scale * f[1]
+
+
+def _scores(view: GraphView, t: str) -> _Scores | None:
+    """The scores feeding a Softmax: [mask Add ∘] scale ∘ MatMul, or None if there is no MatMul."""
+    nodes: set = set()
+    bias = None
+    i = view.producer.get(t)
+    if i is not None and is_op(view.nodes[i], "Add") and len(view.nodes[i].input) == 2:
+        for a, b in ((view.nodes[i].input[0], view.nodes[i].input[1]), (view.nodes[i].input[1], view.nodes[i].input[0])):
+            inner, _ = _strip_scale(view, a, set())
+            j = view.producer.get(inner)
+            if j is not None and is_op(view.nodes[j], "MatMul"):
+                nodes.add(i)
+                t, bias = a, b
+                break
+        else:
+            return None
+    t, scale = _strip_scale(view, t, nodes)
+    j = view.producer.get(t)
+    if j is None or not is_op(view.nodes[j], "MatMul"):
+        return None
+    nodes.add(j)
+    return _Scores(j, nodes, scale, bias)
+
+
+def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
+    node = view.nodes[softmax]
+    ev = Evaluator(view)
+    rank = ev.rank(node.input[0]) or 4
+    axis = attr(node, "axis", -1)
+    if axis not in (-1, rank - 1):
+        raise _Refused(f"Softmax over axis {axis}: attention normalises over the key axis (the last)")
+    nodes = set(sc.nodes) | {softmax}
+    qk = view.nodes[sc.matmul]
+
+    q_scaled, k_scaled = qk.input[0], qk.input[1]
+    qh, q_scale = _strip_scale(view, q_scaled, nodes)
+    kt, k_scale = _strip_scale(view, k_scaled, nodes)
+    q = _split_heads(view, ev, qh, (0, 2, 1, 3), nodes, "query")
+    k = _key_transposed(view, ev, kt, nodes)
+    scale = sc.scale * q_scale * k_scale
+
+    dtype = view.dtype(q.projected)
+    if dtype is None:
+        raise _Refused("the attention's dtype is not known (shape inference typed no projection)")
+    if dtype not in _SUPPORTED or view.dtype(k.projected) != dtype:
+        raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
+    mask = _classify_mask(view, ev, sc.bias, q, k, dtype) if sc.bias is not None else _NO_MASK
+    # The mask adds without broadcasting the scores up (checked by _classify_mask), so the probabilities
+    # have the product's dimensions: recorded, so the head merge's reshapes can be checked against them.
+    probs, guarded = node.output[0], False
+    ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
+    readers = view.consumers_of(probs)
+    if probs in view.graph_outputs:
+        raise _Refused("the attention probabilities are a graph output (output_attentions)")
+    if len(readers) == 2:
+        guard = _nan_guard(view, probs, readers)
+        if guard is None:
+            raise _Refused("the attention probabilities are read outside the attention (output_attentions?)")
+        nodes |= set(guard[0])
+        probs, guarded = guard[1], True
+    ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
+    pv = view.single_consumer(probs)
+    if pv is None or not is_op(view.nodes[pv], "MatMul") or view.nodes[pv].input[0] != probs:
+        raise _Refused("the attention probabilities are read outside the attention (output_attentions?)")
+    nodes.add(pv)
+    v = _split_heads(view, ev, view.nodes[pv].input[1], (0, 2, 1, 3), nodes, "value")
+    merged, flat_shape = _merge_heads(view, ev, view.nodes[pv].output[0], q, nodes)
+
+    if view.dtype(v.projected) != dtype:
+        raise _Refused(f"the value is {dtype_name(view.dtype(v.projected))}, the query {dtype_name(dtype)}")
+    if not (q.heads == k.heads == v.heads and q.head_size == k.head_size):
+        raise _Refused(f"query/key/value split into {q.heads}/{k.heads}/{v.heads} heads of "
+                       f"{q.head_size}/{k.head_size}/{v.head_size}")
+
+    biases = _packable_biases(view, (q, k, v), dtype)
+    if biases is not None:
+        nodes |= {x.bias_add for x in (q, k, v)}
+        query, key, value = (x.unbiased for x in (q, k, v))
+    else:
+        query, key, value = q.projected, k.projected, v.projected
+    nodes = _absorb_shape_readers(view, nodes)
+    fill, nan_guard, zero_hidden = mask.fill, False, False
+    if mask.causal and mask.tensor is not None and fill != FLOAT32_MIN:
+        # Rows that causality and padding together hide completely (left padding): ORT's kernel matches
+        # the graph there only for the finfo(float32).min fill. The graph's -inf fill makes them NaN and
+        # its guard 0: MHA runs with finfo.min (identical on every other row) and those rows are zeroed.
+        if not (fill == -math.inf and guarded and dtype == T.FLOAT):
+            raise _Refused(f"causal and padding mask with fill {fill:g}"
+                           f"{'' if guarded else ' and no IsNaN guard'} in {dtype_name(dtype)}: "
+                           "MultiHeadAttention reproduces rows with no visible key (left padding) only for "
+                           "fill finfo(float32).min, or for -inf with the guard in float32")
+        fill, zero_hidden = FLOAT32_MIN, True
+    elif fill == -math.inf and guarded and mask.tensor is not None:
+        nan_guard = True  # padding only: NaN rows in MHA too, guarded the same way
+    if scale == 0.0:  # MHA reads scale 0 as "the default 1/√head_size"
+        raise _Refused("the scores are scaled by 0")
+    scaling = ("√scale on Q and Kᵀ" if q_scale != 1.0 and k_scale != 1.0 else
+               "scaled Q" if q_scale != 1.0 else "scaled Kᵀ" if k_scale != 1.0 else
+               "scaled scores" if sc.scale != 1.0 else "unscaled")
+    form = ", ".join(p for p in (scaling, mask.kind or "no mask", "IsNaN guard" if guarded else "") if p)
+    return AttentionPlan(
+        rule=RULE, form=f"attention ({form})", nodes=frozenset(nodes), outputs=(merged,),
+        name_hint=view.nodes[softmax].name or f"attention_{softmax}",
+        query=query, key=key, value=value, biases=biases,
+        mask=mask.tensor, mask_dtype=view.dtype(mask.tensor) if mask.tensor else None,
+        causal=mask.causal, num_heads=q.heads, scale=float(np.float32(scale)),
+        fill=fill, nan_guard=nan_guard, zero_hidden_rows=zero_hidden, dtype=dtype, flat_shape=flat_shape)
+
+
+# --- heads -------------------------------------------------------------------------------------------
+@dataclass
+class _Heads:
+    projected: str  # [B, S, D]: what MHA reads
+    heads: int
+    head_size: int
+    bias_add: int | None = None  # Add(MatMul(X, W), b) producing `projected`, b an inline [D] constant
+    unbiased: str | None = None
+    bias: str | None = None
+
+
+def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set, what: str) -> _Heads:
+    """``t = Transpose(Reshape(Xp, [B, S, N, H]), perm)`` with Xp's own B and S: the heads of Xp."""
+    ti = view.producer.get(t)
+    if ti is not None and view.nodes[ti].op_type in ("Mul", "Div"):
+        raise _Refused(f"the {what} is scaled by a factor computed at run time, not a constant")
+    if ti is None or not is_op(view.nodes[ti], "Transpose") or tuple(attr(view.nodes[ti], "perm", ())) != perm:
+        got = "a graph input" if ti is None else view.nodes[ti].op_type
+        raise _Refused(f"the {what} reaches the attention product through {got}, not the head split "
+                       f"Transpose(Reshape(·), {list(perm)}) (rotary embedding or another layout)")
+    ri = view.producer.get(view.nodes[ti].input[0])
+    if ri is None or not is_op(view.nodes[ri], "Reshape"):
+        raise _Refused(f"the {what} heads are not a Reshape of a projection")
+    xp = view.nodes[ri].input[0]
+    if ev.rank(xp) != 3 or not ev.dim(xp, 2).is_int:
+        raise _Refused(f"the {what} projection '{xp}' is not known to be [batch, sequence, hidden]")
+    hidden = ev.dim(xp, 2).coef
+    try:
+        target = ev.vec(view.nodes[ri].input[1]).items
+    except NotSymbolic as e:
+        raise _Refused(f"the {what} head split's shape cannot be followed: {e}") from None
+    allow_zero = not attr(view.nodes[ri], "allowzero", 0)
+    if len(target) != 4:
+        raise _Refused(f"the {what} head split {list(target)} is not 4-D")
+    n, h = target[2], target[3]
+    # position j keeps dimension j of Xp: the same int or symbol, or 0 ("copy", unless allowzero)
+    kept = [target[j] == ev.dim(xp, j) or (allow_zero and target[j] == Dim(0)) for j in (0, 1)]
+    # one -1 among batch/sequence is the other's complement when heads × head_size is the hidden size
+    implied = sorted(kept) == [False, True] and target[kept.index(False)] == Dim(-1) and \
+        n.is_int and h.is_int and n.coef * h.coef == hidden
+    if not (all(kept) or implied):
+        raise _Refused(f"the {what} head split {list(target)} does not keep the projection's batch and sequence")
+    if n == Dim(-1) and h.is_int and h.coef > 0 and hidden % h.coef == 0:
+        n = Dim(hidden // h.coef)
+    elif h == Dim(-1) and n.is_int and n.coef > 0 and hidden % n.coef == 0:
+        h = Dim(hidden // n.coef)
+    if not (n.is_int and h.is_int and n.coef * h.coef == hidden and n.coef > 0):
+        raise _Refused(f"the {what} head split {list(target)} is not [B, S, heads, head_size] of {hidden}")
+    nodes |= {ti, ri}
+    heads = _Heads(xp, n.coef, h.coef)
+    ai = view.producer.get(xp)
+    if ai is not None and is_op(view.nodes[ai], "Add") and len(view.nodes[ai].input) == 2:
+        for a, b in ((view.nodes[ai].input[0], view.nodes[ai].input[1]), (view.nodes[ai].input[1], view.nodes[ai].input[0])):
+            mi = view.producer.get(a)
+            bt = view.constant(b)
+            if mi is not None and is_op(view.nodes[mi], "MatMul") and bt is not None and list(bt.dims) == [hidden]:
+                heads.bias_add, heads.unbiased, heads.bias = ai, a, b
+                break
+    return heads
+
+
+def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Heads:
+    """Kᵀ [B, N, H, L] in one of the three layouts the exporters write (module docstring)."""
+    ti = view.producer.get(t)
+    node = view.nodes[ti] if ti is not None else None
+    if node is not None and is_op(node, "Transpose"):
+        perm = tuple(attr(node, "perm", ()))
+        if perm == (0, 2, 3, 1):
+            return _split_heads(view, ev, t, perm, nodes, "key")
+        if perm == (0, 1, 3, 2):
+            k = _split_heads(view, ev, node.input[0], (0, 2, 1, 3), nodes, "key")
+            nodes.add(ti)
+            return k
+    if node is not None and is_op(node, "Reshape"):  # dynamo: Reshape(Transpose(Reshape(Kh, [-1, L, H]), 021), [B, N, H, L])
+        t3 = view.producer.get(node.input[0])
+        if t3 is not None and is_op(view.nodes[t3], "Transpose") and tuple(attr(view.nodes[t3], "perm", ())) == (0, 2, 1):
+            r3 = view.producer.get(view.nodes[t3].input[0])
+            if r3 is not None and is_op(view.nodes[r3], "Reshape"):
+                kh = view.nodes[r3].input[0]
+                try:
+                    merge = ev.vec(view.nodes[r3].input[1]).items
+                    split = ev.vec(node.input[1]).items
+                except NotSymbolic as e:
+                    raise _Refused(f"the key transpose's shapes cannot be followed: {e}") from None
+                d = [ev.dim(kh, a) for a in range(4)] if ev.rank(kh) == 4 else None
+                if d is not None and merge == (Dim(-1), d[2], d[3]) and split == (d[0], d[1], d[3], d[2]):
+                    k = _split_heads(view, ev, kh, (0, 2, 1, 3), nodes, "key")
+                    nodes |= {ti, t3, r3}
+                    return k
+                raise _Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: "
+                               "not shown to be Kᵀ")
+    got = "a graph input" if node is None else node.op_type
+    raise _Refused(f"the key reaches the attention product through {got}, not a transposed head split "
+                   "(rotary embedding or another layout)")
+
+
+def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, nodes: set) -> tuple[str, tuple | None]:
+    """P·V [B, N, S, H] → (identity Reshapes) → Transpose 0213 → Reshape [B, S, N·H]: what MHA writes.
+    Returns the merged tensor and, for a merge into [B·S, N·H], that shape (MHA's output is reshaped)."""
+    cur = t
+    while True:
+        i = _sole_reader(view, cur)
+        if i is None:
+            raise _Refused("the attention output is read before its heads are merged")
+        node = view.nodes[i]
+        if is_op(node, "Reshape") and node.input[0] == cur and _identity_reshape(view, ev, node, cur):
+            nodes.add(i)
+            cur = node.output[0]
+            continue
+        break
+    if not (is_op(node, "Transpose") and tuple(attr(node, "perm", ())) == (0, 2, 1, 3)):
+        raise _Refused(f"the attention output goes to {node.op_type}, not the head merge Transpose [0, 2, 1, 3]")
+    nodes.add(i)
+    tm = node.output[0]
+    ri = _sole_reader(view, tm)
+    if ri is None or not is_op(view.nodes[ri], "Reshape"):
+        raise _Refused("the merged heads are not reshaped back to [batch, sequence, hidden]")
+    try:
+        target = ev.vec(view.nodes[ri].input[1]).items
+    except NotSymbolic as e:
+        raise _Refused(f"the head merge's shape cannot be followed: {e}") from None
+    hidden = q.heads * q.head_size
+    batch = {ev.dim(tm, 0), ev.dim(q.projected, 0)}
+    seq = {ev.dim(tm, 1), ev.dim(q.projected, 1)}
+    if not attr(view.nodes[ri], "allowzero", 0):
+        batch.add(Dim(0))
+        seq.add(Dim(0))
+    flat = len(target) == 2 and target == (Dim(-1), Dim(hidden))  # [B·S, D]: GPT-2's Conv1D (dynamo)
+    # one -1 among batch/sequence is the other's complement when the last is the hidden size
+    kept = len(target) == 3 and (
+        (target[0] in batch and target[1] in seq and target[2] in (Dim(-1), Dim(hidden)))
+        or (target[2] == Dim(hidden) and ((target[0] == Dim(-1) and target[1] in seq)
+                                          or (target[0] in batch and target[1] == Dim(-1)))))
+    if not flat and not kept:
+        raise _Refused(f"the heads are merged into {list(target)}, not [batch, sequence, {hidden}]")
+    nodes.add(ri)
+    return view.nodes[ri].output[0], (-1, hidden) if flat else None
+
+
+def _sole_reader(view: GraphView, t: str) -> int | None:
+    """The one node reading ``t`` other than ``Shape`` nodes (those are taken into the block when only
+    the block reads them), or None."""
+    if t in view.graph_outputs:
+        return None
+    readers = [r for r in view.consumers_of(t) if view.nodes[r].op_type != "Shape"]
+    return readers[0] if len(readers) == 1 else None
+
+
+def _identity_reshape(view: GraphView, ev: Evaluator, node, src: str) -> bool:
+    try:
+        target = ev.vec(node.input[1]).items
+    except NotSymbolic:
+        return False
+    if ev.rank(src) != len(target):
+        return False
+    free = [j for j, d in enumerate(target) if d != ev.dim(src, j)]
+    return len(free) <= 1 and all(target[j] == Dim(-1) for j in free)
+
+
+def _nan_guard(view: GraphView, probs: str, readers: list) -> tuple[tuple, str] | None:
+    """``Where(IsNaN(P), 0, P)``: (its two nodes, its output), when those are P's only readers."""
+    isnan = next((r for r in readers if is_op(view.nodes[r], "IsNaN")), None)
+    where = next((r for r in readers if is_op(view.nodes[r], "Where")), None)
+    if isnan is None or where is None:
+        return None
+    w = view.nodes[where]
+    zero = view.scalar(w.input[1]) if len(w.input) == 3 else None
+    if w.input[0] != view.nodes[isnan].output[0] or w.input[2] != probs or zero is None or zero[0] != 0.0:
+        return None
+    if view.single_consumer(view.nodes[isnan].output[0]) != where:
+        return None
+    return (isnan, where), w.output[0]
+
+
+def _packable_biases(view: GraphView, heads, dtype: int) -> tuple | None:
+    """The three bias constants, when all are inline and of the attention's dtype (external data would
+    need a derived tensor from three sources; those Adds stay in front of the op instead)."""
+    names = []
+    for h in heads:
+        if h.bias_add is None or view.single_consumer(h.projected) is None:
+            return None
+        t = view.constant(h.bias)
+        if t is None or t.data_location == onnx.TensorProto.EXTERNAL or t.data_type != dtype:
+            return None
+        names.append(h.bias)
+    return tuple(names)
+
+
+def _absorb_shape_readers(view: GraphView, nodes: set) -> set:
+    """Add the shape-only nodes (``Shape(Kh)`` and the Slices/Concats of it: dynamo's Kᵀ reshapes) whose
+    every reader is in the block: they read block tensors, and die with it."""
+    nodes = set(nodes)
+    changed = True
+    while changed:
+        changed = False
+        produced = {o for i in nodes for o in view.nodes[i].output}
+        for name in produced:
+            for r in view.consumers_of(name):
+                if r in nodes or view.nodes[r].op_type != "Shape":
+                    continue
+                closure = _shape_closure(view, r, nodes)
+                if closure is not None:
+                    nodes |= closure
+                    changed = True
+    return nodes
+
+
+def _shape_closure(view: GraphView, start: int, block: set) -> set | None:
+    """``start`` and its shape-op descendants, if all their outputs end up read only inside ``block``."""
+    out, todo = set(), [start]
+    while todo:
+        i = todo.pop()
+        if i in out:
+            continue
+        out.add(i)
+        for o in view.nodes[i].output:
+            if o in view.graph_outputs:
+                return None
+            for r in view.consumers_of(o):
+                if r in block:
+                    continue
+                if view.nodes[r].op_type not in _SHAPE_OPS:
+                    return None
+                todo.append(r)
+    return out
+
+
+# --- masks -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Mask:
+    kind: str  # "" | "key-padding" | "causal" | "causal+key-padding"
+    tensor: str | None = None
+    causal: bool = False
+    fill: float | None = None
+
+
+_NO_MASK = _Mask("")
+
+
+def _classify_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads, dtype: int) -> _Mask:
+    wi = view.producer.get(bias)
+    w = view.nodes[wi] if wi is not None else None
+    if w is None or not is_op(w, "Where") or len(w.input) != 3:
+        got = "a graph input" if w is None else w.op_type
+        raise _Refused(f"the scores get an additive bias from {got}, not a mask Where(keep, 0, fill) "
+                       "(ALiBi, relative position bias or an unrecognised mask)")
+    zero, fill = view.scalar(w.input[1]), view.scalar(w.input[2])
+    if zero is None or zero[0] != 0.0 or fill is None or not fill[0] < 0.0:
+        raise _Refused("the mask is a Where whose kept value is not 0 or whose fill is not a negative constant")
+    fill_value = fill[0]
+    try:
+        keep = ev.index(w.input[0])
+    except NotSymbolic as e:
+        raise _Refused(f"the mask is not provably padding or causal: {e}") from None
+    if len(keep.extents) > 4:
+        raise _Refused("the mask has more than 4 dimensions")
+    pad = 4 - len(keep.extents)
+    extents = (Dim(1),) * pad + keep.extents
+    expr = shift_axes(keep.expr, lambda a: a + pad)  # the formula's axes, aligned to [B, N, S, L]
+    try:
+        terms = conjuncts(expr, extents)
+    except NotSymbolic as e:
+        raise _Refused(f"the mask is not provably padding or causal: {e}") from None
+    batch, query_len, key_len = (ev.dim(q.projected, 0), ev.dim(q.projected, 1),
+                                 ev.dim(k.projected, 1))
+    causal, padding = False, None
+    for term in terms:
+        if term in (("le", ("axis", 3), ("axis", 2)), ("ge", ("axis", 2), ("axis", 3))):
+            causal = True
+        elif term[0] == "data" and term[2] == ("axis", 0) and term[3] == ("axis", 3) and padding in (None, term[1]):
+            padding = term[1]
+        else:
+            raise _Refused(f"the mask has a term that is neither padding nor causal: {_show(term)}")
+    lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
+    if causal and fill_value not in (-math.inf, lowest):
+        raise _Refused(f"causal mask with fill {fill_value:g}: MultiHeadAttention drops the future keys "
+                       f"entirely, which a fill above the dtype's lowest ({lowest:g}) does not")
+    # The formula's positions must be the real ones: an index axis of another length would broadcast
+    # (length 1) where MHA reads every position. The padding tensor itself is fed to MHA, which
+    # requires it to be exactly [batch, key length] at run time, so its own extents count as proof.
+    rows = cols = None
+    if padding is not None:
+        rows, cols = ev.dim(padding.name, 0), ev.dim(padding.name, 1)
+        if extents[0] not in (batch, rows) or extents[3] not in (key_len, cols):
+            raise _Refused(f"the padding mask spans {extents[0]}×{extents[3]}, not shown to be batch × key length")
+        if view.dtype(padding.name) not in (T.BOOL, T.INT64, T.INT32) and not padding.as_bool:
+            raise _Refused("the padding mask is read as values, not as keep/drop")
+    if causal and (extents[2] not in (query_len, extents[3]) or extents[3] not in (key_len, query_len, cols)):
+        raise _Refused(f"the causal mask spans {extents[2]}×{extents[3]} positions, not shown to be "
+                       "the query and key lengths")
+    allowed = ({batch, rows}, {Dim(q.heads)}, {query_len, extents[3] if causal else query_len}, {key_len, cols})
+    for j, (e, ok) in enumerate(zip(extents, allowed)):
+        if e != Dim(1) and e not in ok:
+            raise _Refused(f"the mask's dimension {j} ({e}) is not shown to match the scores'")
+    kind = "+".join(p for p, on in (("causal", causal), ("key-padding", padding is not None)) if on)
+    if not kind:
+        return _NO_MASK  # keeps every key: adding its zero bias changes nothing
+    return _Mask(kind, padding.name if padding else None, causal, fill_value)
+
+
+def _show(term: tuple) -> str:
+    names = {0: "b", 1: "h", 2: "q", 3: "k"}
+    if term[0] == "axis":
+        return names.get(term[1], f"i{term[1]}")
+    if term[0] == "const":
+        return repr(term[1])
+    if term[0] == "data":
+        return f"{term[1].name}[{_show(term[2])}, {_show(term[3])}]"
+    return f"{term[0]}({', '.join(_show(t) for t in term[1:] if isinstance(t, tuple))})"
