@@ -301,8 +301,13 @@ def test_checker(file):
 
 
 # What a rewrite may leave dead besides the blocks: the constant chains in front of their weights and biases
-# (Identity, Cast) and the tensordot's flattening Reshape with its shape computation.
-_FEEDERS = {"Identity", "Cast", "Reshape", "Shape", "Gather", "Concat", "Constant", "Slice", "Unsqueeze", "Squeeze"}
+# (Identity, Cast), the tensordot's flattening Reshape with its shape computation, and an attention mask's
+# construction.
+_FEEDERS = {"Identity", "Cast", "Reshape", "Shape", "Gather", "Concat", "Constant", "Slice", "Unsqueeze", "Squeeze",
+            # the attention mask's index arithmetic (transformers' sdpa_mask: Range over positions, the
+            # padding lookup, the causal compare, broadcast to [B, 1, S, L]), dead once MHA reads the mask
+            "Range", "Where", "And", "Mul", "Add", "Div", "Max", "ConstantOfShape", "Expand", "Flatten",
+            "Equal", "GreaterOrEqual", "LessOrEqual", "GatherND"}
 
 
 @pytest.mark.parametrize("file", _params("untouched"))
