@@ -46,7 +46,11 @@ from onnxfuse.runtime import create_session, cuda_usable, preload_cuda_libraries
 GROUPS = (
     ("onnxfuse FusedLinearGelu", ("onnxfuse", "cutlassactivation")),
     ("GELU (BiasGelu, FastGelu, Gelu)", ("gelu",)),
-    ("attention", ("attention", "fmha", "flash", "softmax", "mha")),
+    # ORT's fused attention kernels (flash, cuDNN SDPA, memory-efficient/CUTLASS FMHA, its unfused fallback)
+    ("fused attention (MHA/Attention)", ("fmha", "flash", "mha", "attention", "cudnn", "sdpa", "attn")),
+    # what an unfused attention leaves: softmax, torch's NaN guard, the mask's Where
+    ("Softmax", ("softmax",)),
+    ("IsNaN / Where", ("isnan", "where")),
     ("layer norm", ("layernorm", "layer_norm", "skiplayer")),
     ("GEMM", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "sm90_", "sm80_", "wgmma")),
 )
@@ -73,9 +77,9 @@ def summarise(per_kernel: dict[str, float]) -> dict:
     }
 
 
-def run_model(spec: e2e.Spec, batch: int, sequence: int, reps: int, workdir: Path) -> dict:
+def run_model(spec: e2e.Spec, batch: int, sequence: int, reps: int, workdir: Path, attn: str) -> dict:
     raw, base, fused = (workdir / f"{spec.name}.{kind}.onnx" for kind in ("raw", "ortopt", "onnxfuse"))
-    e2e.export(spec, False, raw)
+    e2e.export(spec, False, raw, attn)
     e2e.ort_optimize(spec, False, raw, base, fp16=True, use_gpu=True)
     raw.unlink()
     report = optimize_file(str(base), str(fused))
@@ -83,7 +87,8 @@ def run_model(spec: e2e.Spec, batch: int, sequence: int, reps: int, workdir: Pat
         shapes = {spec.inputs[0]: (batch, 3, spec.full["image_size"], spec.full["image_size"])}
     else:
         shapes = {name: (batch, sequence) for name in spec.inputs}
-    record = {"model": spec.name, "batch": batch, "fused_blocks": len(report.fused), "profiles": {}}
+    record = {"model": spec.name, "batch": batch, "attn": attn, "fused_blocks": len(report.fused),
+              "fused_by_op": report.fused_by_op, "profiles": {}}
     for role, path in (("baseline", base), ("onnxfuse", fused)):
         proto = onnx.load(str(path), load_external_data=False)
         feeds = random_inputs(proto, shapes, seed=0)
@@ -124,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sequence", type=int, default=e2e.SEQUENCE)
     parser.add_argument("--reps", type=int, default=20, help="profiled inferences per model and role")
     parser.add_argument("--out", default=os.environ.get("OUT") or "bench/results")
+    parser.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="attention implementation of the export")
     args = parser.parse_args(argv)
     preload_cuda_libraries()
     if not cuda_usable():
@@ -134,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for spec in wanted:
-            records.append(run_model(spec, args.batch, args.sequence, args.reps, Path(tmp)))
+            records.append(run_model(spec, args.batch, args.sequence, args.reps, Path(tmp), args.attn))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python3 bench/e2e_kernels.py " + shlex.join(argv if argv is not None else sys.argv[1:])

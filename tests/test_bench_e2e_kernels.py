@@ -35,7 +35,9 @@ NAMES = {
     "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN8onnxfuse4cuda21CutlassActivationImplE":
         "onnxfuse FusedLinearGelu",
     "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_32_64x256x64_4x1x1_cga1x1x1_kernel0_0":
-        "attention",
+        "fused attention (MHA/Attention)",
+    "void onnxruntime::cuda::_SoftmaxWarpForward<__half, __half, float, 8, true>(__half*)": "Softmax",
+    "void onnxruntime::cuda::_IsNan<__half>(__half const*, bool*, int)": "IsNaN / Where",
     "void onnxruntime::contrib::cuda::SkipLayerNormKernelSmall<__half, 96u, 8, false>(__half*)": "layer norm",
     "void onnxruntime::cuda::_BinaryElementWise<__half, __half, __half, onnxruntime::cuda::OP_Add<__half>>": ek.OTHER,
 }
