@@ -2,9 +2,12 @@
 
 Anchored on ``Softmax``. The forms below are the ones torch.onnx writes for Hugging Face models with the
 default (``sdpa``) attention, TorchScript (``dynamo=False``) and dynamo exporters, opsets 14-20, raw and
-after ORT's transformers optimizer (which fuses none of them); see tests/models/manifest.json. After that
-optimizer a TorchScript export carries ORT contrib ops that ONNX shape inference cannot type, so its
-projections' shapes, and with them the head split, cannot be proved: refused.
+after ORT's transformers optimizer (which fuses none of them) and its float16 converter; see
+tests/models/manifest.json. There ONNX shape inference stops at ORT's contrib ops (SkipLayerNormalization,
+and LayerNormalization below opset 17): the projections' dimensions and element type are then carried
+forward by ``symbolic.Evaluator`` from the graph inputs through the ops that keep them (normalisations,
+Casts, MatMul with a 2-D weight, bias Adds, Split with constant sizes); where that chain breaks the head
+split cannot be proved: refused.
 
 Projections and head split (every model)::
 
@@ -290,10 +293,10 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     k = _key_transposed(view, ev, kt, nodes)
     scale = sc.scale * q_scale * k_scale
 
-    dtype = view.dtype(q.projected)
+    dtype = ev.dtype(q.projected)
     if dtype is None:
-        raise _Refused("the attention's dtype is not known (shape inference typed no projection)")
-    if dtype not in _SUPPORTED or view.dtype(k.projected) != dtype:
+        raise _Refused("the attention's dtype is not known (no projection's type can be derived)")
+    if dtype not in _SUPPORTED or ev.dtype(k.projected) != dtype:
         raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
     mask = _classify_mask(view, ev, sc.bias, q, k, dtype) if sc.bias is not None else _NO_MASK
     # The mask adds without broadcasting the scores up (checked by _classify_mask), so the probabilities
@@ -317,8 +320,8 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     v = _split_heads(view, ev, view.nodes[pv].input[1], (0, 2, 1, 3), nodes, "value")
     merged, flat_shape = _merge_heads(view, ev, view.nodes[pv].output[0], q, nodes)
 
-    if view.dtype(v.projected) != dtype:
-        raise _Refused(f"the value is {dtype_name(view.dtype(v.projected))}, the query {dtype_name(dtype)}")
+    if ev.dtype(v.projected) != dtype:
+        raise _Refused(f"the value is {dtype_name(ev.dtype(v.projected))}, the query {dtype_name(dtype)}")
     if not (q.heads == k.heads == v.heads and q.head_size == k.head_size):
         raise _Refused(f"query/key/value split into {q.heads}/{k.heads}/{v.heads} heads of "
                        f"{q.head_size}/{k.head_size}/{v.head_size}")

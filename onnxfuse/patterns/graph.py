@@ -169,7 +169,13 @@ class GraphView:
         self.initializers = {t.name: t for t in graph.initializer}
         self._types: dict[str, tuple] = {}
         for v in list(inferred) + list(graph.value_info) + list(graph.input) + list(graph.output):
-            self._types[v.name] = _type_shape(v.type)
+            elem, dims = _type_shape(v.type)
+            known = self._types.get(v.name)
+            if dims is None and known is not None and known[1] is not None and elem in (None, known[0]):
+                # a declaration of the type alone (ORT's float16 converter writes one for every tensor)
+                # says nothing against the shape inference derived from the same graph
+                continue
+            self._types[v.name] = (elem, dims)
 
     # --- structure ---------------------------------------------------------------------------------
     def producer_of(self, name: str) -> onnx.NodeProto | None:

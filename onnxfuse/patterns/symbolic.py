@@ -12,11 +12,13 @@ Nothing here runs the model. A value is one of:
   :class:`FlatData` is such a tensor seen through ``Flatten``.
 
 Dimensions come from one forward pass (:meth:`Evaluator.shapes`) that carries each output dimension over
-from the input it is (Transpose, MatMul, broadcasting, normalisations, Reshape to a target read here), down
-from the graph inputs; elsewhere shape inference's: an int, or a ``dim_param``/inferred symbol (two tensors
-whose dims carry the same symbol have the same size: that is what the ONNX symbol means). A dimension
+from the input it is (Transpose, MatMul, broadcasting, normalisations, Reshape to a target read here, each
+output of a Split by its constant size), down from the graph inputs; elsewhere shape inference's: an int,
+or a ``dim_param``/inferred symbol (two tensors whose dims carry the same symbol have the same size: that
+is what the ONNX symbol means). A dimension
 neither knows stays ``Shape(x)[i]`` of its tensor, equal only to itself. Two dimensions are proved equal
-only by being the same value here; anything else is "not shown", and the caller refuses.
+only by being the same value here; anything else is "not shown", and the caller refuses. Element types
+are carried forward the same way (:meth:`Evaluator.dtype`) where shape inference typed nothing.
 
 Anything the evaluator does not model (another op, a non-uniform constant, a formula it cannot simplify)
 raises :class:`NotSymbolic` with a reason; a caller that needs a proof then refuses.
@@ -40,8 +42,19 @@ _SAME_SHAPE_OPS = {"Softmax", "Cast", "IsNaN", "Identity", "Relu", "Tanh", "Erf"
                    "Not", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Dropout"}
 _NORMALIZATIONS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                    "SkipSimplifiedLayerNormalization"}
+_CONTRIB_TYPED = {"SkipLayerNormalization", "FastGelu", "BiasGelu", "QuickGelu", "Gelu"}  # com.microsoft, T→T
 _BROADCAST_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "And", "Or", "Equal", "Less", "LessOrEqual",
                   "Greater", "GreaterOrEqual", "Max", "Min"}
+
+
+# Ops whose (first) output has their operands' element type, with the operands that carry it (ONNX and ORT
+# tie those to one type variable T), for :meth:`Evaluator.dtype`.
+_TYPE_KEEPING = {**{op: (0,) for op in ("Softmax", "Identity", "Relu", "Tanh", "Erf", "Sigmoid", "Sqrt", "Neg",
+                                        "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Dropout", "Transpose",
+                                        "Reshape", "Split", "Squeeze", "Unsqueeze", "LayerNormalization",
+                                        "SkipLayerNormalization")},
+                 **{op: (0, 1) for op in ("Add", "Sub", "Mul", "Div", "MatMul", "Max", "Min")},
+                 "Where": (1, 2)}
 
 
 class NotSymbolic(Exception):
@@ -183,6 +196,7 @@ class Evaluator:
         self.memo: dict[str, Value | NotSymbolic] = {}  # failures too: each tensor is followed once
         self.dims: dict[tuple[str, int], Dim] = {}  # proved by the caller (seed)
         self._shapes: dict[str, tuple | None] | None = None
+        self._dtypes: dict[str, int | None] | None = None
         self.depth = 0
 
     # -- dimensions --
@@ -202,6 +216,31 @@ class Evaluator:
             return len(dims)
         shape = self.view.shape(name)
         return None if shape is None else len(shape)
+
+    def dtype(self, name: str) -> int | None:
+        """The element type of ``name``: shape inference's, or where it typed nothing (it stops at ORT's
+        contrib ops and at ops newer than the model's opset), carried forward from the inputs through
+        the ops that keep their operands' type (all operands that are typed agreeing) and Casts."""
+        if self._dtypes is None:
+            self._dtypes = {}
+            for node in self.view.nodes:
+                for k, out in enumerate(node.output):
+                    if out:
+                        self._dtypes[out] = self.view.dtype(out) or (self._forward_dtype(node) if k == 0 or
+                                                                    node.op_type == "Split" else None)
+        if name in self._dtypes:
+            return self._dtypes[name]
+        return self.view.dtype(name)
+
+    def _forward_dtype(self, node) -> int | None:
+        if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+            return attr(node, "to")
+        carriers = _TYPE_KEEPING.get(node.op_type)
+        if carriers is None or (node.domain not in ("", "ai.onnx") and node.op_type not in _CONTRIB_TYPED):
+            return None
+        types = {self._dtypes.get(x) or self.view.dtype(x) for j, x in enumerate(node.input) if j in carriers and x}
+        types.discard(None)
+        return types.pop() if len(types) == 1 else None
 
     def seed(self, name: str, dims: tuple) -> None:
         """Record dimensions the caller has proved: from now on ``name`` has them, and so does everything
@@ -224,7 +263,7 @@ class Evaluator:
             for node in self.view.nodes:
                 for k, out in enumerate(node.output):
                     if out:
-                        traced = self._forward(node, k) if k == 0 else None
+                        traced = self._forward(node, k)
                         self._shapes[out] = self._merge(traced, self._inferred(out))
                         if (out, 0) in self.dims:  # seeded
                             rank = len(self._shapes[out] or ()) or 1 + max(a for n, a in self.dims if n == out)
@@ -253,6 +292,8 @@ class Evaluator:
     def _forward(self, node, k: int) -> tuple | None:
         """Output ``k``'s dimensions from its inputs', or None (then shape inference's are used)."""
         op = node.op_type
+        if k != 0 and op != "Split":  # of the ops followed here, only Split has more than one traced output
+            return None
         ins = [self._in(x) for x in node.input]
         x0 = ins[0] if ins else None
         if op in _SAME_SHAPE_OPS or (op in _NORMALIZATIONS and k == 0):
@@ -288,9 +329,31 @@ class Evaluator:
                 known = None not in x0 and None not in others
                 out[j] = _product(x0).quotient(_product(others)) if known else None
             return tuple(out) if Dim(-1) not in out else None
-        if op == "Split" and x0 is not None:
+        if op == "Split" and x0 is not None and x0:
             ax = attr(node, "axis", 0) % len(x0)
-            return x0[:ax] + (None,) + x0[ax + 1:]
+            return x0[:ax] + (self._split_size(node, k, x0[ax]),) + x0[ax + 1:]
+        return None
+
+    def _split_size(self, node, k: int, whole: Dim | None) -> Dim | None:
+        """The extent of Split output ``k`` along the split axis: its entry of the ``split`` sizes (input
+        or, before opset 13, attribute), or for an even split of a known int its share; else None."""
+        sizes = None
+        if len(node.input) > 1 and node.input[1]:
+            try:
+                sizes = self.vec(node.input[1]).items
+            except NotSymbolic:
+                return None
+        elif attr(node, "split", None) is not None:
+            sizes = tuple(Dim(int(n)) for n in attr(node, "split"))
+        if sizes is not None:
+            # the sizes must account for the whole axis, or the node fails (and nothing is proved)
+            known = whole is not None and all(d.is_int for d in sizes) and whole.is_int
+            if len(sizes) != len(node.output) or not known or sum(d.coef for d in sizes) != whole.coef:
+                return None
+            return sizes[k]
+        parts = attr(node, "num_outputs", None) or len(node.output)
+        if whole is not None and whole.is_int and whole.coef % parts == 0:
+            return Dim(whole.coef // parts)
         return None
 
     def value(self, name: str) -> Value:

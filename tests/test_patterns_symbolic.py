@@ -1,0 +1,102 @@
+"""The dimensions and element types the attention rule derives where shape inference gives none: the forward
+pass of ``symbolic.Evaluator`` through Split, ORT's contrib normalisation and Casts, and GraphView keeping an
+inferred shape over a declaration of the type alone (what ORT's float16 converter writes)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from onnxfuse.patterns.graph import GraphView, infer_types
+from onnxfuse.patterns.symbolic import Dim, Evaluator
+
+B, S = Dim(1, ("batch",)), Dim(1, ("seq",))
+
+
+def _model(nodes, inits, value_info=(), opset=14):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info(o, T.UNDEFINED, None) for o in nodes[-1].output],  # untyped: derived,
+        initializer=inits, value_info=list(value_info))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                   helper.make_opsetid("com.microsoft", 1)])
+
+
+def _evaluator(model) -> Evaluator:
+    return Evaluator(GraphView(model.graph, inferred=list(infer_types(model).value_info)))
+
+
+def _qkv(sizes, dtype=None):
+    """x → SkipLayerNormalization (contrib: no ONNX shape inference) → MatMul [8, 24] → Split on the last axis."""
+    inits = [numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+             numpy_helper.from_array(np.ones((8, 24), np.float32), "w")]
+    split_inputs = ["p"]
+    if sizes is not None:
+        inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
+        split_inputs.append("sizes")
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "x", "gamma"], ["n"], domain="com.microsoft"),
+             helper.make_node("MatMul", ["n", "w"], ["p"]),
+             helper.make_node("Split", split_inputs, ["q", "k", "v"], axis=2)]
+    return _model(nodes, inits)
+
+
+def test_split_with_constant_sizes_gives_each_output_its_size():
+    ev = _evaluator(_qkv([8, 8, 8]))
+    for out in ("q", "k", "v"):
+        assert [ev.dim(out, a) for a in range(3)] == [B, S, Dim(8)]
+
+
+def test_split_with_uneven_constant_sizes():
+    ev = _evaluator(_qkv([4, 8, 12]))
+    assert [ev.dim(o, 2) for o in ("q", "k", "v")] == [Dim(4), Dim(8), Dim(12)]
+    assert ev.dim("v", 0) == B and ev.dim("v", 1) == S
+
+
+def test_split_sizes_that_do_not_cover_the_axis_prove_nothing():
+    ev = _evaluator(_qkv([8, 8, 4]))  # 20 of 24: the node fails at run time
+    assert not ev.dim("q", 2).is_int
+
+
+def test_even_split_without_sizes():
+    ev = _evaluator(_qkv(None))
+    assert [ev.dim(o, 2) for o in ("q", "k", "v")] == [Dim(8)] * 3
+
+
+def test_element_type_is_carried_through_contrib_normalisation_and_split():
+    model = _qkv([8, 8, 8])
+    ev = _evaluator(model)
+    assert GraphView(model.graph, inferred=list(infer_types(model).value_info)).dtype("q") is None
+    assert ev.dtype("q") == T.FLOAT
+
+
+def test_element_type_is_not_invented_through_an_unknown_op():
+    nodes = [helper.make_node("Mystery", ["x"], ["m"], domain="com.example"),
+             helper.make_node("Relu", ["m"], ["r"])]
+    model = _model(nodes, [])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    ev = _evaluator(model)
+    assert ev.dtype("m") is None and ev.dtype("r") is None
+
+
+def test_cast_gives_its_target_type():
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "x", "gamma"], ["n"], domain="com.microsoft"),
+             helper.make_node("Cast", ["n"], ["c"], to=T.FLOAT16)]
+    model = _model(nodes, [numpy_helper.from_array(np.ones(8, np.float32), "gamma")])
+    assert _evaluator(model).dtype("c") == T.FLOAT16
+
+
+def test_a_type_only_declaration_does_not_hide_the_inferred_shape():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    declared = [helper.make_tensor_value_info("r", T.FLOAT, None)]  # as ORT's float16 converter writes them
+    model = _model(nodes, [], value_info=declared)
+    view = GraphView(model.graph, inferred=list(infer_types(model).value_info))
+    assert view.shape("r") == ("batch", "seq", 8)
+
+
+def test_a_declared_shape_still_wins():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    declared = [helper.make_tensor_value_info("r", T.FLOAT, ["b2", "s2", 8])]
+    model = _model(nodes, [], value_info=declared)
+    view = GraphView(model.graph, inferred=list(infer_types(model).value_info))
+    assert view.shape("r") == ("b2", "s2", 8)
