@@ -57,6 +57,17 @@ def _node_tensors(node: onnx.NodeProto) -> Iterator[onnx.TensorProto]:
             yield from _graph_tensors(g)
 
 
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and of the If/Loop/Scan bodies inside it, outer before inner."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            if a.HasField("g"):
+                yield from all_nodes(a.g)
+            for g in a.graphs:
+                yield from all_nodes(g)
+
+
 def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     """Every TensorProto of the model: initializers, Constant values, subgraphs, functions."""
     yield from _graph_tensors(model.graph)
@@ -118,19 +129,11 @@ def _check_opsets(model: onnx.ModelProto, path: str) -> None:
                             f"(this onnxfuse reads versions 1 to {domain.DOMAIN_VERSION})")
     local = {f.domain for f in model.functions}
 
-    def check(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            d = "" if node.domain == "ai.onnx" else node.domain
-            if d not in imported and d not in local:
-                raise BadInputError(f"{path}: node '{node.name or node.op_type}' uses domain '{d or 'ai.onnx'}' "
-                                    "that the model does not import (unknown opset domain)")
-            for a in node.attribute:
-                if a.HasField("g"):
-                    check(a.g)
-                for g in a.graphs:
-                    check(g)
-
-    check(model.graph)
+    for node in all_nodes(model.graph):
+        d = "" if node.domain == "ai.onnx" else node.domain
+        if d not in imported and d not in local:
+            raise BadInputError(f"{path}: node '{node.name or node.op_type}' uses domain '{d or 'ai.onnx'}' "
+                                "that the model does not import (unknown opset domain)")
 
 
 def ops_onnx_does_not_know(model: onnx.ModelProto) -> set[str]:
@@ -141,21 +144,12 @@ def ops_onnx_does_not_know(model: onnx.ModelProto) -> set[str]:
     if version is None:
         return set()
     unknown: set[str] = set()
-
-    def visit(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            if node.domain in ("", "ai.onnx"):
-                try:
-                    onnx.defs.get_schema(node.op_type, version, "")
-                except onnx.defs.SchemaError:
-                    unknown.add(node.op_type)
-            for a in node.attribute:
-                if a.HasField("g"):
-                    visit(a.g)
-                for g in a.graphs:
-                    visit(g)
-
-    visit(model.graph)
+    for node in all_nodes(model.graph):
+        if node.domain in ("", "ai.onnx") and node.op_type not in unknown:
+            try:
+                onnx.defs.get_schema(node.op_type, version, "")
+            except onnx.defs.SchemaError:
+                unknown.add(node.op_type)
     return unknown
 
 
