@@ -38,6 +38,7 @@ import numpy as np
 from onnx import helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from onnxfuse.atomic import write_json  # noqa: E402
 from onnxfuse.bench.device_run import DeviceRun, output_shapes  # noqa: E402
 from onnxfuse.bench.op_bench import DTYPES, initializer, random_input  # noqa: E402
 from onnxfuse.bench.timing import TimingPolicy, measure  # noqa: E402
@@ -189,7 +190,7 @@ def main(argv=None) -> int:
     rows = bench(a.layers, a.width, [int(v) for v in a.rows.split(",")], a.dtype, a.provider, a.budget,
                  a.profile_runs, a.gpu_time, a.other_library)
     if a.json:
-        Path(a.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
+        write_json(a.json, {"command": " ".join(sys.argv), "rows": rows})
     return 0
 
 
