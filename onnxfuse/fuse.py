@@ -226,6 +226,7 @@ class _Rewrite:
     targets: dict[int, onnx.GraphProto] = field(default_factory=dict)  # id(view) -> its output graph
     outer_sources: list[tuple[onnx.GraphProto, str]] = field(default_factory=list)
     domains: set[str] = field(default_factory=set)  # every domain an emitted node uses
+    opset: int | None = None  # the model's ONNX (default-domain) opset: which form of an op a rule may write
 
 
 class _GraphEmitter:
@@ -339,7 +340,8 @@ def _fuse_graph(src: onnx.GraphProto, dst: onnx.GraphProto, inferred: onnx.Graph
     """Fuse the blocks of ``src`` into ``dst`` (its copy in the output), then those of its subgraphs.
     ``inferred`` is ``src`` with inferred value_info; ``outer`` the enclosing graph's view (subgraphs read
     its constants)."""
-    view = GraphView(src, inferred=list(inferred.value_info), base_dir=ctx.base_dir, outer=outer)
+    view = GraphView(src, inferred=list(inferred.value_info), base_dir=ctx.base_dir, outer=outer,
+                     opset=ctx.opset)
     ctx.targets[id(view)] = dst
     found = find_blocks(view, ctx.rules)
     _apply(dst, view, [r for r in found if isinstance(r, Plan)], ctx)
@@ -389,7 +391,8 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
     out.CopyFrom(model)
     ctx = _Rewrite(default_rules(approximate) if rules is None else tuple(rules),
                    None if base_dir is None else os.fspath(base_dir),
-                   _Names(_all_names(model.graph)), Report(approximate=approximate))
+                   _Names(_all_names(model.graph)), Report(approximate=approximate),
+                   opset=model_io.default_opset(model))
     _fuse_graph(model.graph, out.graph, infer_types(model), None, ctx)
     _drop_unused_outer_sources(ctx)
     imported = {o.domain for o in out.opset_import}

@@ -136,11 +136,16 @@ def _check_opsets(model: onnx.ModelProto, path: str) -> None:
                                 "that the model does not import (unknown opset domain)")
 
 
+def default_opset(model: onnx.ModelProto) -> int | None:
+    """The version of the ONNX (default) domain the model imports, or None when it imports none."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
 def ops_onnx_does_not_know(model: onnx.ModelProto) -> set[str]:
     """Default-domain ops with no onnx schema at the model's opset. ORT's transformers optimizer writes
     such models (``LayerNormalization`` at opset 14, ``SimplifiedLayerNormalization``): ORT runs them,
     but ``onnx.checker`` cannot validate them."""
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    version = default_opset(model)
     if version is None:
         return set()
     unknown: set[str] = set()

@@ -38,10 +38,8 @@ MHA = ("com.microsoft", "MultiHeadAttention")
 # After ORT's optimizer and float16 converter the hidden states are typed by shape inference up to ORT's
 # contrib ops and from there by the rule's own forward pass (symbolic.Evaluator: normalisations, Casts,
 # GPT-2's c_attn Split with its constant sizes); T5's later blocks read the hidden states through ops
-# neither types: the head split cannot be proved there. Causal models in float16 (CLIP text, GPT-2) mask
-# with -inf and padding together, which MultiHeadAttention does not reproduce on fully hidden rows.
+# neither types: the head split cannot be proved there.
 SHAPES_UNKNOWN = "is not known to be [batch, sequence, hidden]"
-CAUSAL_FP16 = "causal and padding mask with fill -inf in float16"
 EXPECTED = {
     "bert_dynamo_op18.onnx": (2, None),
     "bert_dynamo_op18_ortopt.onnx": (2, None),
@@ -62,7 +60,7 @@ EXPECTED = {
     "clip_text_freshinit_torchscript_op17.onnx": (2, None),
     "clip_text_torchscript_op16.onnx": (2, None),
     "clip_text_torchscript_op16_ortopt.onnx": (2, None),
-    "clip_text_torchscript_op16_ortfp16.onnx": (0, CAUSAL_FP16),
+    "clip_text_torchscript_op16_ortfp16.onnx": (2, None),
     "convnext_dynamo_op18.onnx": (0, None),
     "convnext_torchscript_op14.onnx": (0, None),
     "distilbert_freshinit_torchscript_op17.onnx": (2, None),
@@ -71,7 +69,7 @@ EXPECTED = {
     "gpt2_dynamo_op19_nofold.onnx": (0, "scaled by a factor computed at run time"),
     "gpt2_torchscript_op14.onnx": (2, None),
     "gpt2_torchscript_op14_ortopt.onnx": (2, None),
-    "gpt2_torchscript_op14_ortfp16.onnx": (0, CAUSAL_FP16),
+    "gpt2_torchscript_op14_ortfp16.onnx": (2, None),
     "gpt_neox_dynamo_op20.onnx": (0, "rotary embedding"),
     "gpt_neox_fast_torchscript_op18.onnx": (0, "rotary embedding"),
     "gpt_neox_freshinit_torchscript_op17.onnx": (0, "rotary embedding"),
@@ -96,7 +94,7 @@ EXPECTED = {
     "keras_encoder_freshinit_tf2onnx_op17.onnx": (0, None),
     "keras_encoder_tf2onnx_op13.onnx": (0, None),
     "mixed_precision/bert_torchscript_op14_ortfp16_keepbiasgelu.onnx": (2, None),
-    "mixed_precision/gpt2_torchscript_op14_ortfp16_keepfastgelu.onnx": (0, CAUSAL_FP16),
+    "mixed_precision/gpt2_torchscript_op14_ortfp16_keepfastgelu.onnx": (2, None),
 }
 FUSED_MODELS = sorted(f for f, (n, _) in EXPECTED.items() if n)
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
@@ -312,8 +310,12 @@ ACCEPTED = [
     {"mask": "padding", "fill": -math.inf, "guard": False},
     {"mask": "causal", "fill": -math.inf, "guard": True},  # causal without padding: every row sees its own key
     {"mask": "causal+padding", "fill": FLOAT32_MIN, "guard": True},  # dynamo GPT-2 / CLIP text
-    # TorchScript GPT-2 / CLIP text: MHA with finfo.min, the rows no key is visible to zeroed
+    # TorchScript GPT-2 / CLIP text: the rows no key is visible to (left padding) are the guard's 0
     {"mask": "causal+padding", "fill": -math.inf, "guard": True},
+    {"mask": "causal+padding", "fill": -math.inf, "guard": False},  # ... or NaN without the guard
+    {"mask": "causal+padding", "fill": -math.inf, "dtype": T.FLOAT16},  # GPT-2 after ORT's float16 converter
+    {"mask": "causal+padding", "fill": -65504.0, "dtype": T.FLOAT16},
+    {"mask": "padding", "fill": -10000.0},  # older exports: a finite fill, added as it is
     {"mask": "none", "guard": False},  # ViT, eager
     {"mask": "padding", "fill": FLOAT32_MIN, "split_scale": False},  # eager: Div(scores, √d)
     {"mask": "padding", "fill": -math.inf, "dtype": T.FLOAT16},
@@ -337,8 +339,13 @@ def test_hand_built_forms_fuse_and_match(form, magnitude, rng):
 
     factor = rounded(H ** -0.25) ** 2 if form.get("split_scale", True) else 1 / rounded(math.sqrt(H))
     assert attrs["num_heads"] == N and attrs["scale"] == np.float32(factor)
-    assert attrs.get("unidirectional", 0) == int("causal" in form["mask"])
-    assert (len(mha.input) > 4 and mha.input[4] != "") == ("padding" in form["mask"])
+    # causal alone is MHA's own causal mode (flash attention); any padding goes in as the graph's own
+    # additive mask (attention_bias, memory-efficient attention), never as a key_padding_mask
+    assert attrs.get("unidirectional", 0) == int(form["mask"] == "causal")
+    assert (len(mha.input) > 5 and mha.input[5] != "") == ("padding" in form["mask"])
+    assert len(mha.input) <= 4 or mha.input[4] == ""
+    row_guard = any(n.name.endswith("_hidden_rows") for n in result.model.graph.node)
+    assert row_guard == ("padding" in form["mask"] and form.get("fill", -math.inf) == -math.inf)
     assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
     if npdt == np.float16:
         # (float16 scores of thousands round differently in the two graphs and flip near-ties of an
@@ -359,8 +366,6 @@ REFUSED = [
     ({"mask": "causal", "anti_causal": True}, "neither padding nor causal"),
     ({"query_padding": True}, "neither padding nor causal"),  # mask[b, q]: rows, not keys
     ({"mask": "none", "literal_mask": True}, "literal mask is not modelled"),
-    ({"mask": "causal+padding", "fill": -math.inf, "guard": False}, "causal and padding mask with fill -inf and no"),
-    ({"mask": "causal+padding", "fill": -math.inf, "dtype": T.FLOAT16}, "causal and padding mask with fill -inf in float16"),
     ({"key_heads": 4}, "heads"),
     # a finite fill under a causal mask lets future keys through when scores are large; MHA drops them
     ({"mask": "causal", "fill": -10000.0}, "causal mask with fill -10000"),
@@ -394,3 +399,32 @@ def test_idempotent():
 
 def test_default_rules_include_attention():
     assert "attention" in [r.name for r in default_rules()]
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_row_guard_ops_are_written_for_the_models_opset(opset):
+    """Unsqueeze and ReduceSum take their axes as an attribute before opset 13 and as an input from it on:
+    the row guard's ops run in a model of either kind."""
+    from onnxfuse.patterns.attention import _with_axes
+
+    class Names:
+        def __init__(self):
+            self.inits = []
+
+        def name(self, proposal):
+            return proposal
+
+        def initializer(self, proposal, value):
+            self.inits.append(numpy_helper.from_array(np.asarray(value), proposal))
+            return proposal
+
+    out = Names()
+    nodes = [_with_axes(out, opset, "Unsqueeze", 13, "keep", "keep4", [0], "u_axes"),
+             _with_axes(out, opset, "ReduceSum", 13, "keep4", "count", [1, 3], "r_axes", keepdims=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("keep", T.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("count", T.FLOAT, [1, 1, 3, 1])], out.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    onnx.checker.check_model(model, full_check=True)
+    keep = (np.arange(24).reshape(2, 3, 4) % 3 == 0).astype(np.float32)
+    (count,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"keep": keep})
+    np.testing.assert_array_equal(count, keep[None].sum(axis=(1, 3), keepdims=True))

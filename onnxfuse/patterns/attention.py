@@ -38,25 +38,20 @@ uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (
 Guard: sdpa's math path writes ``Where(IsNaN(P), 0, P)`` after the Softmax: it turns rows with no visible
 key (−inf everywhere: NaN) into zeros.
 
-Why these and only these are exact, row by row. The padding mask is fed as the 2-D ``key_padding_mask``
-``Cast(Cast(mask, bool), int32)`` (any nonzero entry keeps its key, as the graph's ``Cast(bool)``
-does), which states any padding pattern, left or right, per row; MHA adds ``mask_filter_value`` to the
-scaled scores of the keys it drops, and the rewrite sets it to the graph's ``fill``:
+Why these are exact, row by row:
 
-* padding only: the same formula, ``x + fill``, for every fill and every row. A row with no visible key
-  is uniform (``finfo.min``: every score rounds to it) or NaN (``-inf``) in both; where the graph guards
-  NaN to 0, the rewrite puts the same guard on MHA's output, ``Where(IsNaN(y), 0, y)`` (it then also
-  zeroes NaN that V itself carries, which the graph would pass on);
-* causal: MHA drops future keys entirely, so the graph's fill must too: ``-inf`` or the dtype's lowest
-  value (their exponentials underflow to exactly 0 unless one row's scores already span the dtype's whole
-  range); other fills (``-10000``) let large scores through and are refused;
-* causal and padding together: ORT's kernel combines its causal fill with the padding fill its own way;
-  measured on ORT 1.31's CPU kernel, rows with no visible key (left padding makes them common) match the
-  graph for ``fill = finfo(float32).min`` (uniform in both). With ``-inf`` and the guard the graph makes
-  them 0: MHA then runs with ``finfo(float32).min`` (identical on every row that sees a key) and its
-  output is multiplied by ``CumSum(key_padding_mask)[b, q] > 0``, 1 where row q sees a key and 0 where it
-  sees none. Other fills, ``-inf`` without the guard, and float16 are refused. The CUDA kernels are not
-  measured here;
+* padding, with or without causality: the graph's own mask tensor ``Where(keep, 0, fill)`` becomes MHA's
+  ``attention_bias`` (expanded over the query positions when the graph lets the Add broadcast it), so MHA
+  adds to the scaled scores exactly what the graph adds, for every padding pattern, left or right, and
+  every fill. A row that sees no key (an all-padding batch row; left padding under causality makes them
+  common) is NaN in the graph with the ``-inf`` fill, 0 after its guard: the rewrite counts each row's
+  kept keys from ``keep`` and writes that value there (``Where(row sees a key, y, 0 or NaN)``), whatever
+  the kernel makes of such a row. With a finite fill such a row is the softmax of equal scores, uniform
+  in both (measured on ORT 1.31's CPU kernel, float32 and float16, fills ``finfo.min`` and ``-65504``);
+* causal without padding (GPT-2 fed no ``attention_mask``): MHA's ``unidirectional``, which drops future
+  keys entirely, so the graph's fill must too: ``-inf`` or the dtype's lowest value (their exponentials
+  underflow to exactly 0 unless one row's scores already span the dtype's whole range); other fills
+  (``-10000``) let large scores through and are refused. Every row sees its own key;
 * the guard with a finite fill or no mask only sees NaN from scores that overflowed; MHA has no guard,
   so such (already overflowed) heads give NaN instead of 0. This is the one difference accepted.
 
@@ -69,9 +64,12 @@ Biases: when Q, K and V are each ``MatMul + Add(const [D])`` with inline constan
 folded into MHA's packed ``bias`` input (one new [3D] constant); otherwise the projections' outputs are
 fed as they are (the Adds stay in front of the op).
 
-Kernel choice (from ORT's contrib_ops/cuda/bert/multihead_attention.cc, not measured here): no mask
-reaches flash attention (fp16) or cuDNN SDPA; a key padding mask reaches memory-efficient attention, as
-a materialised ``attention_bias`` would not be faster; so the mask is always a ``key_padding_mask``.
+Kernel choice (ORT 1.31's contrib_ops/cuda/bert/multihead_attention.cc): no mask and causal-only reach
+flash attention (float16) or cuDNN SDPA; a ``key_padding_mask`` of shape [B, T] rules out every fused
+kernel (only the unfused softmax path takes it: BERT-base fp16 at batch 32 spent 524 µs in its
+``SoftmaxWithRawMaskSmallKernel``), while an ``attention_bias`` reaches memory-efficient attention when
+S is a multiple of 4·sizeof(T). So padding goes in as ``attention_bias``; which kernel ran is read by
+``bench/e2e_kernels.py``.
 
 Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, packed QKV into
 ``com.microsoft.Attention``, the ``(1 - mask) · min`` additive bias of older exports.
@@ -109,84 +107,105 @@ class AttentionPlan(Plan):
     key: str
     value: str
     biases: tuple | None  # three inline [D] constants (q, k, v) to pack into MHA's bias, or None
-    mask: str | None  # the tensor the graph reads as attention_mask[b, k], or None
-    mask_dtype: int | None
-    causal: bool
+    mask_bias: str | None  # the graph's additive mask Where(keep, 0, fill): MHA's attention_bias, or None
+    mask_kind: str  # "" | "causal" | "key-padding" | "causal+key-padding"
+    bias_rank: int  # the mask's rank (MHA takes a 4-D attention_bias)
+    bias_has_query_axis: bool  # the mask spans the query positions (else it is expanded over them)
+    keep: str | None  # the mask's keep tensor, read to find the rows that see no key
+    hidden_rows: float | None  # what the graph makes of a row that sees no key (0 or NaN), when it must be kept
+    causal: bool  # causal without padding: MHA's unidirectional (no bias: its fastest kernels)
     num_heads: int
     scale: float
-    fill: float | None  # the graph's fill value for masked keys: MHA's mask_filter_value
-    nan_guard: bool  # put the graph's IsNaN guard on MHA's output
-    zero_hidden_rows: bool  # zero the output rows that causality and padding hide completely
     dtype: int
+    opset: int
     flat_shape: tuple | None = None  # the graph merges heads into [B·S, D]: MHA's [B, S, D] reshaped
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
     def details(self) -> dict:
-        kind = "+".join(k for k, on in (("causal", self.causal), ("key-padding", self.mask is not None)) if on)
-        return {"num_heads": self.num_heads, "mask": kind or "none", "scale": self.scale,
-                "bias": "packed" if self.biases else "none"}
+        return {"num_heads": self.num_heads, "mask": self.mask_kind or "none", "scale": self.scale,
+                "bias": "packed" if self.biases else "none",
+                "mask_input": "attention_bias" if self.mask_bias else "unidirectional" if self.causal else "none"}
 
     def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
         nodes: list[onnx.NodeProto] = []
-        inputs = [self.query, self.key, self.value, "", ""]
+        inputs = [self.query, self.key, self.value, "", "", ""]
         if self.biases is not None:
             inputs[3] = out.initializer(self.name_hint + "_qkv_bias", _packed_bias(out.view, self.biases))
-        if self.mask is not None:
-            source = self.mask
-            if self.mask_dtype != T.BOOL:  # any nonzero entry keeps its key, as the graph's Cast(bool)
-                as_bool = out.name(self.name_hint + "_mask_bool")
-                nodes.append(onnx.helper.make_node("Cast", [source], [as_bool], name=out.name(as_bool), to=T.BOOL))
-                source = as_bool
-            padding = out.name(self.name_hint + "_key_padding_mask")
-            nodes.append(onnx.helper.make_node("Cast", [source], [padding], name=out.name(padding), to=T.INT32))
-            inputs[4] = padding
+        if self.mask_bias is not None:
+            inputs[5] = self._attention_bias(out, nodes)
         while inputs and not inputs[-1]:
             inputs.pop()
         attrs = {"num_heads": self.num_heads, "scale": self.scale}
-        if self.fill is not None:
-            attrs["mask_filter_value"] = self.fill
         if self.causal:
             attrs["unidirectional"] = 1
         y = self.outputs[0]
-        guarded = out.name(self.name_hint + "_guarded") if self.flat_shape else y
-        fixed = self.nan_guard or self.zero_hidden_rows
-        mha_out = out.name(self.name_hint + "_mha") if fixed else guarded
+        merged = out.name(self.name_hint + "_merged") if self.flat_shape else y
+        mha_out = out.name(self.name_hint + "_mha") if self.hidden_rows is not None else merged
         nodes.append(onnx.helper.make_node("MultiHeadAttention", inputs, [mha_out], name=name,
                                            domain=MS_DOMAIN, **attrs))
-        if self.nan_guard:
-            isnan = out.name(self.name_hint + "_isnan")
-            zero = out.initializer(self.name_hint + "_zero", np.zeros((), dtype=onnx.helper.tensor_dtype_to_np_dtype(self.dtype)))
-            nodes.append(onnx.helper.make_node("IsNaN", [mha_out], [isnan], name=out.name(isnan)))
-            nodes.append(onnx.helper.make_node("Where", [isnan, zero, mha_out], [guarded], name=out.name(y + "_guard")))
-        if self.zero_hidden_rows:
-            nodes += self._zero_hidden_rows(out, inputs[4], mha_out, guarded)
+        if self.hidden_rows is not None:
+            nodes += self._hidden_rows(out, mha_out, merged)
         if self.flat_shape:
             shape = out.initializer(self.name_hint + "_flat_shape", np.array(self.flat_shape, dtype=np.int64))
-            nodes.append(onnx.helper.make_node("Reshape", [guarded, shape], [y], name=out.name(y + "_reshape")))
+            nodes.append(onnx.helper.make_node("Reshape", [merged, shape], [y], name=out.name(y + "_reshape")))
+        return nodes
+
+    def _attention_bias(self, out: Emitter, nodes: list) -> str:
+        """The graph's own mask, as MHA's 4-D ``attention_bias`` [B|1, 1, S, T]: expanded over the query
+        positions (and to rank 4) where the graph lets the Add broadcast it."""
+        if self.bias_has_query_axis and self.bias_rank == 4:
+            return self.mask_bias
+        hint = self.name_hint
+        q_shape, q_len, target, expanded = (out.name(hint + s) for s in
+                                            ("_query_shape", "_query_len", "_bias_shape", "_attention_bias"))
+        nodes += [
+            onnx.helper.make_node("Shape", [self.query], [q_shape], name=out.name(q_shape)),
+            onnx.helper.make_node("Gather", [q_shape, out.initializer(hint + "_seq_axis", np.array([1], np.int64))],
+                                  [q_len], name=out.name(q_len), axis=0),
+            onnx.helper.make_node("Concat", [out.initializer(hint + "_bias_lead", np.array([1, 1], np.int64)), q_len,
+                                             out.initializer(hint + "_bias_tail", np.array([1], np.int64))],
+                                  [target], name=out.name(target), axis=0),
+            onnx.helper.make_node("Expand", [self.mask_bias, target], [expanded], name=out.name(expanded)),
+        ]
+        return expanded
+
+    def _hidden_rows(self, out: Emitter, x: str, y: str) -> list[onnx.NodeProto]:
+        """``y = x`` where the (batch, query) row keeps some key, else the graph's value for a row that
+        sees none (its guarded 0, or NaN): kept keys are counted from the mask's own keep tensor, so
+        whatever the kernel makes of a row with no visible key never reaches the output."""
+        hint = self.name_hint
+        counted, seen, rows = (out.name(hint + s) for s in ("_keep_count", "_keys_seen", "_row_visible"))
+        as_float = out.name(hint + "_keep_float")
+        nodes = [onnx.helper.make_node("Cast", [self.keep], [as_float], name=out.name(as_float), to=T.FLOAT)]
+        source = as_float
+        if self.bias_rank < 4:  # the keep tensor broadcasts from the right: give it the scores' rank
+            source = out.name(hint + "_keep_4d")
+            nodes.append(_with_axes(out, self.opset, "Unsqueeze", 13, as_float, source,
+                                    list(range(4 - self.bias_rank)), hint + "_keep_axes"))
+        # summed over heads (a padding or causal keep is the same for every head) and keys: [b, 1, s, 1]
+        nodes += [
+            _with_axes(out, self.opset, "ReduceSum", 13, source, counted, [1, 3], hint + "_count_axes", keepdims=1),
+            onnx.helper.make_node("Greater", [counted, out.initializer(hint + "_no_key", np.array(0.0, np.float32))],
+                                  [seen], name=out.name(seen)),
+            # [b, 1, s, 1] → [b, s, 1]: one flag per output row, broadcast over the hidden size
+            onnx.helper.make_node("Reshape", [seen, out.initializer(hint + "_row_shape", np.array([0, -1, 1], np.int64))],
+                                  [rows], name=out.name(rows)),
+        ]
+        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
+        hidden = out.initializer(hint + "_hidden_row_value", np.array(self.hidden_rows, dtype=np_dtype))
+        nodes.append(onnx.helper.make_node("Where", [rows, x, hidden], [y], name=out.name(y + "_hidden_rows")))
         return nodes
 
 
-    def _zero_hidden_rows(self, out: Emitter, padding: str, x: str, y: str) -> list[onnx.NodeProto]:
-        """``y = x · [some key k <= q is kept]``, per (batch, query) row: the running count of kept keys
-        (CumSum of the 0/1 key padding mask) is positive exactly where the row sees a key. Rows that see
-        one are multiplied by 1 (unchanged); the others by 0, the graph's guarded NaN."""
-        hint = self.name_hint
-        seen = out.name(hint + "_keys_seen")
-        visible = out.name(hint + "_row_visible")
-        factor = out.name(hint + "_row_factor")
-        column = out.name(hint + "_row_factor_bs1")
-        return [
-            onnx.helper.make_node("CumSum", [padding, out.initializer(hint + "_key_axis", np.array(1, np.int64))],
-                                  [seen], name=out.name(seen)),
-            onnx.helper.make_node("Greater", [seen, out.initializer(hint + "_none_seen", np.array(0, np.int32))],
-                                  [visible], name=out.name(visible)),
-            onnx.helper.make_node("Cast", [visible], [factor], name=out.name(factor), to=self.dtype),
-            onnx.helper.make_node("Reshape", [factor, out.initializer(hint + "_row_shape",
-                                                                      np.array([0, 0, 1], np.int64))],
-                                  [column], name=out.name(column)),
-            onnx.helper.make_node("Mul", [x, column], [y], name=out.name(y + "_hidden_rows")),
-        ]
+def _with_axes(out: Emitter, opset: int, op: str, axes_input_since: int, x: str, y: str, axes: list,
+               axes_hint: str, **attrs) -> onnx.NodeProto:
+    """``op(x, axes)`` in the model's opset: axes as an input from ``axes_input_since`` on (Unsqueeze and
+    ReduceSum: 13), as an attribute before."""
+    if opset >= axes_input_since:
+        return onnx.helper.make_node(op, [x, out.initializer(axes_hint, np.array(axes, np.int64))], [y],
+                                     name=out.name(y), **attrs)
+    return onnx.helper.make_node(op, [x], [y], name=out.name(y), axes=axes, **attrs)
 
 
 def _packed_bias(view: GraphView, names: tuple) -> np.ndarray:
@@ -333,19 +352,13 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     else:
         query, key, value = q.projected, k.projected, v.projected
     nodes = _absorb_shape_readers(view, nodes)
-    fill, nan_guard, zero_hidden = mask.fill, False, False
-    if mask.causal and mask.tensor is not None and fill != FLOAT32_MIN:
-        # Rows that causality and padding together hide completely (left padding): ORT's kernel matches
-        # the graph there only for the finfo(float32).min fill. The graph's -inf fill makes them NaN and
-        # its guard 0: MHA runs with finfo.min (identical on every other row) and those rows are zeroed.
-        if not (fill == -math.inf and guarded and dtype == T.FLOAT):
-            raise _Refused(f"causal and padding mask with fill {fill:g}"
-                           f"{'' if guarded else ' and no IsNaN guard'} in {dtype_name(dtype)}: "
-                           "MultiHeadAttention reproduces rows with no visible key (left padding) only for "
-                           "fill finfo(float32).min, or for -inf with the guard in float32")
-        fill, zero_hidden = FLOAT32_MIN, True
-    elif fill == -math.inf and guarded and mask.tensor is not None:
-        nan_guard = True  # padding only: NaN rows in MHA too, guarded the same way
+    padded = mask.tensor is not None
+    # A row that sees no key (an all-padding batch row; left padding under causality) is NaN in the graph
+    # with the -inf fill, and 0 after its guard: reproduced whatever the kernel makes of such a row. With a
+    # finite fill such a row is the graph's plain softmax of equal scores, which MHA computes the same way.
+    hidden_rows = (0.0 if guarded else math.nan) if padded and mask.fill == -math.inf else None
+    if hidden_rows is not None and view.opset is None:
+        raise _Refused("the model imports no ONNX opset: the row guard's ops cannot be written")
     if scale == 0.0:  # MHA reads scale 0 as "the default 1/√head_size"
         raise _Refused("the scores are scaled by 0")
     scaling = ("√scale on Q and Kᵀ" if q_scale != 1.0 and k_scale != 1.0 else
@@ -356,9 +369,10 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         rule=RULE, form=f"attention ({form})", nodes=frozenset(nodes), outputs=(merged,),
         name_hint=view.nodes[softmax].name or f"attention_{softmax}",
         query=query, key=key, value=value, biases=biases,
-        mask=mask.tensor, mask_dtype=view.dtype(mask.tensor) if mask.tensor else None,
-        causal=mask.causal, num_heads=q.heads, scale=float(np.float32(scale)),
-        fill=fill, nan_guard=nan_guard, zero_hidden_rows=zero_hidden, dtype=dtype, flat_shape=flat_shape)
+        mask_bias=sc.bias if padded else None, mask_kind=mask.kind, bias_rank=mask.rank,
+        bias_has_query_axis=mask.has_query_axis, keep=mask.keep if hidden_rows is not None else None,
+        hidden_rows=hidden_rows, causal=mask.causal and not padded, num_heads=q.heads,
+        scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0, flat_shape=flat_shape)
 
 
 # --- heads -------------------------------------------------------------------------------------------
@@ -592,9 +606,12 @@ def _shape_closure(view: GraphView, start: int, block: set) -> set | None:
 @dataclass(frozen=True)
 class _Mask:
     kind: str  # "" | "key-padding" | "causal" | "causal+key-padding"
-    tensor: str | None = None
+    tensor: str | None = None  # the padding tensor the graph reads as attention_mask[b, k]
     causal: bool = False
     fill: float | None = None
+    keep: str | None = None  # the Where's condition
+    rank: int = 4  # the mask's rank (it broadcasts from the right onto the scores)
+    has_query_axis: bool = True  # the mask has a query axis of its own (not broadcast over the rows)
 
 
 _NO_MASK = _Mask("")
@@ -635,12 +652,12 @@ def _classify_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Hea
         else:
             raise _Refused(f"the mask has a term that is neither padding nor causal: {_show(term)}")
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
-    if causal and fill_value not in (-math.inf, lowest):
+    if causal and padding is None and fill_value not in (-math.inf, lowest):
         raise _Refused(f"causal mask with fill {fill_value:g}: MultiHeadAttention drops the future keys "
                        f"entirely, which a fill above the dtype's lowest ({lowest:g}) does not")
     # The formula's positions must be the real ones: an index axis of another length would broadcast
-    # (length 1) where MHA reads every position. The padding tensor itself is fed to MHA, which
-    # requires it to be exactly [batch, key length] at run time, so its own extents count as proof.
+    # (length 1) where MHA reads every position. The padding tensor's own extents count as proof: the
+    # mask built from it is fed to MHA, which requires [batch or 1, heads or 1, S, T] at run time.
     rows = cols = None
     if padding is not None:
         rows, cols = ev.dim(padding.name, 0), ev.dim(padding.name, 1)
@@ -658,7 +675,8 @@ def _classify_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Hea
     kind = "+".join(p for p, on in (("causal", causal), ("key-padding", padding is not None)) if on)
     if not kind:
         return _NO_MASK  # keeps every key: adding its zero bias changes nothing
-    return _Mask(kind, padding.name if padding else None, causal, fill_value)
+    return _Mask(kind, padding.name if padding else None, causal, fill_value, keep=w.input[0],
+                 rank=len(keep.extents), has_query_axis=extents[2] != Dim(1))
 
 
 def _show(term: tuple) -> str:

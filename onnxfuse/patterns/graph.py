@@ -140,12 +140,14 @@ class GraphView:
     """Producer/consumer maps and constant lookup over ``graph`` (the main graph of a model).
 
     ``types`` adds inferred ``ValueInfoProto`` entries (from :func:`infer_types`) to what the graph declares;
-    ``base_dir`` is where external data of small constants is read from.
+    ``base_dir`` is where external data of small constants is read from; ``opset`` is the model's ONNX
+    opset (None when unknown), for rules whose emitted ops changed form across opsets.
     """
 
     def __init__(self, graph: onnx.GraphProto, *, inferred: list[onnx.ValueInfoProto] = (),
-                 base_dir: str | None = None, outer: GraphView | None = None):
+                 base_dir: str | None = None, outer: GraphView | None = None, opset: int | None = None):
         self.graph = graph
+        self.opset = opset
         self.nodes = list(graph.node)
         self.base_dir = base_dir
         self.outer = outer  # the enclosing graph's view, for a subgraph (If/Loop/Scan body)
