@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import ctypes
 import re
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import tomllib
 from onnx import TensorProto, helper
 
 from onnxfuse.domain import CUDA_PATHS, DOMAIN, DOMAIN_VERSION, OP_TYPE

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
+from onnxfuse.domain import DOMAIN, DOMAIN_VERSION, OP_TYPE
 from onnxfuse.runtime import CUDA, cuda_device_count
 
 
