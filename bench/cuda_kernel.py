@@ -19,6 +19,14 @@ a JSON file. Needs an H200-class GPU, onnxruntime-gpu, torch; pycuda (the ``[gpu
 present for device queries and event timing.
 
     python3 bench/cuda_kernel.py --library build/libonnxfuse_ops.so --json $OUT/cuda_kernel.json
+
+``--paths`` also measures the fused node forced to each of its CUDA paths (``cuda_path`` = fused, fallback)
+beside its default (auto). ``--grid never-slower`` runs the "never slower" grid instead (GRID_ROWS x GRID_KN x
+--dtypes x --forms, every path): one session per (dtype, K, N, form, path) with a symbolic row count, GPU time
+read by CUPTI for a whole group of cells in one profiler window, wall time from one CUDA graph per row count
+(``gpu_graph_id``), and the verdicts: auto's GPU time <= ORT's unfused, auto's wall >= 1.00x ORT's, error <= ORT's.
+
+    python3 bench/cuda_kernel.py --grid never-slower --forms none tanh sigmoid --json $OUT/never_slower.json
 """
 
 from __future__ import annotations
@@ -44,7 +52,14 @@ SHAPES = [
     (128, 4096, 16384), (2048, 4096, 16384), (8192, 4096, 16384),
 ]
 DTYPES = ("fp16", "bf16", "fp32")
+FORMS = ("none", "tanh", "sigmoid")
+SIGMOID_ALPHA = 1.702
 DOMAIN = "ai.onnxfuse"
+CUDA_PATHS = ("fused", "fallback")  # the forced paths; "auto" is the node without a cuda_path attribute
+# The "never slower" grid: rows from one token to a large batch, BERT/GPT-like (K, N) and odd ones (K or N off
+# multiples of 8, where the fused path has only its any-alignment kernel).
+GRID_ROWS = (1, 2, 4, 8, 16, 64, 128, 1024, 4096, 16384)
+GRID_KN = [(384, 1536), (768, 3072), (1024, 4096), (4096, 16384), (770, 3074), (1000, 3000), (4095, 1023)]
 
 
 # --- device facts and timing outside ORT (pycuda) -----------------------------------------------------
@@ -129,22 +144,33 @@ def _tensor(name, t, dt):
     return numpy_helper.from_array(t.contiguous().cpu().numpy(), name)
 
 
-def build_model(kind, M, K, N, dt, W_nk, B, approximate="none") -> bytes:
-    """kind: fused (one FusedLinearGelu, W stored [N, K], transB=1) | unfused (MatMul+Add+Gelu, as
-    exporters write it) | matmul (MatMul alone: the plain GEMM ORT runs)."""
+def build_model(kind, M, K, N, dt, W_nk, B, approximate="none", cuda_path=None) -> bytes:
+    """kind: fused (one FusedLinearGelu, W stored [N, K], transB=1; ``cuda_path`` forces its CUDA path) |
+    unfused (MatMul+Add+Gelu, or the sigmoid form's Mul+Sigmoid+Mul, as exporters write it) | matmul (MatMul
+    alone: the plain GEMM ORT runs). ``M`` may be a name (a symbolic row count)."""
+    import torch
     from onnx import TensorProto, helper
 
     tp = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "fp32": TensorProto.FLOAT}[dt]
     opsets = [helper.make_opsetid("", 20)]
     if kind == "fused":
-        nodes = [helper.make_node("FusedLinearGelu", ["X", "W", "B"], ["Y"], domain=DOMAIN,
-                                  approximate=approximate, transB=1)]
+        attrs = {"approximate": approximate, "transB": 1}
+        if approximate == "sigmoid":
+            attrs["alpha"] = SIGMOID_ALPHA
+        if cuda_path is not None:
+            attrs["cuda_path"] = cuda_path
+        nodes = [helper.make_node("FusedLinearGelu", ["X", "W", "B"], ["Y"], domain=DOMAIN, **attrs)]
         inits = [_tensor("W", W_nk, dt), _tensor("B", B, dt)]
         opsets.append(helper.make_opsetid(DOMAIN, 1))
     elif kind == "unfused":
-        nodes = [helper.make_node("MatMul", ["X", "W"], ["xw"]), helper.make_node("Add", ["xw", "B"], ["pre"]),
-                 helper.make_node("Gelu", ["pre"], ["Y"], approximate=approximate)]
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["xw"]), helper.make_node("Add", ["xw", "B"], ["pre"])]
         inits = [_tensor("W", W_nk.t(), dt), _tensor("B", B, dt)]
+        if approximate == "sigmoid":
+            inits.append(_tensor("alpha", torch.tensor(SIGMOID_ALPHA, dtype=B.dtype), dt))
+            nodes += [helper.make_node("Mul", ["pre", "alpha"], ["ax"]), helper.make_node("Sigmoid", ["ax"], ["sx"]),
+                      helper.make_node("Mul", ["pre", "sx"], ["Y"])]
+        else:
+            nodes.append(helper.make_node("Gelu", ["pre"], ["Y"], approximate=approximate))
     elif kind == "matmul":
         nodes = [helper.make_node("MatMul", ["X", "W"], ["Y"])]
         inits = [_tensor("W", W_nk.t(), dt)]
@@ -180,8 +206,8 @@ class Bench:
         return ort.InferenceSession(model_bytes, so, providers=[("CUDAExecutionProvider", opts)])
 
     def bind(self, sess, x, y):
-        from onnx import TensorProto
         import numpy as np
+        from onnx import TensorProto
 
         et = {self.torch.float16: np.float16, self.torch.float32: np.float32,
               self.torch.bfloat16: TensorProto.BFLOAT16}[x.dtype]
@@ -224,14 +250,23 @@ def rel_l2(y, ref) -> float:
     return ((y.double() - ref).norm() / ref.norm()).item()
 
 
-def run_case(bench: Bench, dt, M, K, N, approximate="none") -> dict:
+def activation64(pre, form):
+    """The float64 reference of the three forms (``pre`` a float64 tensor)."""
+    import torch
+
+    if form == "sigmoid":
+        return pre * torch.sigmoid(SIGMOID_ALPHA * pre)
+    return torch.nn.functional.gelu(pre, approximate=form)
+
+
+def run_case(bench: Bench, dt, M, K, N, approximate="none", paths=()) -> dict:
     torch = bench.torch
     tt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dt]
     torch.manual_seed(0)
     x = torch.randn(M, K, device="cuda", dtype=tt)
     W = (torch.randn(N, K, device="cuda", dtype=torch.float32) / math.sqrt(K)).to(tt)
     B = (torch.randn(N, device="cuda", dtype=torch.float32) * 0.1).to(tt)
-    ref = torch.nn.functional.gelu(x.double() @ W.double().t() + B.double(), approximate=approximate)
+    ref = activation64(x.double() @ W.double().t() + B.double(), approximate)
     r = {"dtype": dt, "M": M, "K": K, "N": N, "approximate": approximate}
 
     y = torch.empty(M, N, device="cuda", dtype=tt)
@@ -244,6 +279,15 @@ def run_case(bench: Bench, dt, M, K, N, approximate="none") -> dict:
         r["fused_finite"] = bool(torch.isfinite(y).all())
     except Exception as e:
         r["fused_error"] = f"{type(e).__name__}: {e}"[:400]
+
+    for path in paths:  # the same node forced to each CUDA path
+        y.zero_()
+        try:
+            m = bench.ort_measure(build_model("fused", M, K, N, dt, W, B, approximate, cuda_path=path), x, y, wall=True)
+            r.update({f"path_{path}_gpu_us": m["gpu_us"], f"path_{path}_wall_us": m["wall_us"],
+                      f"path_{path}_relerr": rel_l2(y, ref)})
+        except Exception as e:
+            r[f"path_{path}_error"] = f"{type(e).__name__}: {e}"[:400]
 
     y.zero_()
     try:
@@ -270,6 +314,128 @@ def run_case(bench: Bench, dt, M, K, N, approximate="none") -> dict:
     gc.collect()
     torch.cuda.empty_cache()
     return r
+
+
+# --- the never-slower grid ------------------------------------------------------------------------------
+
+# Rows of the float64 reference per cell: the error of a large output is estimated on its first rows.
+_GRID_REF_ROWS = 512
+
+
+def _segment_gpu_us(prof_events, labels, calls) -> list[float]:
+    """GPU µs per call of each segment of one profiler window. Each segment is a host range named by its label
+    (torch.profiler.record_function) with the GPU synchronized at both ends inside it, so every kernel the
+    segment launched ran within that range, on the profiler's own clock."""
+    kernels = [(e.time_range.start, e.time_range.end) for e in prof_events
+               if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    ranges = {e.name: (e.time_range.start, e.time_range.end) for e in prof_events if e.name in set(labels)}
+    out = []
+    for label in labels:
+        start, end = ranges[label]
+        out.append(sum(b - a for a, b in kernels if start <= a and b <= end) / calls)
+    return out
+
+
+def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
+    """Every row count of one (dtype, K, N, form): one session per variant with a symbolic row count, serving
+    every M (``x[:M]`` views of one input), GPU time of all cells in one CUPTI window, wall time from one CUDA
+    graph per row count. variants: "auto", the forced CUDA paths, and "unfused" (ORT's own graph)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    tt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dt]
+    torch.manual_seed(0)
+    m_max = max(rows)
+    x_all = torch.randn(m_max, K, device="cuda", dtype=tt)
+    W = (torch.randn(N, K, device="cuda", dtype=torch.float32) / math.sqrt(K)).to(tt)
+    B = (torch.randn(N, device="cuda", dtype=torch.float32) * 0.1).to(tt)
+    models = {v: build_model("unfused" if v == "unfused" else "fused", "M", K, N, dt, W, B, form,
+                             cuda_path=v if v in CUDA_PATHS else None) for v in variants}
+    ys = {v: torch.empty(m_max, N, device="cuda", dtype=tt) for v in variants}
+    cells = {M: {"dtype": dt, "M": M, "K": K, "N": N, "approximate": form} for M in rows}
+
+    # GPU time: warm-up runs outside the window (the first call of a shape plans and, for the fallback, asks
+    # cuBLASLt's heuristic), then every (M, variant) segment inside one profiler window.
+    plain = {v: bench.session(models[v], cuda_graph=False) for v in variants}
+    binds = {(v, M): bench.bind(plain[v], x_all[:M], ys[v][:M]) for v in variants for M in rows}
+    for (v, M), b in binds.items():
+        for _ in range(bench.warmup):
+            plain[v].run_with_iobinding(b)
+    torch.cuda.synchronize()
+    labels = [f"onnxfuse_segment_{i}" for i in range(len(binds))]
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for label, ((v, M), b) in zip(labels, binds.items()):
+            with torch.profiler.record_function(label):
+                torch.cuda.synchronize()
+                for _ in range(bench.prof_reps):
+                    plain[v].run_with_iobinding(b)
+                torch.cuda.synchronize()
+    for (v, M), us in zip(binds, _segment_gpu_us(p.events(), labels, bench.prof_reps)):
+        cells[M][f"{v}_gpu_us"] = us
+
+    # Errors, on the outputs the profiled runs left in ys (the same inputs every run).
+    for M in rows:
+        r = min(M, _GRID_REF_ROWS)
+        ref = activation64(x_all[:r].double() @ W.double().t() + B.double(), form)
+        for v in variants:
+            cells[M][f"{v}_relerr"] = rel_l2(ys[v][:r], ref)
+            cells[M][f"{v}_finite"] = bool(torch.isfinite(ys[v][:M]).all())
+    del binds, plain
+
+    # Wall: one CUDA-graph session per variant, one captured graph per row count (gpu_graph_id).
+    for v in variants:
+        sess = bench.session(models[v], cuda_graph=True)
+        for gid, M in enumerate(rows):
+            b = bench.bind(sess, x_all[:M], ys[v][:M])
+            ro = bench.ort.RunOptions()
+            ro.add_run_config_entry("gpu_graph_id", str(gid))
+            for _ in range(bench.warmup):
+                sess.run_with_iobinding(b, ro)
+            ts = []
+            for _ in range(bench.reps):
+                t = time.perf_counter()
+                sess.run_with_iobinding(b, ro)
+                ts.append(time.perf_counter() - t)
+            cells[M][f"{v}_wall_us"] = statistics.median(ts) * 1e6
+        del sess
+    del x_all, W, B, ys
+    gc.collect()
+    torch.cuda.empty_cache()
+    return [cells[M] for M in rows]
+
+
+def grid_verdicts(r) -> list[str]:
+    """Never slower, for one grid cell: auto's GPU time <= ORT unfused, wall >= 1.00x, error <= ORT's."""
+    where = f"{r['dtype']} {r['approximate']} {r['M']}x{r['K']}x{r['N']}"
+    if "error" in r:
+        return [f"{where}: error: {r['error']}"]
+    miss = []
+    if r["auto_gpu_us"] > r["unfused_gpu_us"]:
+        miss.append(f"{where}: GPU {r['auto_gpu_us']:.1f} us > ORT unfused {r['unfused_gpu_us']:.1f} us")
+    if r["unfused_wall_us"] / r["auto_wall_us"] < 1.0:
+        miss.append(f"{where}: wall {r['unfused_wall_us'] / r['auto_wall_us']:.2f}x ORT unfused (goal >= 1.00x)")
+    if r["auto_relerr"] > r["unfused_relerr"]:
+        miss.append(f"{where}: error {r['auto_relerr']:.2e} > ORT unfused {r['unfused_relerr']:.2e}")
+    if not r["auto_finite"]:
+        miss.append(f"{where}: non-finite output")
+    return miss
+
+
+def grid_table(rows, worst=5) -> str:
+    """The five cells where auto is slowest against ORT's unfused GPU time, with every path's time."""
+    ok = [r for r in rows if "error" not in r]
+    ok.sort(key=lambda r: r["auto_gpu_us"] / r["unfused_gpu_us"], reverse=True)
+    head = (f"{'dtype':5} {'form':7} {'M':>6} {'K':>5} {'N':>6} | {'auto':>8} {'fused':>8} {'fallbk':>8} {'ORTunf':>8} "
+            f"{'a/unf':>6} | {'wall x':>6} | {'err a/u':>7}")
+    lines = [f"the {worst} worst cells (auto GPU / ORT unfused GPU; GPU us by CUPTI, wall by CUDA-graph replay)", head,
+             "-" * len(head)]
+    for r in ok[:worst]:
+        lines.append(
+            f"{r['dtype']:5} {r['approximate']:7} {r['M']:6} {r['K']:5} {r['N']:6} | {r['auto_gpu_us']:8.1f} "
+            f"{r.get('fused_gpu_us', float('nan')):8.1f} {r.get('fallback_gpu_us', float('nan')):8.1f} "
+            f"{r['unfused_gpu_us']:8.1f} {r['auto_gpu_us'] / r['unfused_gpu_us']:6.2f} | "
+            f"{r['unfused_wall_us'] / r['auto_wall_us']:6.2f} | {r['auto_relerr'] / r['unfused_relerr']:7.2f}")
+    return "\n".join(lines)
 
 
 # --- verdicts ------------------------------------------------------------------------------------------
@@ -334,17 +500,37 @@ def main(argv=None) -> int:
                     help="libonnxfuse_ops.so (default: $ONNXFUSE_LIBRARY)")
     ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     ap.add_argument("--shapes", nargs="+", default=None, metavar="MxKxN", help="default: the issue's grid")
-    ap.add_argument("--approximate", default="none", choices=("none", "tanh"),
-                    help="GELU form of the fused and unfused models (the goals are set for none: exact erf)")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=50, help="timed CUDA-graph replays per session (median)")
-    ap.add_argument("--prof-reps", type=int, default=20, help="profiled calls per GPU-time measurement (mean)")
+    ap.add_argument("--forms", nargs="+", default=None, choices=FORMS,
+                    help="activation forms of the fused and unfused models (default: none, i.e. exact erf, which "
+                         "the shape grid's goals are set for)")
+    ap.add_argument("--approximate", default=None, choices=FORMS, help="one form (the same as --forms FORM)")
+    ap.add_argument("--paths", action="store_true",
+                    help="also measure the fused node forced to each CUDA path (cuda_path=fused, fallback)")
+    ap.add_argument("--grid", default=None, choices=("never-slower",),
+                    help="never-slower: GRID_ROWS x GRID_KN x dtypes x forms, every path, with its verdicts "
+                         "(replaces --shapes; cut --reps/--prof-reps keep it within minutes)")
+    # Defaults: 5 / 50 / 20 per shape; 2 / 10 / 5 per cell with --grid (630 cells x 4 variants in ~6 minutes).
+    ap.add_argument("--warmup", type=int, default=None, help="unmeasured calls first (default 5; --grid 2)")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="timed CUDA-graph replays per session (median; default 50, --grid 10)")
+    ap.add_argument("--prof-reps", type=int, default=None,
+                    help="profiled calls per GPU-time measurement (mean; default 20, --grid 5)")
     ap.add_argument("--json", default=None, help="write results here (default: $OUT/cuda_kernel.json if OUT is set)")
     args = ap.parse_args(argv)
     if not args.library or not os.path.isfile(args.library):
         print(f"cuda_kernel.py: no op library at {args.library!r} (give --library or ONNXFUSE_LIBRARY)", file=sys.stderr)
         return 2
     shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else SHAPES
+    if args.forms and args.approximate:
+        print("cuda_kernel.py: give --forms or --approximate, not both", file=sys.stderr)
+        return 2
+    forms = args.forms or [args.approximate or "none"]
+    for name, shape_default, grid_default in (("warmup", 5, 2), ("reps", 50, 10), ("prof_reps", 20, 5)):
+        if getattr(args, name) is None:
+            setattr(args, name, grid_default if args.grid else shape_default)
+    if args.grid and args.shapes:
+        print("cuda_kernel.py: --grid runs its own shapes; drop --shapes", file=sys.stderr)
+        return 2
 
     import onnxruntime as ort
 
@@ -373,27 +559,46 @@ def main(argv=None) -> int:
     out = args.json or (os.path.join(os.environ["OUT"], "cuda_kernel.json") if os.environ.get("OUT") else None)
     rows = []
     t0 = time.time()
+    judge = grid_verdicts if args.grid else verdicts
+    meta["grid"] = args.grid
+    meta["forms"] = forms
 
     def save(complete: bool) -> None:
         # Rewritten after every row, so a run cut short by a time limit still leaves its rows behind.
         if out:
-            misses = [m for r in rows for m in verdicts(r)]
+            misses = [m for r in rows for m in judge(r)]
             with open(out + ".tmp", "w") as f:
                 json.dump({"meta": meta, "complete": complete, "rows": rows, "misses": misses,
                            "seconds": round(time.time() - t0, 1)}, f, indent=1)
             os.replace(out + ".tmp", out)
 
-    for dt in args.dtypes:
-        for (M, K, N) in shapes:
-            r = run_case(bench, dt, M, K, N, args.approximate)
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-            save(complete=False)
+    if args.grid:
+        variants = ["auto", *CUDA_PATHS, "unfused"]
+        for dt in args.dtypes:
+            for form in forms:
+                for (K, N) in GRID_KN:
+                    try:
+                        group = run_grid_group(bench, dt, K, N, form, GRID_ROWS, variants)
+                    except Exception as e:  # one failing group must not lose the others
+                        group = [{"dtype": dt, "M": M, "K": K, "N": N, "approximate": form,
+                                  "error": f"{type(e).__name__}: {e}"[:400]} for M in GRID_ROWS]
+                    rows.extend(group)
+                    for r in group:
+                        print(json.dumps(r), flush=True)
+                    save(complete=False)
+    else:
+        for dt in args.dtypes:
+            for form in forms:
+                for (M, K, N) in shapes:
+                    r = run_case(bench, dt, M, K, N, form, paths=CUDA_PATHS if args.paths else ())
+                    rows.append(r)
+                    print(json.dumps(r), flush=True)
+                    save(complete=False)
     save(complete=True)
-    misses = [m for r in rows for m in verdicts(r)]
+    misses = [m for r in rows for m in judge(r)]
     pyc.close()
     print()
-    print(table(rows))
+    print(grid_table(rows) if args.grid else table(rows))
     print("\nGOALS:", "all met" if not misses else f"{len(misses)} missed")
     for m in misses:
         print("  -", m)

@@ -26,6 +26,8 @@ OP_VERSION = DOMAIN_VERSION  # the opset a model imports to use the op (older na
 EMITTED_DOMAIN_VERSIONS = {DOMAIN: DOMAIN_VERSION, "com.microsoft": 1}
 
 APPROXIMATIONS = ("none", "tanh", "sigmoid")
+# The values of the CUDA kernel's `cuda_path` attribute, and of each `tuned_paths` entry (the last two).
+CUDA_PATHS = ("auto", "fused", "fallback")
 DEFAULT_SIGMOID_ALPHA = 1.702
 SUPPORTED_DTYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
@@ -78,6 +80,15 @@ def _schema() -> defs.OpSchema:
             A("approximate", onnx.helper.make_attribute("approximate", "none"), "none (erf) | tanh | sigmoid"),
             A("alpha", onnx.helper.make_attribute("alpha", DEFAULT_SIGMOID_ALPHA), "sigmoid form: x·σ(alpha·x)"),
             A("transB", onnx.helper.make_attribute("transB", 1), "1: W is [N, K]; 0: W is [K, N]"),
+            # The CUDA kernel's path choice (the CPU kernel ignores these): see CUDA_PATHS.
+            A("cuda_path", onnx.helper.make_attribute("cuda_path", "auto"),
+              "auto | fused (one GEMM+bias+activation kernel) | fallback (cuBLASLt GEMM+bias, then the activation)"),
+            A("tuned_device", onnx.helper.make_attribute("tuned_device", ""),
+              "device signature the tuning table was measured on; the table applies only there"),
+            A("tuned_max_rows", defs.OpSchema.AttrType.INTS,
+              "tuning table: ascending row bounds; M rows take the path of the first bound >= M", required=False),
+            A("tuned_paths", defs.OpSchema.AttrType.STRINGS,
+              "tuning table: fused | fallback per bound (the last one also beyond the last bound)", required=False),
         ],
     )
     schema.set_type_and_shape_inference_function(_infer)

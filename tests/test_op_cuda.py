@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
+from onnxfuse.domain import DOMAIN, DOMAIN_VERSION, OP_TYPE
 from onnxfuse.runtime import CUDA, cuda_device_count
 
 
@@ -459,3 +459,174 @@ def test_bad_shapes_are_errors_not_crashes(library):
         sess.run(None, {"X": x, "W": np.ones((8, 12), np.float16)})
     (y,) = sess.run(None, {"X": x, "W": np.ones((8, 16), np.float16)})  # the session is still usable
     assert y.shape == (4, 8)
+
+
+# --- the path choice: fused, fallback (cuBLASLt GEMM + bias, then the activation in place), auto ------------
+
+PATHS = ("fused", "fallback", "auto")
+# (K, N) off multiples of 8 (and of 4 for 770 x 3074, so fp32 runs strict there), with few to some rows.
+PATH_SHAPES = [(770, 3074), (1000, 3000), (4095, 1023)]
+PATH_ROWS = (1, 2, 4, 8, 16, 64)
+_FALLBACK_KERNEL = "activation_inplace_kernel"  # the fallback's second kernel (activation_inplace.cu)
+
+
+def with_attributes(model: bytes, **attrs) -> bytes:
+    """``model`` with extra attributes on its FusedLinearGelu node."""
+    import onnx
+
+    m = onnx.load_from_string(model)
+    (node,) = [n for n in m.graph.node if n.op_type == OP_TYPE]
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+    return m.SerializeToString()
+
+
+def path_model(dtype, k, w, b, approximate, trans_b, **attrs) -> bytes:
+    """A FusedLinearGelu node with a symbolic row count, so one session serves every M."""
+    n = w.shape[0] if trans_b else w.shape[1]
+    return with_attributes(fused_model(dtype, ["M", k], w, b, approximate, trans_b, y_shape=["M", n]), **attrs)
+
+
+def unfused_session(library, dtype, k, w_nk, b, approximate):
+    return cuda_session(unfused_model(dtype, ["M", k], np.ascontiguousarray(w_nk.T), b, approximate), library,
+                        fallback=True)
+
+
+@pytest.mark.parametrize("trans_b", [1, 0], ids=["transB1", "transB0"])
+@pytest.mark.parametrize("approximate", ACTIVATIONS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_path_matches_float64_within_ort_error(library, dtype, approximate, trans_b):
+    """Forced fused, forced fallback and auto on odd K/N with 1-64 rows: each within ORT's own error."""
+    rng = np.random.default_rng(zlib.crc32(f"paths/{dtype}/{approximate}/{trans_b}".encode()))
+    for k, n in PATH_SHAPES:
+        x_all, w_nk, b = make_inputs(rng, (max(PATH_ROWS), k), n, dtype, trans_b, True)
+        w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+        sessions = {p: cuda_session(path_model(dtype, k, w, b, approximate, trans_b, cuda_path=p), library) for p in PATHS}
+        unfused = unfused_session(library, dtype, k, w_nk, b, approximate)
+        for m in PATH_ROWS:
+            x = x_all[:m]
+            ref = reference(x, w_nk, b, approximate)
+            (y_unfused,) = unfused.run(None, {"X": x})
+            for p, sess in sessions.items():
+                (y,) = sess.run(None, {"X": x})
+                check_against_ort(dtype, y, y_unfused, ref, f"{p}: {dtype} {approximate} transB={trans_b} M={m} K={k} N={n}")
+
+
+def _kernels_of(run) -> set[str]:
+    """The CUDA kernels one call of ``run`` launches (CUPTI through torch.profiler, bench/cupti.py)."""
+    torch = pytest.importorskip("torch", reason="kernel names are read with torch.profiler (CUPTI)")
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("onnxfuse_bench_cupti", Path(__file__).resolve().parents[1] / "bench" / "cupti.py")
+    cupti = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cupti)
+    assert torch.cuda.is_available()
+    return set(cupti.require_kernels(cupti.kernel_times_us(run, reps=1, warmup=2)))
+
+
+def _path_ran(sess, x) -> str:
+    names = _kernels_of(lambda: sess.run(None, {"X": x}))
+    ours = {n for n in names if _FALLBACK_KERNEL in n}
+    return "fallback" if ours else "fused"
+
+
+def device_signature(library: str) -> str:
+    import ctypes
+
+    query = ctypes.CDLL(library).OnnxfuseCudaDeviceSignature
+    query.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    query.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(512)
+    assert query(0, buf, len(buf)) == 0, "OnnxfuseCudaDeviceSignature found no device 0"
+    return buf.value.decode()
+
+
+def test_device_signature_format(library):
+    import re
+
+    sig = device_signature(library)
+    assert re.fullmatch(r"[^|]+\|sm_\d+\|cuda \d+\.\d+\|onnxfuse \S+", sig), sig
+
+
+def test_forced_and_built_in_paths_by_kernel_names(library):
+    rng = np.random.default_rng(21)
+    # fp16 K, N off multiples of 8: the built-in rule takes the fallback; 768 x 3072: the fused kernel.
+    for (k, n), auto_path in (((770, 3074), "fallback"), ((768, 3072), "fused")):
+        x, w_nk, b = make_inputs(rng, (512, k), n, "float16", 1, True)
+        for forced in ("fused", "fallback", "auto"):
+            sess = cuda_session(path_model("float16", k, w_nk, b, "none", 1, cuda_path=forced), library)
+            expect = auto_path if forced == "auto" else forced
+            assert _path_ran(sess, x) == expect, f"cuda_path={forced} K={k} N={n}"
+    # float32 with few rows, and strict fp32: the fallback.
+    x, w_nk, b = make_inputs(rng, (8, 768), 3072, "float32", 1, True)
+    assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fallback"
+    x, w_nk, b = make_inputs(rng, (512, 768), 3072, "float32", 1, True)
+    assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fused"
+    strict = cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library, config={"onnxfuse.strict_fp32": "1"})
+    assert _path_ran(strict, x) == "fallback"
+
+
+def test_tuned_table_selects_the_path_on_its_device_only(library):
+    rng = np.random.default_rng(22)
+    x_all, w_nk, b = make_inputs(rng, (300, 768), 3072, "float16", 1, True)
+    table = {"tuned_max_rows": [16, 128], "tuned_paths": ["fallback", "fused"]}
+    here = cuda_session(path_model("float16", 768, w_nk, b, "none", 1, tuned_device=device_signature(library), **table),
+                        library)
+    # Rows 1-16 -> fallback, 17-128 -> fused, beyond the last bound -> the last entry (fused).
+    assert [_path_ran(here, x_all[:m]) for m in (1, 16, 17, 128, 300)] == ["fallback"] * 2 + ["fused"] * 3
+    inverted = cuda_session(path_model("float16", 768, w_nk, b, "none", 1, tuned_device=device_signature(library),
+                                       tuned_max_rows=[16], tuned_paths=["fused"]), library)
+    assert _path_ran(inverted, x_all[:300]) == "fused"
+    beyond = cuda_session(path_model("float16", 768, w_nk, b, "none", 1, tuned_device=device_signature(library),
+                                     tuned_max_rows=[16], tuned_paths=["fallback"]), library)
+    assert _path_ran(beyond, x_all[:300]) == "fallback"
+    # Measured elsewhere (another GPU, CUDA or library version): the built-in rule (fused for 768 x 3072 fp16).
+    elsewhere = cuda_session(path_model("float16", 768, w_nk, b, "none", 1, tuned_device="Other GPU|sm_80|cuda 12.0|onnxfuse 0.0.1",
+                                        **table), library)
+    assert _path_ran(elsewhere, x_all[:1]) == "fused"
+
+
+@pytest.mark.parametrize("attrs,message", [
+    ({"cuda_path": "fastest"}, "cuda_path='fastest'"),
+    ({"tuned_device": "X", "tuned_max_rows": [16, 64], "tuned_paths": ["fused"]}, "same length"),
+    ({"tuned_device": "X", "tuned_max_rows": [64, 16], "tuned_paths": ["fused", "fallback"]}, "strictly ascending"),
+    ({"tuned_device": "X", "tuned_max_rows": [0], "tuned_paths": ["fused"]}, "must be > 0"),
+    ({"tuned_device": "X", "tuned_max_rows": [16], "tuned_paths": ["auto"]}, "tuned_paths\\[0\\]='auto'"),
+    ({"tuned_device": "X"}, "needs at least one entry"),
+])
+def test_malformed_path_attributes_fail_session_creation(library, attrs, message):
+    rng = np.random.default_rng(23)
+    _, w_nk, b = make_inputs(rng, (1, 64), 32, "float16", 1, True)
+    with pytest.raises(Exception, match=message):
+        cuda_session(path_model("float16", 64, w_nk, b, "none", 1, **attrs), library)
+
+
+def test_fallback_under_cuda_graph_replay(library):
+    """The fallback's two kernels are captured and replayed like the fused one (no sync, no host allocation)."""
+    rng = np.random.default_rng(24)
+    x, w_nk, b = make_inputs(rng, (256, 770), 3074, "float16", 1, True)
+    model = path_model("float16", 770, w_nk, b, "tanh", 1, cuda_path="fallback")
+    sess = cuda_session(model, library, cuda_graph=True)
+    x_dev = _gpu_value(x)
+    y_dev = _gpu_value(np.zeros((256, 3074), np.float16))
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("X", x_dev)
+    binding.bind_ortvalue_output("Y", y_dev)
+    for _ in range(3):
+        sess.run_with_iobinding(binding)
+    assert rel_l2(y_dev.numpy(), reference(x, w_nk, b, "tanh")) < 1e-3
+    x2 = rounded(rng.standard_normal(x.shape), "float16")
+    x_dev.update_inplace(x2)
+    sess.run_with_iobinding(binding)
+    (y_plain,) = cuda_session(model, library).run(None, {"X": x2})
+    np.testing.assert_array_equal(y_dev.numpy(), y_plain)
+
+
+def test_forced_fallback_with_k_zero_takes_the_fused_path(library):
+    """K = 0 has no GEMM for cuBLASLt to run: Y = act(B) by the fused path even when the fallback is forced."""
+    b = rounded(np.linspace(-2, 2, 24), "float16").astype(np.float32)
+    sess = cuda_session(path_model("float16", 0, np.zeros((24, 0), np.float32), b, "none", 1, cuda_path="fallback"),
+                        library)
+    (y,) = sess.run(None, {"X": np.zeros((5, 0), np.float16)})
+    np.testing.assert_allclose(y.astype(np.float64), np.broadcast_to(activation64(b.astype(np.float64), "none"), (5, 24)),
+                               rtol=_ROUNDOFF["float16"] * 2, atol=1e-6)

@@ -19,7 +19,11 @@
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-grep -qxF '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+# Keep .device/ out of git: in a linked worktree .git is a file, so ask git where info/exclude lives (the
+# main checkout's, shared by its worktrees).
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qxF '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
 
 # shellcheck disable=SC2086
 cmake -S custom_ops -B .device/build -DCMAKE_BUILD_TYPE=Release -DONNXFUSE_CUDA=ON ${CMAKE_ARGS:-}

@@ -11,6 +11,7 @@
 #                         headers of PyPI's nvidia-cutlass==${ONNXFUSE_CUTLASS_VERSION} are fetched into the
 #                         build tree once (pip download) and reused by every later configure.
 #   CUTLASS_UTIL_INCLUDE_DIR  CUTLASS's tools/util/include tree (derived from the fetched wheel when empty)
+#   CUBLAS_INCLUDE_DIR    cuBLASLt's headers for the fallback path (cmake/cublas.cmake; default: fetched from PyPI)
 
 set(ONNXFUSE_OPS_TARGET "onnxfuse_ops" CACHE STRING "The op library target the CUDA sources are added to")
 set(ONNXFUSE_CUTLASS_VERSION "4.2.0.0" CACHE STRING "nvidia-cutlass version whose headers are fetched from PyPI")
@@ -33,6 +34,8 @@ if(CUDAToolkit_VERSION VERSION_LESS 12.0)
   message(FATAL_ERROR "CUDA ${CUDAToolkit_VERSION}: the Hopper (sm_90a) GEMM kernels need CUDA 12.0 or newer "
                       "(configure with -DONNXFUSE_CUDA=OFF for a CPU-only library)")
 endif()
+
+include("${CMAKE_CURRENT_LIST_DIR}/cublas.cmake")
 
 # --- CUTLASS headers ---------------------------------------------------------------------------------
 # Header-only, so the wheel's source tree is all we need. Never vendored: fetched into the build tree.
@@ -131,8 +134,16 @@ target_compile_options(onnxfuse_cuda_kernels PRIVATE
 
 target_sources(${ONNXFUSE_OPS_TARGET} PRIVATE
   "${_cuda_dir}/fused_linear_gelu_cuda.cc"
+  "${_cuda_dir}/cublaslt_gemm_bias.cc"
+  "${_cuda_dir}/device_signature.cc"
   $<TARGET_OBJECTS:onnxfuse_cuda_kernels>)
 target_compile_definitions(${ONNXFUSE_OPS_TARGET} PRIVATE ONNXFUSE_WITH_CUDA)
+# The library version in the device signature; on that one file only, so a version bump rebuilds nothing else.
+set_source_files_properties("${_cuda_dir}/device_signature.cc" PROPERTIES
+  COMPILE_DEFINITIONS "ONNXFUSE_LIBRARY_VERSION=\"${ONNXFUSE_VERSION}\"")
+# cuBLASLt: headers only. cublaslt_gemm_bias.cc dlopens the library at run time (hence libdl on older glibc).
+target_include_directories(${ONNXFUSE_OPS_TARGET} SYSTEM PRIVATE "${ONNXFUSE_CUBLAS_INCLUDE_DIR}")
+target_link_libraries(${ONNXFUSE_OPS_TARGET} PRIVATE ${CMAKE_DL_LIBS})
 # The op library existed before CUDA was enabled, so CMake gave it no architectures; its own sources are
 # C++ only (the .cu objects carry their -gencode flags), so it needs none.
 set_target_properties(${ONNXFUSE_OPS_TARGET} PROPERTIES CUDA_ARCHITECTURES OFF)

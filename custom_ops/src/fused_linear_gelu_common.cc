@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 namespace onnxfuse {
 namespace {
@@ -39,6 +40,39 @@ bool TryGetInt(const OrtKernelInfo* info, const char* name, int64_t* out) {
     api.ReleaseStatus(st);
     return false;
   }
+  return true;
+}
+
+// The array forms: an absent attribute reads as false and leaves `out` empty.
+bool TryGetInts(const OrtKernelInfo* info, const char* name, std::vector<int64_t>* out) {
+  const OrtApi& api = Ort::GetApi();
+  size_t size = 0;
+  if (OrtStatus* st = api.KernelInfoGetAttributeArray_int64(info, name, nullptr, &size)) {
+    api.ReleaseStatus(st);
+    return false;
+  }
+  out->assign(size, 0);
+  if (size > 0) Ort::ThrowOnError(api.KernelInfoGetAttributeArray_int64(info, name, out->data(), &size));
+  return true;
+}
+
+bool TryGetStrings(const OrtKernelInfo* info, const char* name, std::vector<std::string>* out) {
+  const OrtApi& api = Ort::GetApi();
+  OrtAllocator* allocator = nullptr;
+  Ort::ThrowOnError(api.GetAllocatorWithDefaultOptions(&allocator));
+  char** strings = nullptr;
+  size_t size = 0;
+  if (OrtStatus* st = api.KernelInfoGetAttributeArray_string(info, name, allocator, &strings, &size)) {
+    api.ReleaseStatus(st);
+    return false;
+  }
+  // The array and each string belong to `allocator`: copy, then give every piece back.
+  out->clear();
+  for (size_t i = 0; i < size; ++i) {
+    out->emplace_back(strings[i]);
+    allocator->Free(allocator, strings[i]);
+  }
+  if (strings != nullptr) allocator->Free(allocator, strings);
   return true;
 }
 
@@ -88,6 +122,50 @@ FusedLinearGeluAttributes ReadAttributes(const OrtKernelInfo* info) {
     if (trans_b != 0 && trans_b != 1) Invalid("attribute transB=" + std::to_string(trans_b) + " must be 0 or 1");
   }
   attrs.trans_b = trans_b == 1;
+  return attrs;
+}
+
+const char* CudaPathName(CudaPath path) {
+  switch (path) {
+    case CudaPath::kAuto: return "auto";
+    case CudaPath::kFused: return "fused";
+    case CudaPath::kFallback: return "fallback";
+  }
+  return "?";
+}
+
+CudaPathAttributes ReadCudaPathAttributes(const OrtKernelInfo* info) {
+  CudaPathAttributes attrs;
+  std::string path;
+  if (TryGetString(info, "cuda_path", &path)) {
+    if (path == "auto") attrs.path = CudaPath::kAuto;
+    else if (path == "fused") attrs.path = CudaPath::kFused;
+    else if (path == "fallback") attrs.path = CudaPath::kFallback;
+    else Invalid("attribute cuda_path='" + path + "' is not one of 'auto', 'fused', 'fallback'");
+  }
+  TryGetString(info, "tuned_device", &attrs.tuned_device);
+  std::vector<std::string> paths;
+  TryGetInts(info, "tuned_max_rows", &attrs.tuned_max_rows);
+  TryGetStrings(info, "tuned_paths", &paths);
+  const std::vector<int64_t>& rows = attrs.tuned_max_rows;
+  if (rows.size() != paths.size()) {
+    Invalid("attributes tuned_max_rows (" + std::to_string(rows.size()) + " entries) and tuned_paths (" +
+            std::to_string(paths.size()) + " entries) must have the same length");
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] <= 0) Invalid("attribute tuned_max_rows[" + std::to_string(i) + "]=" + std::to_string(rows[i]) + " must be > 0");
+    if (i > 0 && rows[i] <= rows[i - 1]) {
+      Invalid("attribute tuned_max_rows must be strictly ascending, but entry " + std::to_string(i) + " (" +
+              std::to_string(rows[i]) + ") follows " + std::to_string(rows[i - 1]));
+    }
+    if (paths[i] == "fused") attrs.tuned_paths.push_back(CudaPath::kFused);
+    else if (paths[i] == "fallback") attrs.tuned_paths.push_back(CudaPath::kFallback);
+    else Invalid("attribute tuned_paths[" + std::to_string(i) + "]='" + paths[i] + "' is not 'fused' or 'fallback'");
+  }
+  if (!attrs.tuned_device.empty() && rows.empty()) {
+    Invalid("attribute tuned_device='" + attrs.tuned_device + "' names a device but tuned_max_rows/tuned_paths are "
+            "absent: a tuning table needs at least one entry");
+  }
   return attrs;
 }
 

@@ -24,6 +24,24 @@ struct FusedLinearGeluAttributes {
   bool trans_b = true;   // true: W is [N, K]; false: W is [K, N]
 };
 
+// Which CUDA path a call takes (src/cuda/fused_linear_gelu_cuda.cc): the one-kernel GEMM+bias+activation, or
+// cuBLASLt's GEMM with its bias epilogue followed by the activation in place.
+enum class CudaPath : int { kAuto = 0, kFused = 1, kFallback = 2 };
+
+// The node's optional path attributes (the contract both the CUDA kernel and `onnxfuse tune` follow):
+//   cuda_path       "auto" (default) | "fused" | "fallback": "fused"/"fallback" force that path;
+//   tuned_device    the device signature the table below was measured on ("" = no table);
+//   tuned_max_rows  ascending row bounds (> 0), and
+//   tuned_paths     one "fused"|"fallback" per bound: a call with M rows takes the path of the first bound
+//                   M <= tuned_max_rows[i], and the last path beyond the last bound.
+// The CPU kernel never reads them (it has one path).
+struct CudaPathAttributes {
+  CudaPath path = CudaPath::kAuto;
+  std::string tuned_device;
+  std::vector<int64_t> tuned_max_rows;
+  std::vector<CudaPath> tuned_paths;  // kFused or kFallback, one per bound
+};
+
 // X [..., K] · W(ᵀ) → Y [..., N], seen as one [M, K] x [K, N] GEMM (M = product of X's leading dims).
 struct LinearShape {
   int64_t M = 0, K = 0, N = 0;
@@ -33,6 +51,12 @@ struct LinearShape {
 // Reads `approximate` (none | tanh | sigmoid), `alpha` and `transB`; absent attributes take the
 // schema's defaults. Throws Ort::Exception(ORT_INVALID_ARGUMENT) on an unknown value.
 FusedLinearGeluAttributes ReadAttributes(const OrtKernelInfo* info);
+
+// Reads cuda_path, tuned_device, tuned_max_rows and tuned_paths; absent attributes take the defaults above.
+// Throws Ort::Exception(ORT_INVALID_ARGUMENT) on an unknown path name or a malformed table (lengths differ,
+// bounds not strictly ascending or not positive, tuned_device set without a table).
+CudaPathAttributes ReadCudaPathAttributes(const OrtKernelInfo* info);
+const char* CudaPathName(CudaPath path);
 
 // Parses the `approximate` string: the one place that maps names to Activation values.
 Activation ParseApproximate(const std::string& name);

@@ -1,6 +1,8 @@
 // The library's entry point: ORT calls RegisterCustomOps when a session registers the library
 // (SessionOptions.register_custom_ops_library). It adds the `ai.onnxfuse` domain with FusedLinearGelu for
 // the CPU provider and, in a CUDA build, for the CUDA provider.
+#include <cstddef>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "domain.h"
 
 #ifdef ONNXFUSE_WITH_CUDA
+#include "cuda/device_signature.h"
 #include "cuda/fused_linear_gelu_cuda.h"
 #endif
 
@@ -32,6 +35,24 @@ void KeepAlive(Ort::CustomOpDomain&& domain) {
 // or "blas" (OpenBLAS, then the activation per tile). For `onnxfuse doctor`; needs no ORT.
 extern "C" __attribute__((visibility("default"))) const char* OnnxfuseCpuGemm() {
   return onnxfuse::cpu::GemmIsaName(onnxfuse::cpu::PackedGemmIsa());
+}
+
+// The signature of CUDA device `device` that a tuning table must name in its tuned_device attribute to apply
+// (src/cuda/device_signature.h), written NUL-terminated into buf[len]: what `onnxfuse tune` records, computed
+// by the same code the kernel checks with. Returns 0 on success; 1 when there is no such CUDA device or the
+// library is built without CUDA; 2 when `len` is too small. buf holds "" on failure (when len > 0). Needs no ORT.
+extern "C" __attribute__((visibility("default"))) int OnnxfuseCudaDeviceSignature(int device, char* buf, size_t len) {
+  if (buf != nullptr && len > 0) buf[0] = '\0';
+#ifdef ONNXFUSE_WITH_CUDA
+  std::string signature;
+  if (onnxfuse::cuda::DeviceSignature(device, &signature) != cudaSuccess) return 1;
+  if (buf == nullptr || signature.size() + 1 > len) return 2;
+  std::memcpy(buf, signature.c_str(), signature.size() + 1);
+  return 0;
+#else
+  (void)device;
+  return 1;
+#endif
 }
 
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL

@@ -1,12 +1,19 @@
 // The ORT side of the CUDA FusedLinearGelu kernel: reads the node once, validates each call's tensors,
-// and hands plain pointers and sizes to launch_gemm_gelu (gemm_gelu.h) on ORT's compute stream.
+// chooses the call's path and hands plain pointers and sizes to it on ORT's compute stream:
+//   "fused":    launch_gemm_gelu (gemm_gelu.h), one GEMM+bias+activation kernel;
+//   "fallback": cuBLASLt's GEMM with its bias epilogue (cublaslt_gemm_bias.h), then the activation in place
+//               (activation_inplace.h): ORT's own two kernels, for the shapes where the fused path has only
+//               its any-alignment kernel and would run slower than the graph it replaced.
+// The node's cuda_path / tuned_* attributes (fused_linear_gelu_common.h) steer the choice (ChoosePath).
 //
 // Thread safety: ORT may call Compute on one kernel instance from several threads at once (concurrent
-// Session::Run). Everything the kernel keeps is written in its constructor and only read afterwards.
+// Session::Run). Everything the kernel keeps is written in its constructor and only read afterwards, except
+// the fallback's algorithm cache, which guards itself (CublasLtGemmBias).
 #include "fused_linear_gelu_cuda.h"
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +21,9 @@
 
 #include "../domain.h"
 #include "../fused_linear_gelu_common.h"
+#include "activation_inplace.h"
+#include "cublaslt_gemm_bias.h"
+#include "device_signature.h"
 #include "gemm_gelu.h"
 
 namespace onnxfuse {
@@ -54,10 +64,39 @@ bool ReadStrictFp32(const OrtKernelInfo* info) {
                                  "' must be '0' (TF32 Tensor Cores, the default) or '1' (strict fp32)");
 }
 
+// float32 with at most this many rows is bound by reading W: cuBLAS (and so ORT's MatMul) computes it in full
+// fp32 even with TF32 allowed, and the fused dispatch runs it strictly too (kStrictF32MaxRows in
+// gemm_gelu_dispatch.cu). The fallback follows, so that it is never less accurate than ORT there.
+constexpr int64_t kStrictF32MaxRows = 16;
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The built-in choice, where neither cuda_path nor a tuning table for this device decides. The fused kernel
+// is 1.3-2.9x faster than ORT's unfused graph wherever one of its Tensor-Core tactics takes the problem; it
+// loses where only its any-alignment or strict-fp32 kernels do (H200, GPU us, fused vs ORT unfused):
+//  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd
+//    offset): the any-alignment WMMA kernel, 4097x770x3074 586.8 vs 217.5;
+//  - float32 without TF32 (onnxfuse.strict_fp32, or K or N not a multiple of 4): strict fp32 FMAs,
+//    4097x770x3074 4427 vs 321;
+//  - float32 with at most kStrictF32MaxRows rows: 1x768x3072 106.4 vs 6.1 (and 1.9x ORT's error).
+// Everywhere else the fused path. A first rule, to be refined by measurement (bench/cuda_kernel.py
+// --grid never-slower); `onnxfuse tune` writes per-node tables that override it on the measured device.
+CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {
+  if (a.dtype == cuda::DType::kFloat32) {
+    return !a.allow_tf32 || a.M <= kStrictF32MaxRows ? CudaPath::kFallback : CudaPath::kFused;
+  }
+  const bool rows_aligned = a.K % 8 == 0 && a.N % 8 == 0 && Aligned16(a.x) && Aligned16(a.w) && Aligned16(a.y) &&
+                            (a.bias == nullptr || Aligned16(a.bias));
+  return rows_aligned ? CudaPath::kFused : CudaPath::kFallback;
+}
+
 class FusedLinearGeluCudaKernel {
  public:
   FusedLinearGeluCudaKernel(const OrtKernelInfo* info, ONNXTensorElementDataType type)
-      : type_(type), attrs_(ReadAttributes(info)), strict_fp32_(ReadStrictFp32(info)) {
+      : type_(type),
+        attrs_(ReadAttributes(info)),
+        path_attrs_(ReadCudaPathAttributes(info)),
+        strict_fp32_(ReadStrictFp32(info)) {
     // The device this node runs on is the one of the allocator ORT gives the kernel for its default
     // (GPU) memory; its memory info is also what Compute asks the context's allocator for.
     const OrtApi& api = Ort::GetApi();
@@ -82,6 +121,16 @@ class FusedLinearGeluCudaKernel {
                                     std::to_string(dev_.cc_major) + "." + std::to_string(dev_.cc_minor) +
                                     "; the library's CUDA kernels need 8.0 or newer (Ampere, Hopper and later)");
     }
+
+    // The fallback exists where cuBLASLt loads; a forced fallback without it fails each call (Compute), so a
+    // session still opens and the message says why.
+    if (cuda::CublasLtAvailable(&fallback_unavailable_)) gemm_bias_ = std::make_unique<cuda::CublasLtGemmBias>(dev_.device);
+    // The tuning table applies only on the device, CUDA runtime and library version it was measured with.
+    if (!path_attrs_.tuned_device.empty()) {
+      std::string signature;
+      table_applies_ = cuda::DeviceSignature(dev_.device, &signature) == cudaSuccess &&
+                       signature == path_attrs_.tuned_device;
+    }
   }
 
   OrtStatusPtr ComputeV2(OrtKernelContext* context) const {
@@ -89,6 +138,29 @@ class FusedLinearGeluCudaKernel {
   }
 
  private:
+  // The path of one call: forced by cuda_path, else the tuning table where it applies, else BuiltInPath. K = 0
+  // (Y = act(B), no GEMM at all) always takes the fused path, the only one that handles it; "auto" without
+  // cuBLASLt too.
+  CudaPath ChoosePath(const cuda::GemmGeluArgs& a) const {
+    if (a.K == 0) return CudaPath::kFused;
+    if (path_attrs_.path != CudaPath::kAuto) return path_attrs_.path;
+    if (gemm_bias_ == nullptr) return CudaPath::kFused;
+    if (table_applies_) {
+      const std::vector<int64_t>& rows = path_attrs_.tuned_max_rows;
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (a.M <= rows[i]) return path_attrs_.tuned_paths[i];
+      return path_attrs_.tuned_paths.back();
+    }
+    return BuiltInPath(a);
+  }
+
+  std::string Describe(const LinearShape& s) const {
+    return std::string(TypeName(type_)) + " M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
+           " N=" + std::to_string(s.N) + " transB=" + (attrs_.trans_b ? "1" : "0") +
+           " approximate=" + ActivationName(attrs_.activation) + " on sm_" + std::to_string(dev_.cc_major) +
+           std::to_string(dev_.cc_minor);
+  }
+
   void Compute(OrtKernelContext* context) const {
     Ort::KernelContext ctx(context);
     BoundCall call = BindCall(ctx, attrs_.trans_b);
@@ -121,32 +193,18 @@ class FusedLinearGeluCudaKernel {
       Fail(ORT_FAIL, "ORT gave no CUDA compute stream: the node is not running under CUDAExecutionProvider");
     }
 
-    // Scratch, if the chosen tactic needs any, comes from ORT's GPU allocator and goes back to it when
-    // this call returns: later work on the same stream is ordered after the kernel, as for ORT's own kernels.
-    const cuda::GemmGeluPlan plan = cuda::plan_gemm_gelu(args, dev_);
-    const size_t workspace_bytes = plan.workspace_bytes;
-    Ort::Allocator allocator{nullptr};
-    void* workspace = nullptr;
-    struct Release {
-      Ort::Allocator* a;
-      void* p;
-      ~Release() {
-        if (p) a->Free(p);
-      }
-    } release{&allocator, nullptr};
-    if (workspace_bytes > 0) {
-      allocator = ctx.GetAllocator(*gpu_memory_);
-      workspace = allocator.Alloc(workspace_bytes);
-      release.p = workspace;
+    if (ChoosePath(args) == CudaPath::kFallback) {
+      RunFallback(ctx, args, s, stream);
+      return;
     }
 
-    const cudaError_t e = cuda::launch_gemm_gelu(plan, args, dev_, workspace, workspace_bytes, stream);
+    // Scratch, if the chosen tactic needs any (Workspace).
+    const cuda::GemmGeluPlan plan = cuda::plan_gemm_gelu(args, dev_);
+    const size_t workspace_bytes = plan.workspace_bytes;
+    Workspace workspace(ctx, *gpu_memory_, workspace_bytes);
+    const cudaError_t e = cuda::launch_gemm_gelu(plan, args, dev_, workspace.data(), workspace_bytes, stream);
     if (e != cudaSuccess) {
-      const std::string what = std::string(TypeName(type_)) + " M=" + std::to_string(s.M) +
-                               " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N) +
-                               " transB=" + (attrs_.trans_b ? "1" : "0") +
-                               " approximate=" + ActivationName(attrs_.activation) + " on sm_" +
-                               std::to_string(dev_.cc_major) + std::to_string(dev_.cc_minor);
+      const std::string what = Describe(s);
       if (e == cudaErrorNotSupported) {
         Fail(ORT_NOT_IMPLEMENTED, "no CUDA kernel in this library can run " + what);
       }
@@ -155,11 +213,59 @@ class FusedLinearGeluCudaKernel {
     }
   }
 
+  // cuBLASLt's GEMM with the bias epilogue into Y, then the activation over Y in place, both on `stream`.
+  void RunFallback(Ort::KernelContext& ctx, cuda::GemmGeluArgs args, const LinearShape& s, cudaStream_t stream) const {
+    if (gemm_bias_ == nullptr) {
+      Fail(ORT_FAIL, std::string("cuda_path='fallback' needs cuBLASLt, which is unavailable: ") + fallback_unavailable_ +
+                         " (onnxruntime's CUDA provider loads it; is this session's CUDA the library's major?)");
+    }
+    if (args.dtype == cuda::DType::kFloat32 && args.M <= kStrictF32MaxRows) args.allow_tf32 = false;
+    std::string error;
+    cuda::CublasLtGemmBias::Plan plan;
+    if (!gemm_bias_->plan(args, &plan, &error)) {
+      Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " cannot run " + Describe(s) + ": " + error);
+    }
+    Workspace workspace(ctx, *gpu_memory_, plan.workspace_bytes);
+    if (!gemm_bias_->run(plan, args, workspace.data(), plan.workspace_bytes, stream, &error)) {
+      Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " GEMM failed for " + Describe(s) + ": " + error);
+    }
+    const cudaError_t e = cuda::launch_activation_inplace(args, dev_, stream);
+    if (e != cudaSuccess) {
+      Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " activation kernel launch failed for " + Describe(s) +
+                         ": " + CudaErrorText(e));
+    }
+  }
+
+  // Scratch from ORT's GPU allocator for one call, returned when the call ends: later work on the same
+  // stream is ordered after the kernels that use it, as for ORT's own kernels.
+  class Workspace {
+   public:
+    Workspace(Ort::KernelContext& ctx, const OrtMemoryInfo& memory, size_t bytes) {
+      if (bytes == 0) return;
+      allocator_ = ctx.GetAllocator(memory);
+      data_ = allocator_.Alloc(bytes);
+    }
+    ~Workspace() {
+      if (data_ != nullptr) allocator_.Free(data_);
+    }
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+    void* data() const { return data_; }
+
+   private:
+    Ort::Allocator allocator_{nullptr};
+    void* data_ = nullptr;
+  };
+
   const ONNXTensorElementDataType type_;
   const FusedLinearGeluAttributes attrs_;
+  const CudaPathAttributes path_attrs_;
   const bool strict_fp32_;
   Ort::MemoryInfo gpu_memory_{nullptr};
   cuda::DeviceInfo dev_{};
+  std::unique_ptr<cuda::CublasLtGemmBias> gemm_bias_;  // null when cuBLASLt is unavailable
+  std::string fallback_unavailable_;                  // why, then
+  bool table_applies_ = false;                        // tuned_device is this device's signature
 };
 
 struct FusedLinearGeluCudaOp

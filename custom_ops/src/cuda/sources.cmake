@@ -1,7 +1,8 @@
 # The CUDA kernel sources (relative to src/cuda/), included by cmake/cuda.cmake. The sm90_* files hold
 # Hopper-only (sm_90a) CUTLASS 3 kernels (their sm_80 pass compiles to empty guarded bodies that are never
-# launched); the others are the portable sm_80+ tactics and the dispatch table. One file per (dtype, layout[, tile
-# group]) so that a parallel build compiles the long CUTLASS instantiations side by side.
+# launched); the others are the portable sm_80+ tactics, the dispatch table and the fallback path's in-place
+# activation. One file per (dtype, layout[, tile group]) so that a parallel build compiles the long CUTLASS
+# instantiations side by side.
 set(ONNXFUSE_CUDA_KERNEL_SOURCES
   gemm_gelu_dispatch.cu
   sm90_f16_tn_large.cu
@@ -17,4 +18,5 @@ set(ONNXFUSE_CUDA_KERNEL_SOURCES
   sm80_bf16.cu
   sm80_f32.cu
   fallback_gemm_gelu.cu
+  activation_inplace.cu
 )

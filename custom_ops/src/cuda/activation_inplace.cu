@@ -1,0 +1,114 @@
+// The activation in place over Y, for the fallback path (cuBLASLt's GEMM + bias epilogue, then this).
+//
+// Memory-bound: it reads and writes Y once, so it moves 16 bytes per load and per store (8 fp16/bf16 or 4
+// fp32 values) and walks Y with a grid-stride loop over a grid sized to the GPU rather than to Y. A Y whose
+// base is not 16-byte aligned, or whose size is not a multiple of the vector, has a scalar head (up to the
+// first aligned element) and a scalar tail.
+//
+// The math is the fused epilogue's (activation_math.cuh), with the same choice by output type (fp32 the
+// libm-accurate forms, fp16/bf16 the fast ones), so both paths compute the same function of the same fp32
+// pre-activation; here that pre-activation has been rounded to Y's type once, as in ORT's unfused graph.
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "activation_inplace.h"
+#include "activation_math.cuh"
+#include "tactics.cuh"
+
+namespace onnxfuse::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVectorBytes = 16;
+// Enough resident blocks to cover the memory latency (8 x 256 threads per SM); beyond that a grid only adds
+// launch work.
+constexpr int kBlocksPerSm = 8;
+
+template <class T>
+__device__ __forceinline__ float load_float(T v) { return static_cast<float>(v); }
+template <>
+__device__ __forceinline__ float load_float(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float load_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__device__ __forceinline__ T store_float(float v);
+template <>
+__device__ __forceinline__ float store_float(float v) { return v; }
+template <>
+__device__ __forceinline__ __half store_float(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 store_float(float v) { return __float2bfloat16_rn(v); }
+
+template <class T>
+__device__ __forceinline__ void activate_one(T* p, const ActivationParams& act) {
+  *p = store_float<T>(apply_activation<std::is_same_v<T, float>>(load_float(*p), act));
+}
+
+// y[0, head) and y[head + vectors·kPer, count) scalar; the vectors in between as 16-byte words.
+template <class T>
+__global__ void __launch_bounds__(kThreads) activation_inplace_kernel(T* __restrict__ y, int64_t count, int64_t head,
+                                                                      int64_t vectors, ActivationParams act) {
+  constexpr int kPer = kVectorBytes / static_cast<int>(sizeof(T));
+  union Vector {
+    uint4 bits;
+    T v[kPer];
+  };
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  uint4* body = reinterpret_cast<uint4*>(y + head);
+  for (int64_t i = tid; i < vectors; i += stride) {
+    Vector in;
+    in.bits = body[i];
+    float f[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) f[j] = load_float(in.v[j]);
+    apply_activation<std::is_same_v<T, float>>(f, act);
+    Vector out;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) out.v[j] = store_float<T>(f[j]);
+    body[i] = out.bits;
+  }
+  // At most kPer - 1 elements on each side: the first threads take them.
+  const int64_t tail_start = head + vectors * kPer;
+  if (tid < head) activate_one(y + tid, act);
+  if (tid < count - tail_start) activate_one(y + tail_start + tid, act);
+}
+
+template <class T>
+cudaError_t launch(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
+  constexpr int64_t kPer = kVectorBytes / sizeof(T);
+  T* y = static_cast<T*>(a.y);
+  const int64_t count = a.M * a.N;
+  // Elements before the first 16-byte boundary (an element-aligned base reaches one within kPer - 1).
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(y) % kVectorBytes;
+  int64_t head = misalign == 0 ? 0 : static_cast<int64_t>((kVectorBytes - misalign) / sizeof(T));
+  if (head > count) head = count;
+  const int64_t vectors = (count - head) / kPer;
+  const int64_t work = vectors > kPer ? vectors : kPer;  // the scalar edges need kPer - 1 threads at most
+  int64_t blocks = (work + kThreads - 1) / kThreads;
+  const int64_t max_blocks = static_cast<int64_t>(dev.sm_count > 0 ? dev.sm_count : 1) * kBlocksPerSm;
+  if (blocks > max_blocks) blocks = max_blocks;
+  activation_inplace_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(y, count, head, vectors,
+                                                                                     activation_params(a));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_activation_inplace(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
+  if (a.M < 0 || a.N < 0) return cudaErrorInvalidValue;
+  if (a.M == 0 || a.N == 0) return cudaSuccess;
+  if (reinterpret_cast<uintptr_t>(a.y) % dtype_bytes(a.dtype) != 0) return cudaErrorMisalignedAddress;
+  switch (a.dtype) {
+    case DType::kFloat16: return launch<__half>(a, dev, stream);
+    case DType::kBFloat16: return launch<__nv_bfloat16>(a, dev, stream);
+    case DType::kFloat32: return launch<float>(a, dev, stream);
+  }
+  return cudaErrorNotSupported;
+}
+
+}  // namespace onnxfuse::cuda

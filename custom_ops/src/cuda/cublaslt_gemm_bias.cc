@@ -1,0 +1,277 @@
+#include "cublaslt_gemm_bias.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <tuple>
+
+#include <cublasLt.h>
+
+namespace onnxfuse::cuda {
+
+// The run-time library is the one of the CUDA major this library is built for (ORT's CUDA provider of that
+// major loads it); headers of another major would describe another ABI.
+static_assert(CUBLAS_VER_MAJOR == CUDART_VERSION / 1000,
+              "the cuBLAS headers (cmake/cublas.cmake) must be of the CUDA toolkit's major version");
+
+namespace {
+
+#define ONNXFUSE_STR2(x) #x
+#define ONNXFUSE_STR(x) ONNXFUSE_STR2(x)
+constexpr const char* kLibraryName = "libcublasLt.so." ONNXFUSE_STR(CUBLAS_VER_MAJOR);
+
+// The largest workspace offered to the heuristic. cuBLASLt's Hopper kernels ask for up to 32 MiB (split-K
+// and stream-K reductions); the plan allocates only what the chosen algorithm needs, from ORT's allocator.
+constexpr uint64_t kMaxWorkspaceBytes = uint64_t{32} << 20;
+
+// The functions used here, typed by the header's own declarations, resolved once per process.
+struct CublasLt {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtDestroy) destroy = nullptr;
+  decltype(&cublasLtGetStatusString) status_string = nullptr;
+  decltype(&cublasLtMatmulDescInit_internal) matmul_desc_init = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) matmul_desc_set = nullptr;
+  decltype(&cublasLtMatrixLayoutInit_internal) layout_init = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) preference_create = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+  std::string unavailable;  // empty when every function resolved
+};
+
+template <class Fn>
+bool Resolve(void* library, const char* name, Fn* fn, std::string* unavailable) {
+  *fn = reinterpret_cast<Fn>(dlsym(library, name));
+  if (*fn == nullptr) *unavailable = std::string(kLibraryName) + " has no " + name;
+  return *fn != nullptr;
+}
+
+const CublasLt& Library() {
+  static const CublasLt lt = [] {
+    CublasLt t;
+    // RTLD_LOCAL: its symbols stay out of the global namespace; RTLD_NOW: a missing symbol fails here, not
+    // inside a call. Never closed: ORT keeps it loaded anyway, and handles may outlive any one session.
+    void* library = dlopen(kLibraryName, RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) {
+      const char* why = dlerror();
+      t.unavailable = std::string("cannot load ") + kLibraryName + ": " + (why ? why : "unknown dlopen error");
+      return t;
+    }
+    std::string& u = t.unavailable;
+    (void)(Resolve(library, "cublasLtCreate", &t.create, &u) && Resolve(library, "cublasLtDestroy", &t.destroy, &u) &&
+           Resolve(library, "cublasLtGetStatusString", &t.status_string, &u) &&
+           Resolve(library, "cublasLtMatmulDescInit_internal", &t.matmul_desc_init, &u) &&
+           Resolve(library, "cublasLtMatmulDescSetAttribute", &t.matmul_desc_set, &u) &&
+           Resolve(library, "cublasLtMatrixLayoutInit_internal", &t.layout_init, &u) &&
+           Resolve(library, "cublasLtMatmulPreferenceCreate", &t.preference_create, &u) &&
+           Resolve(library, "cublasLtMatmulPreferenceDestroy", &t.preference_destroy, &u) &&
+           Resolve(library, "cublasLtMatmulPreferenceSetAttribute", &t.preference_set, &u) &&
+           Resolve(library, "cublasLtMatmulAlgoGetHeuristic", &t.heuristic, &u) &&
+           Resolve(library, "cublasLtMatmul", &t.matmul, &u));
+    return t;
+  }();
+  return lt;
+}
+
+std::string StatusText(const CublasLt& lt, const char* what, cublasStatus_t s) {
+  return std::string(what) + " failed: " + lt.status_string(s) + " (cublasStatus_t " + std::to_string(static_cast<int>(s)) + ")";
+}
+
+cudaDataType_t DataType(DType d) {
+  switch (d) {
+    case DType::kFloat16: return CUDA_R_16F;
+    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kFloat32: break;
+  }
+  return CUDA_R_32F;
+}
+
+// The largest power of two (at most 256, cuBLASLt's default assumption) that divides the address.
+uint32_t Alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// The descriptors of one call, in caller-owned storage (cublasLt*Init, not *Create): no host allocation, so
+// the call path stays capturable and allocation-free after the first call.
+//
+// Row-major Y [M, N] is column-major Yᵀ [N, M], and Yᵀ = op(W)ᵀ·Xᵀ, so cuBLASLt's A is W and its B is X:
+//   A: transB=1: W [N, K] row-major = column-major K x N (ld K), op T;  transB=0: W [K, N] = column-major N x K
+//      (ld N), op N;
+//   B: X [M, K] row-major = column-major K x M (ld K), op N;
+//   D: column-major N x M (ld N); the bias epilogue adds bias[row] = B[n] to every column, i.e. to every row of Y.
+struct Descriptors {
+  cublasLtMatmulDescOpaque_t op;
+  cublasLtMatrixLayoutOpaque_t a, b, d;
+};
+
+cublasStatus_t Describe(const CublasLt& lt, const GemmGeluArgs& args, Descriptors* desc) {
+  const cudaDataType_t type = DataType(args.dtype);
+  // fp32 accumulation for every type; float32 on TF32 Tensor Cores exactly where the node allows TF32, as
+  // ORT's MatMul does, else full fp32 (so this path is as accurate as ORT's own).
+  const cublasComputeType_t compute =
+      args.dtype == DType::kFloat32 && args.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasStatus_t s = lt.matmul_desc_init(&desc->op, sizeof(desc->op), compute, CUDA_R_32F);
+  const cublasOperation_t trans_a = args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t trans_b = CUBLAS_OP_N;
+  // Bias of D's type: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE's default, left as it is.
+  const cublasLtEpilogue_t epilogue = args.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (s == CUBLAS_STATUS_SUCCESS) s = lt.matmul_desc_set(&desc->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a));
+  if (s == CUBLAS_STATUS_SUCCESS) s = lt.matmul_desc_set(&desc->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b));
+  if (s == CUBLAS_STATUS_SUCCESS) s = lt.matmul_desc_set(&desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+  if (s == CUBLAS_STATUS_SUCCESS && args.bias != nullptr) {
+    s = lt.matmul_desc_set(&desc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias));
+  }
+  const uint64_t M = static_cast<uint64_t>(args.M), N = static_cast<uint64_t>(args.N), K = static_cast<uint64_t>(args.K);
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    s = args.trans_b ? lt.layout_init(&desc->a, sizeof(desc->a), type, K, N, args.K)
+                     : lt.layout_init(&desc->a, sizeof(desc->a), type, N, K, args.N);
+  }
+  if (s == CUBLAS_STATUS_SUCCESS) s = lt.layout_init(&desc->b, sizeof(desc->b), type, K, M, args.K);
+  if (s == CUBLAS_STATUS_SUCCESS) s = lt.layout_init(&desc->d, sizeof(desc->d), type, N, M, args.N);
+  return s;
+}
+
+// Sets the current device for the scope (cuBLASLt binds a handle to the device current at its creation).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device && cudaSetDevice(device) == cudaSuccess) {
+      restore_ = true;
+    }
+  }
+  ~DeviceScope() {
+    if (restore_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+  bool restore_ = false;
+};
+
+}  // namespace
+
+struct CublasLtGemmBias::Algorithm {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace_bytes;
+};
+
+bool CublasLtAvailable(std::string* why) {
+  const CublasLt& lt = Library();
+  if (why != nullptr) *why = lt.unavailable;
+  return lt.unavailable.empty();
+}
+
+bool CublasLtGemmBias::Key::operator<(const Key& o) const {
+  return std::tie(M, N, K, dtype, trans_b, bias, tf32, align_x, align_w, align_y, align_bias) <
+         std::tie(o.M, o.N, o.K, o.dtype, o.trans_b, o.bias, o.tf32, o.align_x, o.align_w, o.align_y, o.align_bias);
+}
+
+CublasLtGemmBias::Key CublasLtGemmBias::key_of(const GemmGeluArgs& a) const {
+  return Key{a.M, a.N, a.K, static_cast<int>(a.dtype), a.trans_b, a.bias != nullptr,
+             a.dtype == DType::kFloat32 && a.allow_tf32, Alignment(a.x), Alignment(a.w), Alignment(a.y),
+             a.bias != nullptr ? Alignment(a.bias) : 256u};
+}
+
+CublasLtGemmBias::CublasLtGemmBias(int device) : device_(device) {}
+
+CublasLtGemmBias::~CublasLtGemmBias() {
+  if (handle_ != nullptr) {
+    DeviceScope scope(device_);
+    Library().destroy(static_cast<cublasLtHandle_t>(handle_));
+  }
+}
+
+bool CublasLtGemmBias::plan(const GemmGeluArgs& args, Plan* out, std::string* error) {
+  const CublasLt& lt = Library();
+  if (!lt.unavailable.empty()) {
+    *error = lt.unavailable;
+    return false;
+  }
+  if (args.M <= 0 || args.N <= 0 || args.K <= 0) {
+    *error = "cuBLASLt path needs M, N, K > 0";
+    return false;
+  }
+  const Key key = key_of(args);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = algorithms_.find(key); it != algorithms_.end()) {
+    *out = Plan{handle_, it->second.get(), it->second->workspace_bytes};
+    return true;
+  }
+  // A problem's first call: create the handle if needed, and ask the heuristic for its best algorithm.
+  if (handle_ == nullptr) {
+    DeviceScope scope(device_);
+    cublasLtHandle_t h = nullptr;
+    const cublasStatus_t s = lt.create(&h);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      *error = StatusText(lt, "cublasLtCreate", s);
+      return false;
+    }
+    handle_ = h;
+  }
+  Descriptors desc;
+  cublasStatus_t s = Describe(lt, args, &desc);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    *error = StatusText(lt, "describing the GEMM", s);
+    return false;
+  }
+  cublasLtMatmulPreference_t preference = nullptr;
+  s = lt.preference_create(&preference);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    *error = StatusText(lt, "cublasLtMatmulPreferenceCreate", s);
+    return false;
+  }
+  // Only algorithms that work at these pointers' alignments (views at odd offsets, K or N odd).
+  const uint32_t align[4] = {key.align_w, key.align_x, key.align_y, key.align_y};  // A = W, B = X, C, D = Y
+  const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  s = lt.preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxWorkspaceBytes,
+                        sizeof(kMaxWorkspaceBytes));
+  for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; ++i) {
+    s = lt.preference_set(preference, align_attr[i], &align[i], sizeof(align[i]));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    s = lt.heuristic(static_cast<cublasLtHandle_t>(handle_), &desc.op, &desc.a, &desc.b, &desc.d, &desc.d, preference,
+                     1, &result, &found);
+  }
+  lt.preference_destroy(preference);
+  if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+    *error = found == 0 && s == CUBLAS_STATUS_SUCCESS ? std::string("cuBLASLt has no algorithm for this GEMM")
+                                                      : StatusText(lt, "cublasLtMatmulAlgoGetHeuristic", s);
+    return false;
+  }
+  const Algorithm* algorithm =
+      algorithms_.emplace(key, std::make_unique<Algorithm>(Algorithm{result.algo, result.workspaceSize})).first->second.get();
+  *out = Plan{handle_, algorithm, algorithm->workspace_bytes};
+  return true;
+}
+
+bool CublasLtGemmBias::run(const Plan& plan, const GemmGeluArgs& args, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream, std::string* error) const {
+  const CublasLt& lt = Library();
+  if (plan.algorithm == nullptr || plan.handle == nullptr) {
+    *error = "cuBLASLt GEMM run without a plan";
+    return false;
+  }
+  Descriptors desc;
+  cublasStatus_t s = Describe(lt, args, &desc);
+  const float alpha = 1.0f, beta = 0.0f;
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    // C = D with beta = 0: C is never read, but cuBLASLt wants a C descriptor and pointer.
+    s = lt.matmul(static_cast<cublasLtHandle_t>(plan.handle), &desc.op, &alpha, args.w, &desc.a, args.x, &desc.b, &beta,
+                  args.y, &desc.d, args.y, &desc.d, &plan.algorithm->algo, workspace, workspace_bytes, stream);
+  }
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    *error = StatusText(lt, "cublasLtMatmul", s);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace onnxfuse::cuda

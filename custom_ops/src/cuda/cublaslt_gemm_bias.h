@@ -1,0 +1,77 @@
+// The GEMM of the fallback path: Y = X·W(ᵀ) + B by cuBLASLt (its bias epilogue), on the caller's stream. The
+// activation follows in a second kernel (activation_inplace.h); together they are the kernels ORT's own
+// MatMul + BiasGelu graph runs, for the shapes where the one-kernel path has only its any-alignment kernel.
+//
+// cuBLASLt is loaded at run time (dlopen of libcublasLt.so.<CUDA major>, once per process), never linked:
+// the library loads without it, and the fallback is then simply unavailable. Whenever ORT's CUDA provider
+// runs, it has loaded that library already, so the dlopen finds the copy in the process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "gemm_gelu.h"
+
+namespace onnxfuse::cuda {
+
+// The fallback's name where a tactic name is reported (benchmarks, error messages).
+inline constexpr const char* kFallbackPathName = "cublaslt_bias+act_inplace";
+
+// Whether libcublasLt.so.<major> could be loaded and has every function used here. Loads it on the first
+// call (thread-safe); later calls only read. `why`, when given, receives the reason it is unavailable.
+bool CublasLtAvailable(std::string* why = nullptr);
+
+// One node's cuBLASLt state: a handle for its device and the algorithm cuBLASLt's heuristic chose per
+// problem. Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
+// only read after it is created (cuBLASLt takes stream and workspace per call, so a handle has no per-call
+// state and cuBLAS documents its functions as callable from several threads with one handle); it and the
+// algorithm cache are guarded by a mutex, held only for a lookup except on a problem's first call, and a Plan
+// carries what run() needs, so run() takes no lock.
+class CublasLtGemmBias {
+ public:
+  explicit CublasLtGemmBias(int device);  // nothing happens on the device until the first plan()
+  ~CublasLtGemmBias();
+  CublasLtGemmBias(const CublasLtGemmBias&) = delete;
+  CublasLtGemmBias& operator=(const CublasLtGemmBias&) = delete;
+
+  struct Algorithm;  // cuBLASLt's choice for one problem (cublaslt_gemm_bias.cc)
+  struct Plan {
+    void* handle = nullptr;  // cublasLtHandle_t
+    const Algorithm* algorithm = nullptr;
+    size_t workspace_bytes = 0;  // what the chosen algorithm needs; the caller allocates it
+  };
+
+  // The plan for `args` (M, N, K > 0): the cached algorithm, or on a problem's first call cuBLASLt's heuristic
+  // (host work only, no GPU sync; ORT's first runs of a CUDA-graph session are not captured, so the captured
+  // runs find the cache filled). False with `error` set when cuBLASLt is unavailable or has no algorithm.
+  bool plan(const GemmGeluArgs& args, Plan* out, std::string* error);
+
+  // Enqueues Y = X·W(ᵀ) + B (B absent: X·W(ᵀ)) on `stream` with the plan's algorithm. No host allocation, no
+  // synchronization: capturable in a CUDA graph. False with `error` set when cuBLASLt refuses the call.
+  bool run(const Plan& plan, const GemmGeluArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+           std::string* error) const;
+
+ private:
+  // Everything the heuristic's answer depends on: the problem, the compute type and the pointers' alignments.
+  struct Key {
+    int64_t M, N, K;
+    int dtype;
+    bool trans_b, bias, tf32;
+    uint32_t align_x, align_w, align_y, align_bias;
+    bool operator<(const Key& o) const;
+  };
+  Key key_of(const GemmGeluArgs& args) const;
+
+  const int device_;
+  std::mutex mutex_;
+  void* handle_ = nullptr;  // cublasLtHandle_t, created on the first plan() (on device_), destroyed with this
+  std::map<Key, std::unique_ptr<Algorithm>> algorithms_;  // never erased: a Plan points into it
+};
+
+}  // namespace onnxfuse::cuda
