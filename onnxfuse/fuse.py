@@ -237,6 +237,18 @@ class _GraphEmitter:
         self.view = view
         self.ctx = ctx
         self.new_tensors: list[onnx.TensorProto] = []
+        self.position = 0  # where the block being emitted goes (its last node's index in the view)
+        self._shared: dict[tuple, tuple[int, str]] = {}  # key -> (position of its nodes, tensor name)
+
+    def shared(self, key, build):
+        # Reused only where the emitted tensor already exists: by a block placed after the one that made it.
+        known = self._shared.get(key)
+        if known is not None and known[0] <= self.position:
+            return [], known[1]
+        nodes, name = build()
+        if known is None or self.position < known[0]:
+            self._shared[key] = (self.position, name)
+        return nodes, name
 
     def name(self, proposal: str) -> str:
         return self.ctx.names.claim(proposal)
@@ -275,6 +287,7 @@ def _apply(graph: onnx.GraphProto, view: GraphView, plans: list[Plan], ctx: _Rew
     for plan in plans:
         domain_name, op_type = plan.op
         name = ctx.names.claim(f"{plan.name_hint}/{op_type}")
+        emitter.position = max(plan.nodes)
         new_nodes = plan.emit(emitter, name)
         ctx.domains |= {n.domain for n in new_nodes if n.domain not in ("", "ai.onnx")}
         emit[max(plan.nodes)] = new_nodes

@@ -29,7 +29,9 @@ def gelu64(y: np.ndarray, approximate: str = "none", alpha: float = 1.702) -> np
 class FusedLinearGelu(OpRun):
     op_domain = "ai.onnxfuse"
 
-    def _run(self, X, W, B=None, approximate="none", alpha=1.702, transB=1):
+    # cuda_path and the tuning table choose how the CUDA kernel computes, never what: ignored here
+    def _run(self, X, W, B=None, approximate="none", alpha=1.702, transB=1, cuda_path="auto", tuned_device="",
+             tuned_max_rows=None, tuned_paths=None):
         w = W.astype(np.float64)
         y = X.astype(np.float64) @ (w.T if transB else w)
         if B is not None:

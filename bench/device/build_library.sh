@@ -29,10 +29,15 @@ grep -qxF '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
 cmake -S custom_ops -B .device/build -DCMAKE_BUILD_TYPE=Release -DONNXFUSE_CUDA=ON ${CMAKE_ARGS:-}
 
 # The build kit for building on the GPU machine instead (on_device.sh build: 16 cores there against 2 here):
-# the ORT headers this configure fetched and the OpenBLAS the CPU kernel links; CUTLASS comes with the kit.
+# the ORT and cuBLAS headers this configure fetched (that machine reaches no package registry) and the
+# OpenBLAS the CPU kernel links; CUTLASS comes with the kit.
 rm -rf .device/buildkit
 mkdir -p .device/buildkit/openblas/lib
 cp -r "$(sed -n 's/^ONNXRUNTIME_INCLUDE_DIR:PATH=//p' .device/build/CMakeCache.txt)" .device/buildkit/ort-include
+# cuBLAS: the folder given as CUBLAS_INCLUDE_DIR, else the one cmake/cublas.cmake fetched into the build tree
+cublas_include=$(sed -n 's/^CUBLAS_INCLUDE_DIR:PATH=//p' .device/build/CMakeCache.txt)
+[ -n "$cublas_include" ] || cublas_include=$(dirname "$(find .device/build/_deps -name cublasLt.h -print -quit)")
+cp -r "$cublas_include" .device/buildkit/cublas-include
 # The OpenBLAS cache entries are empty when CMake asked the scipy-openblas32 package itself: ask it too.
 blas_include=$(sed -n 's/^ONNXFUSE_OPENBLAS_INCLUDE_DIR:PATH=//p' .device/build/CMakeCache.txt)
 blas_library=$(sed -n 's/^ONNXFUSE_OPENBLAS_LIBRARY:FILEPATH=//p' .device/build/CMakeCache.txt)

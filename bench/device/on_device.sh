@@ -42,6 +42,7 @@ case "${1:-}" in
       -DONNXRUNTIME_INCLUDE_DIR="$kit/ort-include" -DONNXFUSE_OPENBLAS_INCLUDE_DIR="$kit/openblas/include" \
       -DONNXFUSE_OPENBLAS_LIBRARY="$kit/openblas/lib/libscipy_openblas.so" \
       -DCUTLASS_INCLUDE_DIR="$cutlass/include" -DCUTLASS_UTIL_INCLUDE_DIR="$cutlass/tools/util/include" \
+      -DCUBLAS_INCLUDE_DIR="$kit/cublas-include" \
       > "$OUT/build.log" 2>&1 && cmake --build /tmp/onnxfuse-build -j "$(nproc)" >> "$OUT/build.log" 2>&1
     rc=$?
     tail -n 15 "$OUT/build.log"

@@ -107,17 +107,17 @@ class AttentionPlan(Plan):
     key: str
     value: str
     biases: tuple | None  # three inline [D] constants (q, k, v) to pack into MHA's bias, or None
-    mask_bias: str | None  # the graph's additive mask Where(keep, 0, fill): MHA's attention_bias, or None
     mask_kind: str  # "" | "causal" | "key-padding" | "causal+key-padding"
-    bias_rank: int  # the mask's rank (MHA takes a 4-D attention_bias)
-    bias_has_query_axis: bool  # the mask spans the query positions (else it is expanded over them)
-    keep: str | None  # the mask's keep tensor, read to find the rows that see no key
+    padding: str | None  # the tensor the graph reads as attention_mask[b, k] (nonzero keeps key k), or None
+    padding_is_bool: bool
+    fill: float | None  # the graph's fill for dropped keys
     hidden_rows: float | None  # what the graph makes of a row that sees no key (0 or NaN), when it must be kept
     causal: bool  # causal without padding: MHA's unidirectional (no bias: its fastest kernels)
     num_heads: int
     scale: float
     dtype: int
     opset: int
+    self_attention: bool  # query length = key length, proved: the mask's S is the padding's T
     flat_shape: tuple | None = None  # the graph merges heads into [B·S, D]: MHA's [B, S, D] reshaped
 
     op = (MS_DOMAIN, "MultiHeadAttention")
@@ -125,15 +125,16 @@ class AttentionPlan(Plan):
     def details(self) -> dict:
         return {"num_heads": self.num_heads, "mask": self.mask_kind or "none", "scale": self.scale,
                 "bias": "packed" if self.biases else "none",
-                "mask_input": "attention_bias" if self.mask_bias else "unidirectional" if self.causal else "none"}
+                "mask_input": "attention_bias" if self.padding else "unidirectional" if self.causal else "none"}
 
     def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
         nodes: list[onnx.NodeProto] = []
         inputs = [self.query, self.key, self.value, "", "", ""]
         if self.biases is not None:
             inputs[3] = out.initializer(self.name_hint + "_qkv_bias", _packed_bias(out.view, self.biases))
-        if self.mask_bias is not None:
-            inputs[5] = self._attention_bias(out, nodes)
+        if self.padding is not None:
+            made, inputs[5] = out.shared(self._mask_key("attention_bias"), lambda: self._attention_bias(out))
+            nodes += made
         while inputs and not inputs[-1]:
             inputs.pop()
         attrs = {"num_heads": self.num_heads, "scale": self.scale}
@@ -145,57 +146,121 @@ class AttentionPlan(Plan):
         nodes.append(onnx.helper.make_node("MultiHeadAttention", inputs, [mha_out], name=name,
                                            domain=MS_DOMAIN, **attrs))
         if self.hidden_rows is not None:
-            nodes += self._hidden_rows(out, mha_out, merged)
+            made, rows = out.shared(self._mask_key("rows_seeing_a_key"), lambda: self._rows_seeing_a_key(out))
+            nodes += made
+            np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
+            hidden = out.initializer(self.name_hint + "_hidden_row_value", np.array(self.hidden_rows, dtype=np_dtype))
+            nodes.append(onnx.helper.make_node("Where", [rows, mha_out, hidden], [merged],
+                                               name=out.name(merged + "_hidden_rows")))
         if self.flat_shape:
             shape = out.initializer(self.name_hint + "_flat_shape", np.array(self.flat_shape, dtype=np.int64))
             nodes.append(onnx.helper.make_node("Reshape", [merged, shape], [y], name=out.name(y + "_reshape")))
         return nodes
 
-    def _attention_bias(self, out: Emitter, nodes: list) -> str:
-        """The graph's own mask, as MHA's 4-D ``attention_bias`` [B|1, 1, S, T]: expanded over the query
-        positions (and to rank 4) where the graph lets the Add broadcast it."""
-        if self.bias_has_query_axis and self.bias_rank == 4:
-            return self.mask_bias
-        hint = self.name_hint
+    # The mask is rebuilt from what the rule proved it to be, keep[b, 0, q, k] = padding[b, k] != 0
+    # (∧ k <= q), from the padding tensor and the query's length alone: every op of it runs on the model's
+    # provider, where the exporters' index arithmetic (Range, GatherND, Expand chains over shapes) ran
+    # partly on the CPU, which cost a device-host copy per inference and kept ORT from capturing the model
+    # in a CUDA graph. One rebuilt mask serves every layer with the same padding tensor and query length.
+    def _mask_key(self, what: str) -> tuple:
+        # Self-attention's mask depends on the padding tensor alone; otherwise also on this block's query.
+        return (what, self.padding, self.mask_kind, self.fill, self.dtype,
+                None if self.self_attention else self.query)
+
+    @property
+    def _length_source(self) -> str:
+        """The tensor whose axis 1 is the query length S: the padding mask itself in self-attention
+        (S = T; shared by every layer), else the query."""
+        return self.padding if self.self_attention else self.query
+
+    def _keep(self, out: Emitter, nodes: list) -> str:
+        """keep [B, 1, 1, T] (padding) or [B, 1, S, T] (padding ∧ causal), bool: appends the nodes that make
+        it to ``nodes`` unless an earlier block made it."""
+        made, keep = out.shared(self._mask_key("keep"), lambda: self._keep_nodes(out))
+        nodes += made
+        return keep
+
+    def _keep_nodes(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
+        hint = self.name_hint + "_mask"
+        nodes: list[onnx.NodeProto] = []
+        source = self.padding
+        if not self.padding_is_bool:
+            source = out.name(hint + "_padding_bool")
+            nodes.append(onnx.helper.make_node("Cast", [self.padding], [source], name=out.name(source), to=T.BOOL))
+        keep = out.name(hint + "_keep_padding")
+        nodes.append(_with_axes(out, self.opset, "Unsqueeze", 13, source, keep, [1, 2], hint + "_padding_axes"))
+        if "causal" not in self.mask_kind:
+            return nodes, keep
+        names = [out.name(hint + s) for s in ("_query_shape", "_query_len", "_padding_shape", "_key_len",
+                                             "_key_positions", "_query_positions", "_query_column", "_future",
+                                             "_past_or_present", "_keep")]
+        q_shape, q_len, p_shape, k_len, k_pos, q_pos, q_col, future, past, both = names
+        zero, one = (out.initializer(hint + n, np.array(v, np.int64)) for n, v in (("_pos0", 0), ("_pos_step", 1)))
+        seq_axis = out.initializer(hint + "_seq_axis", np.array(1, np.int64))
+        nodes += [
+            onnx.helper.make_node("Shape", [self.padding], [p_shape], name=out.name(p_shape)),
+            onnx.helper.make_node("Gather", [p_shape, seq_axis], [k_len], name=out.name(k_len), axis=0),
+            onnx.helper.make_node("Range", [zero, k_len, one], [k_pos], name=out.name(k_pos)),
+        ]
+        if self.self_attention:
+            q_pos = k_pos
+        else:
+            nodes += [
+                onnx.helper.make_node("Shape", [self.query], [q_shape], name=out.name(q_shape)),
+                onnx.helper.make_node("Gather", [q_shape, seq_axis], [q_len], name=out.name(q_len), axis=0),
+                onnx.helper.make_node("Range", [zero, q_len, one], [q_pos], name=out.name(q_pos)),
+            ]
+        nodes += [
+            _with_axes(out, self.opset, "Unsqueeze", 13, q_pos, q_col, [1], hint + "_column_axes"),
+            onnx.helper.make_node("Greater", [k_pos, q_col], [future], name=out.name(future)),  # k > q
+            onnx.helper.make_node("Not", [future], [past], name=out.name(past)),  # k <= q: [S, T]
+            onnx.helper.make_node("And", [keep, past], [both], name=out.name(both)),
+        ]
+        return nodes, both
+
+    def _attention_bias(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
+        """MHA's 4-D ``attention_bias`` [B, 1, S, T]: 0 where the graph keeps a key, its fill elsewhere."""
+        hint = self.name_hint + "_mask"
+        nodes: list[onnx.NodeProto] = []
+        keep = self._keep(out, nodes)
+        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
+        bias = out.name(hint + "_additive")
+        nodes.append(onnx.helper.make_node(
+            "Where", [keep, out.initializer(hint + "_kept", np.array(0, np_dtype)),
+                      out.initializer(hint + "_fill", np.array(self.fill, np_dtype))], [bias], name=out.name(bias)))
+        if "causal" in self.mask_kind:
+            return nodes, bias  # already [B, 1, S, T]
+        # [B, 1, 1, T] → [B, 1, S, T]: MHA takes the query axis whole
         q_shape, q_len, target, expanded = (out.name(hint + s) for s in
                                             ("_query_shape", "_query_len", "_bias_shape", "_attention_bias"))
         nodes += [
-            onnx.helper.make_node("Shape", [self.query], [q_shape], name=out.name(q_shape)),
-            onnx.helper.make_node("Gather", [q_shape, out.initializer(hint + "_seq_axis", np.array([1], np.int64))],
+            onnx.helper.make_node("Shape", [self._length_source], [q_shape], name=out.name(q_shape)),
+            onnx.helper.make_node("Gather", [q_shape, out.initializer(hint + "_seq_axes", np.array([1], np.int64))],
                                   [q_len], name=out.name(q_len), axis=0),
             onnx.helper.make_node("Concat", [out.initializer(hint + "_bias_lead", np.array([1, 1], np.int64)), q_len,
                                              out.initializer(hint + "_bias_tail", np.array([1], np.int64))],
                                   [target], name=out.name(target), axis=0),
-            onnx.helper.make_node("Expand", [self.mask_bias, target], [expanded], name=out.name(expanded)),
+            onnx.helper.make_node("Expand", [bias, target], [expanded], name=out.name(expanded)),
         ]
-        return expanded
+        return nodes, expanded
 
-    def _hidden_rows(self, out: Emitter, x: str, y: str) -> list[onnx.NodeProto]:
-        """``y = x`` where the (batch, query) row keeps some key, else the graph's value for a row that
-        sees none (its guarded 0, or NaN): kept keys are counted from the mask's own keep tensor, so
-        whatever the kernel makes of a row with no visible key never reaches the output."""
-        hint = self.name_hint
-        counted, seen, rows = (out.name(hint + s) for s in ("_keep_count", "_keys_seen", "_row_visible"))
-        as_float = out.name(hint + "_keep_float")
-        nodes = [onnx.helper.make_node("Cast", [self.keep], [as_float], name=out.name(as_float), to=T.FLOAT)]
-        source = as_float
-        if self.bias_rank < 4:  # the keep tensor broadcasts from the right: give it the scores' rank
-            source = out.name(hint + "_keep_4d")
-            nodes.append(_with_axes(out, self.opset, "Unsqueeze", 13, as_float, source,
-                                    list(range(4 - self.bias_rank)), hint + "_keep_axes"))
-        # summed over heads (a padding or causal keep is the same for every head) and keys: [b, 1, s, 1]
+    def _rows_seeing_a_key(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
+        """[B, S or 1, 1] bool: the (batch, query) rows that keep at least one key."""
+        hint = self.name_hint + "_rows"
+        nodes: list[onnx.NodeProto] = []
+        keep = self._keep(out, nodes)
+        as_float, counted, seen, rows = (out.name(hint + s) for s in
+                                         ("_keep_float", "_kept_keys", "_sees_a_key", "_seeing_a_key"))
         nodes += [
-            _with_axes(out, self.opset, "ReduceSum", 13, source, counted, [1, 3], hint + "_count_axes", keepdims=1),
-            onnx.helper.make_node("Greater", [counted, out.initializer(hint + "_no_key", np.array(0.0, np.float32))],
+            onnx.helper.make_node("Cast", [keep], [as_float], name=out.name(as_float), to=T.FLOAT),
+            _with_axes(out, self.opset, "ReduceSum", 13, as_float, counted, [1, 3], hint + "_count_axes", keepdims=1),
+            onnx.helper.make_node("Greater", [counted, out.initializer(hint + "_none", np.array(0.0, np.float32))],
                                   [seen], name=out.name(seen)),
-            # [b, 1, s, 1] → [b, s, 1]: one flag per output row, broadcast over the hidden size
+            # [B, 1, S|1, 1] → [B, S|1, 1]: one flag per output row, broadcast over the hidden size
             onnx.helper.make_node("Reshape", [seen, out.initializer(hint + "_row_shape", np.array([0, -1, 1], np.int64))],
                                   [rows], name=out.name(rows)),
         ]
-        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
-        hidden = out.initializer(hint + "_hidden_row_value", np.array(self.hidden_rows, dtype=np_dtype))
-        nodes.append(onnx.helper.make_node("Where", [rows, x, hidden], [y], name=out.name(y + "_hidden_rows")))
-        return nodes
+        return nodes, rows
 
 
 def _with_axes(out: Emitter, opset: int, op: str, axes_input_since: int, x: str, y: str, axes: list,
@@ -357,8 +422,8 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     # with the -inf fill, and 0 after its guard: reproduced whatever the kernel makes of such a row. With a
     # finite fill such a row is the graph's plain softmax of equal scores, which MHA computes the same way.
     hidden_rows = (0.0 if guarded else math.nan) if padded and mask.fill == -math.inf else None
-    if hidden_rows is not None and view.opset is None:
-        raise _Refused("the model imports no ONNX opset: the row guard's ops cannot be written")
+    if padded and view.opset is None:
+        raise _Refused("the model imports no ONNX opset: the mask's ops cannot be written")
     if scale == 0.0:  # MHA reads scale 0 as "the default 1/√head_size"
         raise _Refused("the scores are scaled by 0")
     scaling = ("√scale on Q and Kᵀ" if q_scale != 1.0 and k_scale != 1.0 else
@@ -369,10 +434,11 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         rule=RULE, form=f"attention ({form})", nodes=frozenset(nodes), outputs=(merged,),
         name_hint=view.nodes[softmax].name or f"attention_{softmax}",
         query=query, key=key, value=value, biases=biases,
-        mask_bias=sc.bias if padded else None, mask_kind=mask.kind, bias_rank=mask.rank,
-        bias_has_query_axis=mask.has_query_axis, keep=mask.keep if hidden_rows is not None else None,
+        mask_kind=mask.kind, padding=mask.tensor,
+        padding_is_bool=padded and view.dtype(mask.tensor) == T.BOOL, fill=mask.fill,
         hidden_rows=hidden_rows, causal=mask.causal and not padded, num_heads=q.heads,
-        scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0, flat_shape=flat_shape)
+        scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
+        self_attention=ev.dim(q.projected, 1) == ev.dim(k.projected, 1), flat_shape=flat_shape)
 
 
 # --- heads -------------------------------------------------------------------------------------------
@@ -660,6 +726,8 @@ def _classify_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Hea
     # mask built from it is fed to MHA, which requires [batch or 1, heads or 1, S, T] at run time.
     rows = cols = None
     if padding is not None:
+        if padding.rank != 2:
+            raise _Refused(f"the padding mask '{padding.name}' has rank {padding.rank}, not [batch, key length]")
         rows, cols = ev.dim(padding.name, 0), ev.dim(padding.name, 1)
         if extents[0] not in (batch, rows) or extents[3] not in (key_len, cols):
             raise _Refused(f"the padding mask spans {extents[0]}×{extents[3]}, not shown to be batch × key length")

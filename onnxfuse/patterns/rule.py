@@ -19,6 +19,8 @@ every grouping and operand order of ``0.5·x·(1+erf(x/√2))`` is the same prod
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
@@ -94,6 +96,11 @@ class Emitter(Protocol):
 
     def initializer(self, proposal: str, value: np.ndarray) -> str:
         """A new small constant holding ``value`` (integer shapes, packed small vectors)."""
+
+    def shared(self, key: tuple, build: Callable[[], tuple[list[onnx.NodeProto], str]]) -> tuple[list[onnx.NodeProto], str]:
+        """A tensor that several blocks of one graph can read (one attention mask for every layer):
+        ``build()`` gives the nodes that make it and its name; the first block that asks for ``key`` emits
+        them, later blocks placed after it get ``([], name)``."""
 
 
 @dataclass(frozen=True)
