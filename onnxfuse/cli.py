@@ -51,6 +51,20 @@ def main() -> None:
 
 
 # --- optimize / inspect (rewriter) -----------------------------------------------------------------
+def _target_option(f):
+    """--target, shared by optimize and inspect. A plain string checked by the cost model, so a bad value
+    is the one-line exit-2 error every bad input gets (not click's usage block)."""
+    from .cost_model import DEFAULT_TARGET, TARGETS
+
+    lines = "; ".join(f"{t.name}: {t.summary}" for t in TARGETS.values())
+    return click.option(
+        "--target", default=DEFAULT_TARGET, show_default=True, metavar="|".join(TARGETS),
+        help=f"What will run the model; a block whose fusion does not pay there is left as it is, with its "
+             f"reason in the refusals. {lines}. The default is a named target, not a guess from this machine: "
+             f"the output must not depend on where it was optimized, and cuda (what the fused nodes are "
+             f"made for) fuses every block, as cpu does today.")(f)
+
+
 
 
 @main.command("optimize", context_settings={"max_content_width": 110})
@@ -72,8 +86,9 @@ def main() -> None:
               help="With --verify: concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable).")
 @click.option("--rtol", type=float, default=None, help="With --verify: relative tolerance (default: per dtype).")
 @click.option("--atol", type=float, default=None, help="With --verify: absolute tolerance (default: per dtype).")
+@_target_option
 def optimize_command(model, output, json_path, approximate, verify, keep_failed, provider, samples,
-                     shape_options, rtol, atol):
+                     shape_options, rtol, atol, target):
     """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node and write OUT.
 
     Everything else stays as it was; external-data models stay external (OUT.data beside OUT). The
@@ -84,8 +99,11 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
     Exit codes: 0 ok · 1 internal error · 2 bad input (unreadable model, missing external data,
     unwritable output) · 3 --verify: outputs outside tolerance (OUT not written unless --keep-failed).
     """
+    from .cost_model import get_target
     from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
     from .fuse import optimize_file
+
+    get_target(target)  # a bad --target is said before anything else is looked at
 
     verify_only = {"--keep-failed": keep_failed, "--shape": shape_options, "--rtol": rtol, "--atol": atol,
                    "--samples": samples != 1, "--provider": provider != "cpu"}
@@ -112,7 +130,8 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
         if not verdict.passed and not keep_failed:
             raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
 
-    report = optimize_file(model, output, approximate=approximate, before_publish=run_gate if verify else None)
+    report = optimize_file(model, output, approximate=approximate, before_publish=run_gate if verify else None,
+                           target=target)
     _echo_warnings(report)
     if json_path != "-":
         _render_rewrite(report, title=f"{report.model} → {report.output}")
@@ -128,12 +147,13 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
 @main.command("inspect", context_settings={"max_content_width": 110})
 @click.argument("model")
 @click.option("--json", "json_out", is_flag=True, help="Print the report as JSON instead of tables.")
-def inspect_command(model, json_out):
+@_target_option
+def inspect_command(model, json_out, target):
     """List every candidate block of MODEL (each fusion rule's): what would be fused into which op, and for
-    every refusal the rule and its reason. Writes nothing."""
+    every refusal the rule and its reason (the cost model's, for a block --target leaves alone). Writes nothing."""
     from .fuse import inspect_file
 
-    report = inspect_file(model)
+    report = inspect_file(model, target=target)
     _echo_warnings(report)
     if json_out:
         _emit_json(report, "-", extra={"exit_code": 0})
@@ -165,7 +185,7 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     from rich.table import Table
 
     console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(title, highlight=False)
+    console.print(title + (f" · target {report.target}" if report.target else ""), highlight=False)
     forms = Table()
     forms.add_column("fused: source form")
     forms.add_column("blocks", justify="right")
