@@ -35,6 +35,7 @@ from .patterns import APPROXIMATIONS, FusionRule, NewTensor, Plan, Refusal, defa
 from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, base_dir_of, infer_types, node_reads
 from .patterns.rule import op_key
 from .report import FusedBlock, MathChange, RefusedBlock, Report
+from .tuning import read_tuning
 
 
 @dataclass(frozen=True, eq=False)
@@ -414,6 +415,7 @@ def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET) -> Report:
     notes = model_io.LoadNotes()
     model = model_io.load_model(path, notes=notes)
     report = fuse_model(model, base_dir=base_dir_of(path), target=target).report
+    report.tuning = read_tuning(model)
     report.warnings = notes.warnings
     report.model = os.fspath(path)
     report.seconds = time.perf_counter() - start

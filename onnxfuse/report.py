@@ -55,6 +55,8 @@ class Report:
     approximate: str | None = None
     target: str | None = None  # what the model was optimized for (cost_model.TARGETS)
     seconds: float | None = None
+    # A tuned model's CUDA path tables (tuning.read_tuning), for inspect; None when it has none
+    tuning: dict | None = None
     # What was tolerated in an input ONNX Runtime runs (nodes re-ordered, an onnx.checker error): one line each
     warnings: list[str] = field(default_factory=list)
 
@@ -81,6 +83,7 @@ class Report:
             "math_changed": [asdict(c) for c in self.math_changed],
             "blocks": [b.to_dict() for b in self.fused],
             "refusals": [asdict(r) for r in self.refused],
+            "tuning": self.tuning,
             "warnings": list(self.warnings),
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }
