@@ -251,7 +251,7 @@ def tune_command(model, output, provider, batch_list, shape_options, reps, json_
     """
     from .inputs import parse_shape_option
     from .model_io import check_output_path
-    from .tuning import tune_file
+    from .tune import tune_file
 
     shapes = dict(parse_shape_option(text) for text in shape_options)
     batches = _parse_batches(batch_list) if batch_list is not None else None

@@ -18,16 +18,14 @@ GEMM with its bias epilogue, then the library's activation kernel); with ``cuda_
 5. :func:`apply_tuning`: the output model, with the three attributes on each node and
    ``metadata_props["onnxfuse.tuning"]`` (the device and versions, per node the times and the choice).
 
-Everything here is pure: measuring needs a GPU and lives in ``bench/path_bench.py``. :func:`read_tuning`
-is what ``inspect`` shows of a tuned model.
+Everything here is pure: measuring needs a GPU and lives in ``bench/path_bench.py``; ``onnxfuse/tune.py``
+runs the command (reads, measures, writes). :func:`read_tuning` is what ``inspect`` shows of a tuned model.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
@@ -38,7 +36,7 @@ from . import model_io
 from .domain import DEFAULT_SIGMOID_ALPHA, DOMAIN, OP_TYPE
 from .dtypes import dtype_name
 from .errors import BadInputError
-from .patterns.graph import GraphView, attr, base_dir_of, infer_types, SMALL_CONSTANT_ELEMENTS
+from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, attr, infer_types
 from .patterns.rule import op_key
 from .patterns.symbolic import Evaluator
 
@@ -46,7 +44,6 @@ PATHS = ("fused", "fallback")
 METADATA_KEY = "onnxfuse.tuning"
 SCHEMA = "onnxfuse.tuning/1"
 ATTRIBUTES = ("tuned_device", "tuned_max_rows", "tuned_paths")
-DEFAULT_BATCHES = (1, 8, 32)
 
 
 @dataclass(frozen=True, order=True)
@@ -169,8 +166,9 @@ def tunable_nodes(model: onnx.ModelProto, base_dir: str | None = None) -> list[T
     (the model was not optimized), or a node's K and N cannot be read (a weight without a static 2-D shape)."""
     view = GraphView(model.graph, inferred=list(infer_types(model).value_info), base_dir=base_dir)
     names = [_key(n, i) for i, n in enumerate(model.graph.node)]
-    if len(set(names)) != len(names):
-        raise BadInputError("node names repeat in the model; tuning records each FusedLinearGelu by its name")
+    fused_names = [names[i] for i, n in enumerate(model.graph.node) if _is_fused(n)]
+    if len(set(fused_names)) != len(fused_names):
+        raise BadInputError(f"{OP_TYPE} node names repeat in the model; tuning records each node by its name")
     nodes = []
     for i, node in enumerate(model.graph.node):
         if not _is_fused(node):
@@ -192,10 +190,16 @@ def tunable_nodes(model: onnx.ModelProto, base_dir: str | None = None) -> list[T
         nodes.append(TunableNode(names[i], x, NodeShape(int(k), int(n), dtype, trans_b, approximate, alpha),
                                  _string_attr(node, "cuda_path", "auto")))
     if not nodes:
-        inner = sum(1 for n in model_io.all_nodes(model.graph) if _is_fused(n))
-        where = f" outside If/Loop/Scan bodies ({inner} inside, which tune does not reach)" if inner else ""
-        raise BadInputError(f"the model has no {OP_TYPE} node{where} to tune: run `onnxfuse optimize` on it first")
+        if nested_count(model):
+            raise BadInputError(f"the model's {OP_TYPE} nodes are all inside If/Loop/Scan bodies, which tune "
+                                "does not reach (their rows depend on the loop)")
+        raise BadInputError(f"the model has no {OP_TYPE} node to tune: run `onnxfuse optimize` on it first")
     return nodes
+
+
+def nested_count(model: onnx.ModelProto) -> int:
+    """FusedLinearGelu nodes inside If/Loop/Scan bodies: not tuned (they keep the built-in rule)."""
+    return sum(1 for n in model_io.all_nodes(model.graph) if _is_fused(n)) - sum(map(_is_fused, model.graph.node))
 
 
 def _concrete(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
@@ -376,10 +380,9 @@ class NodeTuning:
 
 def measure_all(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]], measure: Measure,
                 on_measured: Callable[[], None] | None = None) -> list[NodeTuning]:
-    """Measure each distinct (NodeShape, M) once, in a fixed order, and give every node its table."""
-    wanted = sorted({(node.shape, m) for node in nodes for m in rows[node.name].values()})
+    """Measure each distinct (NodeShape, M) once, in :func:`wanted`'s order, and give every node its table."""
     measured: dict[tuple[NodeShape, int], PathTimes] = {}
-    for shape, m in wanted:
+    for shape, m in wanted(nodes, rows):
         measured[(shape, m)] = measure(shape, m)
         if on_measured is not None:
             on_measured()
@@ -387,8 +390,9 @@ def measure_all(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]], m
             for node in nodes]
 
 
-def measurement_count(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]]) -> int:
-    return len({(node.shape, m) for node in nodes for m in rows[node.name].values()})
+def wanted(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]]) -> list[tuple[NodeShape, int]]:
+    """The distinct (NodeShape, M) to measure, sorted: identical nodes share one measurement."""
+    return sorted({(node.shape, m) for node in nodes for m in rows[node.name].values()})
 
 
 # --- writing ---------------------------------------------------------------------------------------
@@ -429,85 +433,6 @@ def apply_tuning(model: onnx.ModelProto, tunings: Sequence[NodeTuning], record: 
             del out.metadata_props[j]
     out.metadata_props.add(key=METADATA_KEY, value=json.dumps(record, sort_keys=True, separators=(",", ":")))
     return out
-
-
-# --- the command -----------------------------------------------------------------------------------
-@dataclass
-class TuneReport:
-    model: str
-    output: str
-    device: Device
-    plan: list[tuple[int, dict]]
-    tunings: list[NodeTuning]
-    measurements: int
-    settings: dict
-    seconds: float | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def forced(self) -> list[str]:
-        """Nodes whose own cuda_path forces a path: their table is written but not used."""
-        return [t.node.name for t in self.tunings if t.node.cuda_path != "auto"]
-
-    def to_dict(self) -> dict:
-        return {
-            "model": self.model,
-            "output": self.output,
-            "device": asdict(self.device),
-            "batches": [b for b, _ in self.plan],
-            "input_shapes": {str(b): {k: list(v) for k, v in s.items()} for b, s in self.plan},
-            "settings": self.settings,
-            "measurements": self.measurements,
-            "nodes": {t.node.name: t.to_dict() for t in self.tunings},
-            "forced": self.forced,
-            "warnings": list(self.warnings),
-            "seconds": None if self.seconds is None else round(self.seconds, 3),
-        }
-
-
-def tune_plan(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], batches: Sequence[int] | None):
-    """(batch, concrete input shapes) to tune for: ``batches`` (default ``DEFAULT_BATCHES`` where some
-    input's axis 0 is dynamic, else the model's one fixed shape) with ``shapes`` fixing the other dims."""
-    from .bench.model_bench import batch_shapes
-    from .inputs import input_specs
-
-    if batches is None and any(s.shape and not isinstance(s.shape[0], int) for s in input_specs(model)):
-        batches = DEFAULT_BATCHES
-    return batch_shapes(model, shapes, batches)
-
-
-def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | None = None,
-              batches: Sequence[int] | None = None, reps: int = 30,
-              measurer: Callable[[int], tuple[Device, Measure]] | None = None,
-              progress=None) -> TuneReport:
-    """Tune every FusedLinearGelu node of ``input_path`` and write ``output_path`` atomically (external data
-    streamed; the input untouched). ``measurer(reps)`` gives the device and the measuring callable; the
-    default is ``bench.path_bench.gpu_measurer`` (CUDA provider and a GPU, or ``BadInputError``). The model
-    and its shapes are checked before any GPU is looked for."""
-    from .bench.progress import Steps
-
-    start = time.perf_counter()
-    model_io.check_output_path(input_path, output_path)
-    notes = model_io.LoadNotes()
-    model = model_io.load_model(input_path, notes=notes)
-    base_dir = base_dir_of(input_path)
-    nodes = tunable_nodes(model, base_dir)
-    plan = tune_plan(model, dict(shapes or {}), batches)
-    rows = row_counts(model, nodes, plan, base_dir)
-    if measurer is None:
-        from .bench.path_bench import gpu_measurer as measurer
-    device, measure = measurer(reps)
-    count = measurement_count(nodes, rows)
-    step = Steps(progress, [f"measurement {i + 1} of {count}" for i in range(count)] + ["writing"])
-    tunings = measure_all(nodes, rows, measure, on_measured=step)
-    settings = {"reps": reps, "provider": "cuda"}
-    record = tuning_record(tunings, device, plan, settings)
-    tuned = apply_tuning(model, tunings, record)
-    model_io.save_model(tuned, output_path, source_dir=base_dir, check=model_io.checkable(model),
-                        input_checker_error=notes.checker_error)
-    step()
-    return TuneReport(os.fspath(input_path), os.fspath(output_path), device, list(plan), tunings, count, settings,
-                      time.perf_counter() - start, notes.warnings)
 
 
 # --- reading ---------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from onnxfuse.errors import BadInputError
 from onnxfuse.fuse import optimize_file
 from onnxfuse.patterns.graph import base_dir_of
 from onnxfuse.runtime import create_session, cuda_device_signature, cuda_usable
+from onnxfuse.tune import tune_plan
 from onnxfuse.tuning import NodeShape, PathTimes, compress
 from tests.test_cli_optimize import cli
 
@@ -153,7 +154,7 @@ def test_row_counts_are_the_rows_ort_runs(fused_models, name):
     path = fused_models[name]
     model = model_io.load_model(path)
     nodes = tuning.tunable_nodes(model)
-    plan = tuning.tune_plan(model, {}, [1, 3])
+    plan = tune_plan(model, {}, [1, 3])
     rows = tuning.row_counts(model, nodes, plan, base_dir_of(path))
     for batch, shapes in plan:
         actual = _actual_rows(path, random_inputs(model, shapes))
@@ -164,10 +165,10 @@ def test_rows_follow_shape_and_batch(fused_models):
     path = fused_models["tiny_bert.onnx"]
     model = model_io.load_model(path)
     nodes = tuning.tunable_nodes(model)
-    plan = tuning.tune_plan(model, {"input_ids": (1, 16)}, [2, 4])
+    plan = tune_plan(model, {"input_ids": (1, 16)}, [2, 4])
     rows = tuning.row_counts(model, nodes, plan, base_dir_of(path))
     assert all(r == {2: 32, 4: 64} for r in rows.values())
-    default = tuning.row_counts(model, nodes, tuning.tune_plan(model, {}, None))  # 1,8,32 × 128 tokens
+    default = tuning.row_counts(model, nodes, tune_plan(model, {}, None))  # 1,8,32 × 128 tokens
     assert all(r == {1: 128, 8: 1024, 32: 4096} for r in default.values())
 
 
@@ -176,7 +177,7 @@ def test_identical_nodes_share_one_measurement(fused_models):
     path = fused_models["convnext_torchscript_op14.onnx"]
     model = model_io.load_model(path)
     nodes = tuning.tunable_nodes(model)
-    plan = tuning.tune_plan(model, {}, [1, 8])
+    plan = tune_plan(model, {}, [1, 8])
     rows = tuning.row_counts(model, nodes, plan)
     calls: list = []
     tunings = tuning.measure_all(nodes, rows, _fake_measure(calls))
@@ -191,7 +192,7 @@ def test_apply_tuning_writes_the_contract_and_nothing_else(fused_models):
     model = model_io.load_model(path)
     before = model.SerializeToString()
     nodes = tuning.tunable_nodes(model)
-    plan = tuning.tune_plan(model, {"input_ids": (1, 32)}, [1, 2, 8])  # 32, 64, 256 rows
+    plan = tune_plan(model, {"input_ids": (1, 32)}, [1, 2, 8])  # 32, 64, 256 rows
     tunings = tuning.measure_all(nodes, tuning.row_counts(model, nodes, plan), _fake_measure([]))
     record = tuning.tuning_record(tunings, DEVICE, plan, {"reps": 30, "provider": "cuda"})
     out = tuning.apply_tuning(model, tunings, record)
@@ -227,7 +228,7 @@ def test_read_tuning_is_what_inspect_shows(fused_models):
     model = model_io.load_model(fused_models["tiny_bert.onnx"])
     assert tuning.read_tuning(model) is None
     nodes = tuning.tunable_nodes(model)
-    plan = tuning.tune_plan(model, {}, [1])
+    plan = tune_plan(model, {}, [1])
     tunings = tuning.measure_all(nodes, tuning.row_counts(model, nodes, plan), _fake_measure([]))
     out = tuning.apply_tuning(model, tunings, tuning.tuning_record(tunings, DEVICE, plan, {}))
     shown = tuning.read_tuning(out)
