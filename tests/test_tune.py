@@ -369,6 +369,18 @@ def test_path_models_compute_the_same_block(rng):
         assert cuda_paths == {"fused": [b"fused"], "fallback": [b"fallback"], "ort_unfused": []}
 
 
+def test_path_times_measures_each_model():
+    """The sessions, IO binding and interleaved timing tune uses, run on the CPU provider (one path there)."""
+    from onnxfuse.bench.path_bench import path_times
+    from onnxfuse.bench.timing import TimingPolicy
+
+    policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_reps=3, budget_s=0.2, block_s=0.005)
+    times = path_times(NodeShape(64, 96, F32, 1, "tanh"), 16, policy, provider="cpu")
+    assert times.fused_us > 0 and times.fallback_us > 0 and times.ort_unfused_us > 0
+    assert times.fallback_note is None and times.ort_note is None
+    assert times.choice == ("fused" if times.fused_us <= times.fallback_us else "fallback")
+
+
 # --- on a GPU -------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not cuda_usable(), reason="no usable CUDA device here (tune measures on the GPU)")
 def test_tune_on_the_gpu(tmp_path, fused_models):

@@ -80,26 +80,29 @@ def gpu_device() -> Device:
                   onnxfuse=__version__)
 
 
-def _session_run(model: bytes, m: int, shape: NodeShape, label: str, *, strict: bool) -> DeviceRun:
+def _session_run(model: bytes, m: int, shape: NodeShape, label: str, *, strict: bool, provider: str) -> DeviceRun:
     # the node must run on the GPU (no quiet CPU placement); the reference may keep ORT's own placement
-    session = create_session(model, "cuda", cpu_fallback=not strict, quiet=True, label=label)
+    session = create_session(model, provider, cpu_fallback=not strict, quiet=True, label=label)
     dtype = _BENCH_DTYPES[shape.dtype]
     run = DeviceRun(session, {"X": random_input((m, shape.k), dtype, seed=m)}, {"Y": (m, shape.n)})
     run()  # a path the library cannot take here fails now, not inside the timing loop
     return run
 
 
-def path_times(shape: NodeShape, m: int, policy: TimingPolicy) -> PathTimes:
-    """Time the fused and fallback paths and ORT's unfused ops at M rows, interleaved."""
+def path_times(shape: NodeShape, m: int, policy: TimingPolicy, provider: str = "cuda") -> PathTimes:
+    """Time the fused and fallback paths and ORT's unfused ops at M rows, interleaved. (``provider="cpu"``
+    runs the same sessions and timing where there is no GPU; the CPU kernel has one path, so it only
+    checks the measuring.)"""
     models = path_models(shape, m)
     runs, labels = [], []
-    fused = _session_run(models["fused"], m, shape, f"the {OP_TYPE} node (cuda_path=fused)", strict=True)
+    fused = _session_run(models["fused"], m, shape, f"the {OP_TYPE} node (cuda_path=fused)", strict=True,
+                         provider=provider)
     runs.append(fused)
     labels.append("fused")
     fallback_note = ort_note = None
     for key, strict in (("fallback", True), ("ort_unfused", False)):
         try:
-            runs.append(_session_run(models[key], m, shape, f"the {key} model", strict=strict))
+            runs.append(_session_run(models[key], m, shape, f"the {key} model", strict=strict, provider=provider))
             labels.append(key)
         except Exception as e:  # unavailable here (no cuBLASLt; no ORT kernel for the dtype): recorded, not fatal
             if key == "fallback":
