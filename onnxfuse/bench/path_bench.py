@@ -16,7 +16,8 @@ from onnx import TensorProto, helper
 from .. import __version__
 from ..domain import DOMAIN, DOMAIN_VERSION, OP_TYPE
 from ..errors import BadInputError, one_line
-from ..runtime import CUDA, create_session, cuda_device_signature, cuda_devices, cuda_driver_version, cuda_usable
+from ..runtime import (CUDA, create_session, cuda_device_signature, cuda_devices, cuda_driver_version, cuda_usable,
+                       probe_library)
 from ..tuning import Device, Measure, NodeShape, PathTimes
 from .device_run import DeviceRun
 from .op_bench import initializer, random_input
@@ -73,6 +74,9 @@ def gpu_device() -> Device:
     if not cuda_usable():
         raise BadInputError(f"{NEEDS}: no CUDA device found (no GPU or no driver)")
     signature = cuda_device_signature(device=0)
+    probe = probe_library(providers="cuda")  # ORT's CUDA provider starts and runs the op on the GPU
+    if not probe["ok"]:
+        raise BadInputError(f"{NEEDS}: {probe['error']}")
     gpu = cuda_devices()[0]
     parts = dict(p.split(" ", 1) for p in signature.split("|")[2:] if " " in p)
     return Device(signature=signature, gpu=gpu["name"], compute_capability=gpu["compute_capability"],
