@@ -290,6 +290,11 @@ def _render_tune(report) -> None:
         bounds = ", ".join(f"M ≤ {r}: {p}" for r, p in zip(t.max_rows[:-1], t.paths[:-1]))
         console.print(f"{t.node.name}: " + (bounds + f", beyond: {t.paths[-1]}" if bounds else f"every M: {t.paths[-1]}"),
                       highlight=False)
+    behind = sorted({(t.node.shape.describe(), m) for t in report.tunings for m, x in t.times.items()
+                     if x.ort_unfused_us is not None and x.ort_unfused_us < min(x.fused_us, x.fallback_us or x.fused_us)})
+    for shape, m in behind:
+        console.print(f"[yellow]note[/]: {shape} at M={m}: ORT's unfused ops were faster than both paths",
+                      highlight=False)
     if report.forced:
         console.print(f"[yellow]note[/]: {', '.join(report.forced)} force a path with cuda_path: their tables are "
                       "written but not used until cuda_path is auto", highlight=False)

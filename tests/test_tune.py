@@ -267,6 +267,7 @@ def test_tune_writes_the_model_and_the_json(tmp_path, fused_models, monkeypatch,
     assert table.exit_code == 0, table.output
     assert SIGNATURE in table.output and "choices" in table.output and "M ≤ 1024: fused" not in table.output
     assert "every M: fused" in table.output and "× faster than fallback" in table.output
+    assert "ORT's unfused ops were faster" not in table.output
 
 
 def test_tune_keeps_external_data_external(tmp_path, fused_models, monkeypatch, no_checker_until_schema):
