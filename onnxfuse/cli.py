@@ -51,6 +51,20 @@ def main() -> None:
 
 
 # --- optimize / inspect (rewriter) -----------------------------------------------------------------
+def _target_option(f):
+    """--target, shared by optimize and inspect. A plain string checked by the cost model, so a bad value
+    is the one-line exit-2 error every bad input gets (not click's usage block)."""
+    from .cost_model import DEFAULT_TARGET, TARGETS
+
+    lines = "; ".join(f"{t.name}: {t.summary}" for t in TARGETS.values())
+    return click.option(
+        "--target", default=DEFAULT_TARGET, show_default=True, metavar="|".join(TARGETS),
+        help=f"What will run the model; a block whose fusion does not pay there is left as it is, with its "
+             f"reason in the refusals. {lines}. The default is a named target, not a guess from this machine: "
+             f"the output must not depend on where it was optimized, and cuda (what the fused nodes are "
+             f"made for) fuses every block, as cpu does today.")(f)
+
+
 
 
 @main.command("optimize", context_settings={"max_content_width": 110})
@@ -72,8 +86,9 @@ def main() -> None:
               help="With --verify: concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable).")
 @click.option("--rtol", type=float, default=None, help="With --verify: relative tolerance (default: per dtype).")
 @click.option("--atol", type=float, default=None, help="With --verify: absolute tolerance (default: per dtype).")
+@_target_option
 def optimize_command(model, output, json_path, approximate, verify, keep_failed, provider, samples,
-                     shape_options, rtol, atol):
+                     shape_options, rtol, atol, target):
     """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node and write OUT.
 
     Everything else stays as it was; external-data models stay external (OUT.data beside OUT). The
@@ -84,8 +99,11 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
     Exit codes: 0 ok · 1 internal error · 2 bad input (unreadable model, missing external data,
     unwritable output) · 3 --verify: outputs outside tolerance (OUT not written unless --keep-failed).
     """
+    from .cost_model import get_target
     from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
     from .fuse import optimize_file
+
+    get_target(target)  # a bad --target is said before anything else is looked at
 
     verify_only = {"--keep-failed": keep_failed, "--shape": shape_options, "--rtol": rtol, "--atol": atol,
                    "--samples": samples != 1, "--provider": provider != "cpu"}
@@ -112,7 +130,8 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
         if not verdict.passed and not keep_failed:
             raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
 
-    report = optimize_file(model, output, approximate=approximate, before_publish=run_gate if verify else None)
+    report = optimize_file(model, output, approximate=approximate, before_publish=run_gate if verify else None,
+                           target=target)
     _echo_warnings(report)
     if json_path != "-":
         _render_rewrite(report, title=f"{report.model} → {report.output}")
@@ -128,12 +147,13 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
 @main.command("inspect", context_settings={"max_content_width": 110})
 @click.argument("model")
 @click.option("--json", "json_out", is_flag=True, help="Print the report as JSON instead of tables.")
-def inspect_command(model, json_out):
+@_target_option
+def inspect_command(model, json_out, target):
     """List every candidate block of MODEL (each fusion rule's): what would be fused into which op, and for
-    every refusal the rule and its reason. Writes nothing."""
+    every refusal the rule and its reason (the cost model's, for a block --target leaves alone). Writes nothing."""
     from .fuse import inspect_file
 
-    report = inspect_file(model)
+    report = inspect_file(model, target=target)
     _echo_warnings(report)
     if json_out:
         _emit_json(report, "-", extra={"exit_code": 0})
@@ -165,7 +185,7 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     from rich.table import Table
 
     console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(title, highlight=False)
+    console.print(title + (f" · target {report.target}" if report.target else ""), highlight=False)
     forms = Table()
     forms.add_column("fused: source form")
     forms.add_column("blocks", justify="right")
@@ -190,9 +210,136 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
         console.print(refused)
     for c in report.math_changed:
         console.print(f"[yellow]math changed[/] {c.name}: {c.was} → {c.now}", highlight=False)
+    if blocks and report.tuning:
+        _render_tuning(console, report.tuning)
     if report.seconds is not None:
         console.print(f"{len(report.fused)} fused, {len(report.refused)} refused in {report.seconds:.2f} s"
                       + (f" → {report.output}" if report.output else ""), highlight=False)
+
+# --- tune -------------------------------------------------------------------------------------------
+
+
+@main.command("tune", context_settings={"max_content_width": 110})
+@click.argument("model")
+@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the tuned model.")
+@click.option("--provider", type=click.Choice(["cuda"]), default="cuda", show_default=True,
+              help="Execution provider to tune for (the CUDA kernel's two paths are what is chosen).")
+@click.option("--batch", "batch_list", metavar="B1,B2,...",
+              help="Batch sizes the model will run at (axis 0 of every input whose axis 0 is dynamic); "
+                   "default 1,8,32 where axis 0 is dynamic, else the model's fixed shape.")
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
+              help="Concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable; its axis 0 is replaced "
+                   "by each batch size). Default: other dynamic dims 128.")
+@click.option("--reps", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Timed runs per path and row count at least (more until the median is stable).")
+@click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON ('-' for stdout instead of the table).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr.")
+def tune_command(model, output, provider, batch_list, shape_options, reps, json_path, progress):
+    """Measure, on this GPU, which CUDA path each FusedLinearGelu node of MODEL should take at the row
+    counts it will see, and write OUT with the choice in the nodes.
+
+    For each node (nodes of equal K, N, dtype, transB and activation share one measurement) and each row
+    count M its input has at the given batch sizes: the one-kernel path (cuda_path=fused), the
+    cuBLASLt + activation path (cuda_path=fallback) and ORT's own MatMul+Add+Gelu, interleaved with IO
+    binding. The faster path per M goes into the node's tuned_max_rows / tuned_paths, with tuned_device =
+    this GPU's and library's signature (on another device the node ignores the table), and every number
+    into metadata_props["onnxfuse.tuning"]. The input is never modified; OUT is written atomically.
+
+    \b
+    Exit codes: 0 ok · 1 internal error · 2 bad input (no FusedLinearGelu node: run optimize first;
+    bad --batch/--shape; no CUDA provider or GPU; an op library older than tuning).
+    """
+    from .inputs import parse_shape_option
+    from .model_io import check_output_path
+    from .tune import tune_file
+
+    shapes = dict(parse_shape_option(text) for text in shape_options)
+    batches = _parse_batches(batch_list) if batch_list is not None else None
+    if json_path and json_path != "-":
+        check_output_path(None, json_path)
+    with _bench_progress(progress, "tune:") as bar:
+        report = tune_file(model, output, shapes=shapes, batches=batches, reps=reps, progress=bar)
+    _echo_warnings(report)
+    _emit_json(report, json_path, extra={"exit_code": 0})
+    if json_path != "-":
+        _render_tune(report)
+
+
+def _render_tune(report) -> None:
+    from rich.table import Table
+
+    console = _bench_console()
+    d = report.device
+    console.print(f"{report.model} → {report.output}", highlight=False)
+    console.print(f"measured on {d.gpu} (sm {d.compute_capability}, driver CUDA {d.driver or '?'}), "
+                  f"signature [bold]{d.signature}[/]", highlight=False)
+    table = Table(title="choices (median µs per call)", title_justify="left")
+    for column in ("nodes", "shape", "M", "fused", "fallback", "ORT unfused", "choice", "why"):
+        table.add_column(column, justify="right" if column in ("M", "fused", "fallback", "ORT unfused") else "left")
+    groups: dict = {}
+    for t in report.tunings:
+        groups.setdefault(t.node.shape, []).append(t)
+    for shape, members in groups.items():
+        names, described = ", ".join(t.node.name for t in members), shape.describe()
+        for m, times in sorted({m: t for member in members for m, t in member.times.items()}.items()):
+            table.add_row(names, described, str(m), f"{times.fused_us:.1f}", _us(times.fallback_us),
+                          _us(times.ort_unfused_us), times.choice, _why(times))
+            names = described = ""  # one measurement serves every node of the group
+    console.print(table)
+    for t in report.tunings:
+        bounds = ", ".join(f"M ≤ {r}: {p}" for r, p in zip(t.max_rows[:-1], t.paths[:-1]))
+        console.print(f"{t.node.name}: " + (bounds + f", beyond: {t.paths[-1]}" if bounds else f"every M: {t.paths[-1]}"),
+                      highlight=False)
+    behind = sorted({(t.node.shape.describe(), m) for t in report.tunings for m, x in t.times.items()
+                     if x.ort_unfused_us is not None and x.ort_unfused_us < min(x.fused_us, x.fallback_us or x.fused_us)})
+    for shape, m in behind:
+        console.print(f"[yellow]note[/]: {shape} at M={m}: ORT's unfused ops were faster than both paths",
+                      highlight=False)
+    if report.forced:
+        console.print(f"[yellow]note[/]: {', '.join(report.forced)} force a path with cuda_path: their tables are "
+                      "written but not used until cuda_path is auto", highlight=False)
+    console.print(f"{report.measurements} measurement(s), {len(report.tunings)} node(s) tuned in "
+                  f"{report.seconds:.1f} s → {report.output}", highlight=False)
+
+
+def _us(value) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def _why(times) -> str:
+    """The choice in words: by how much it won, and how it stands against ORT's unfused ops."""
+    if times.fallback_us is None:
+        text = f"fallback unavailable ({times.fallback_note})"
+    else:
+        slow, fast = sorted((times.fused_us, times.fallback_us), reverse=True)
+        other = "fallback" if times.choice == "fused" else "fused"
+        text = f"{slow / fast:.2f}× faster than {other}" if slow != fast else "tie: the one-kernel path"
+    best = min(times.fused_us, times.fallback_us or float("inf"))
+    if times.ort_unfused_us is not None:
+        text += f"; {times.ort_unfused_us / best:.2f}× over ORT unfused"
+    return text
+
+
+def _render_tuning(console, tuning: dict) -> None:
+    """inspect's view of a tuned model: each node's table, and the device it was measured on."""
+    from rich.table import Table
+
+    device = tuning.get("device") or {}
+    where = device.get("signature") or "(no tuning record in metadata_props)"
+    table = Table(title=f"CUDA path tuning, measured on {where}", title_justify="left")
+    for column in ("node", "cuda_path", "tuned_device", "rows → path", "measured (M: fused / fallback µs)"):
+        table.add_column(column)
+    for n in tuning["nodes"]:
+        bounds = [f"≤ {r}: {p}" for r, p in zip(n["tuned_max_rows"], n["tuned_paths"])]
+        if bounds:
+            bounds[-1] += " (and beyond)"
+        measured = "; ".join(f"{m['M']}: {m['fused_us']} / {m['fallback_us']}" for m in n.get("measurements", []))
+        same = n["tuned_device"] == device.get("signature")
+        table.add_row(n["node"], n["cuda_path"], n["tuned_device"] if not same else "= above", ", ".join(bounds), measured)
+    console.print(table)
+    if tuning.get("note"):
+        console.print(f"[yellow]note[/]: {tuning['note']}", highlight=False)
+
 
 # --- compare (accuracy gate) -----------------------------------------------------------------------
 

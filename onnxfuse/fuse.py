@@ -28,13 +28,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import domain, model_io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
+from . import cost_model, domain, model_io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
 from .domain import EMITTED_DOMAIN_VERSIONS
 from .errors import BadInputError
 from .patterns import APPROXIMATIONS, FusionRule, NewTensor, Plan, Refusal, default_rules
 from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, base_dir_of, infer_types, node_reads
 from .patterns.rule import op_key
 from .report import FusedBlock, MathChange, RefusedBlock, Report
+from .tuning import read_tuning
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,10 +118,12 @@ def _closed(view: GraphView, plan: Plan) -> Plan | Refusal:
     return plan
 
 
-def find_blocks(view: GraphView, rules: tuple[FusionRule, ...] | None = None) -> list[Plan | Refusal]:
+def find_blocks(view: GraphView, rules: tuple[FusionRule, ...] | None = None,
+                target: cost_model.Target | None = None) -> list[Plan | Refusal]:
     """Every candidate block in node order: a Plan, or the Refusal that keeps it as it is. On each node the
-    first rule (in ``rules`` order) that answers decides; a plan sharing a node with an earlier one is
-    refused."""
+    first rule (in ``rules`` order) that answers decides; a closed plan is then reviewed by ``target``'s
+    cost model (None: every plan pays), and one that does not pay there claims no node; a plan sharing a
+    node with an earlier one is refused."""
     table = _rules_by_anchor(default_rules() if rules is None else rules)
     results: list[Plan | Refusal] = []
     claimed: set[int] = set()
@@ -133,6 +136,8 @@ def find_blocks(view: GraphView, rules: tuple[FusionRule, ...] | None = None) ->
                 continue
             if isinstance(result, Plan):
                 result = _closed(view, result)
+            if isinstance(result, Plan) and target is not None:
+                result = cost_model.review(target, view, result)
             if isinstance(result, Plan):
                 if result.nodes & claimed:
                     result = Refusal("overlap", "shares nodes with a block fused before it",
@@ -218,6 +223,7 @@ class _Rewrite:
     """What one fuse_model run shares across the main graph and its subgraphs."""
 
     rules: tuple[FusionRule, ...]
+    target: cost_model.Target
     base_dir: str | None
     names: _Names
     report: Report = field(default_factory=Report)
@@ -356,7 +362,7 @@ def _fuse_graph(src: onnx.GraphProto, dst: onnx.GraphProto, inferred: onnx.Graph
     view = GraphView(src, inferred=list(inferred.value_info), base_dir=ctx.base_dir, outer=outer,
                      opset=ctx.opset)
     ctx.targets[id(view)] = dst
-    found = find_blocks(view, ctx.rules)
+    found = find_blocks(view, ctx.rules, ctx.target)
     _apply(dst, view, [r for r in found if isinstance(r, Plan)], ctx)
     ctx.report.refused += [RefusedBlock(r.rule, r.reason, r.nodes) for r in found if isinstance(r, Refusal)]
     # Nodes with subgraphs are never part of a block nor made dead by one (blocks only read constants,
@@ -381,17 +387,20 @@ def _drop_unused_outer_sources(ctx: _Rewrite) -> None:
 
 
 def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
-               base_dir: str | os.PathLike | None = None, rules: tuple[FusionRule, ...] | None = None) -> FuseResult:
+               base_dir: str | os.PathLike | None = None, rules: tuple[FusionRule, ...] | None = None,
+               target: str | cost_model.Target = cost_model.DEFAULT_TARGET) -> FuseResult:
     """Apply every fusion rule to ``model`` (main graph and If/Loop/Scan bodies). Pure: ``model`` is not
     changed.
 
     ``rules``: the rule set, in priority order (default: ``patterns.default_rules(approximate)``).
     ``approximate`` ("tanh" or "sigmoid") makes every fused GELU compute that form, changing the math on
     purpose (the report lists each node it changed); it configures the default rules, so it cannot be
-    combined with ``rules``. ``base_dir`` is where the model's external data lives (only small constants
+    combined with ``rules``. ``target`` (a name of ``cost_model.TARGETS`` or a Target) says what will run
+    the model: a block whose fusion does not pay there is left as it is, with its reason. ``base_dir`` is where the model's external data lives (only small constants
     are read from it; weights are never loaded)."""
     if approximate is not None and approximate not in APPROXIMATIONS:
         raise BadInputError(f"--approximate must be one of {', '.join(APPROXIMATIONS)}, not {approximate!r}")
+    target = cost_model.get_target(target)
     if rules is not None and approximate is not None:
         raise ValueError("fuse_model: approximate= configures the default rules; configure the rules you pass instead")
     if base_dir is None and any(t.data_location == onnx.TensorProto.EXTERNAL
@@ -402,9 +411,9 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
         raise ValueError("fuse_model: this model keeps small constants in external data; pass base_dir=")
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    ctx = _Rewrite(default_rules(approximate) if rules is None else tuple(rules),
+    ctx = _Rewrite(default_rules(approximate) if rules is None else tuple(rules), target,
                    None if base_dir is None else os.fspath(base_dir),
-                   _Names(_all_names(model.graph)), Report(approximate=approximate),
+                   _Names(_all_names(model.graph)), Report(approximate=approximate, target=target.name),
                    opset=model_io.default_opset(model))
     _fuse_graph(model.graph, out.graph, infer_types(model), None, ctx)
     _drop_unused_outer_sources(ctx)
@@ -414,28 +423,33 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
     return FuseResult(out, ctx.report, ctx.derived, ctx.base_dir)
 
 
-def inspect_file(path) -> Report:
-    """What ``optimize`` would do to the model at ``path``: the blocks it would fuse and every refusal.
-    The rewrite runs in memory (on placeholders: weights are not read); nothing is written."""
+def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET) -> Report:
+    """What ``optimize`` would do to the model at ``path`` for ``target``: the blocks it would fuse and
+    every refusal. The rewrite runs in memory (on placeholders: weights are not read); nothing is written."""
     start = time.perf_counter()
+    target = cost_model.get_target(target)  # an unknown name is refused before the model is read
     notes = model_io.LoadNotes()
     model = model_io.load_model(path, notes=notes)
-    report = fuse_model(model, base_dir=base_dir_of(path)).report
+    report = fuse_model(model, base_dir=base_dir_of(path), target=target).report
+    report.tuning = read_tuning(model)
     report.warnings = notes.warnings
     report.model = os.fspath(path)
     report.seconds = time.perf_counter() - start
     return report
 
 
-def optimize_file(input_path, output_path, *, approximate: str | None = None, before_publish=None) -> Report:
-    """Load ``input_path``, fuse, check, and write ``output_path`` atomically (external data streamed).
+def optimize_file(input_path, output_path, *, approximate: str | None = None, before_publish=None,
+                  target: str = cost_model.DEFAULT_TARGET) -> Report:
+    """Load ``input_path``, fuse for ``target``, check, and write ``output_path`` atomically (external data
+    streamed).
     ``before_publish(temp_model_path)`` runs on the finished file before it takes ``output_path``'s place;
     an exception it raises leaves ``output_path`` as it was."""
     start = time.perf_counter()
+    target = cost_model.get_target(target)
     model_io.check_output_path(input_path, output_path)
     notes = model_io.LoadNotes()
     model = model_io.load_model(input_path, notes=notes)
-    result = fuse_model(model, approximate=approximate, base_dir=base_dir_of(input_path))
+    result = fuse_model(model, approximate=approximate, base_dir=base_dir_of(input_path), target=target)
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
     # default domain (ORT's transformers optimizer output), which it rejects before we touch them. An
     # input it rejects (that ORT runs) may keep its own checker error, and gain none.

@@ -53,7 +53,10 @@ class Report:
     refused: list[RefusedBlock] = field(default_factory=list)
     math_changed: list[MathChange] = field(default_factory=list)
     approximate: str | None = None
+    target: str | None = None  # what the model was optimized for (cost_model.TARGETS)
     seconds: float | None = None
+    # A tuned model's CUDA path tables (tuning.read_tuning), for inspect; None when it has none
+    tuning: dict | None = None
     # What was tolerated in an input ONNX Runtime runs (nodes re-ordered, an onnx.checker error): one line each
     warnings: list[str] = field(default_factory=list)
 
@@ -76,9 +79,11 @@ class Report:
             "fused_by_op": self.fused_by_op,
             "refused": len(self.refused),
             "approximate": self.approximate,
+            "target": self.target,
             "math_changed": [asdict(c) for c in self.math_changed],
             "blocks": [b.to_dict() for b in self.fused],
             "refusals": [asdict(r) for r in self.refused],
+            "tuning": self.tuning,
             "warnings": list(self.warnings),
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }

@@ -180,6 +180,47 @@ def cuda_devices() -> list[dict[str, Any]]:
     return out
 
 
+def cuda_driver_version() -> str | None:
+    """The CUDA version the driver supports, as "major.minor" (libcuda's ``cuDriverGetVersion``); None
+    without a driver."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    version = ctypes.c_int(0)
+    if cuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
+        return None
+    return f"{version.value // 1000}.{version.value % 1000 // 10}"
+
+
+SIGNATURE_SYMBOL = "OnnxfuseCudaDeviceSignature"
+
+
+def cuda_device_signature(library_path: str | None = None, device: int = 0) -> str:
+    """The device signature the op library computes for CUDA device ``device`` — "<GPU name>|sm_<major><minor>|
+    cuda <cudart major.minor>|onnxfuse <library version>" — through its exported
+    ``OnnxfuseCudaDeviceSignature``: the very string its kernels compare a node's ``tuned_device`` with, so
+    Python never re-derives it. ``BadInputError`` when the library predates the symbol, or reports no CUDA
+    device (a CPU-only build, or no GPU)."""
+    path = library_path or get_library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise BadInputError(f"cannot load the op library {path}: {one_line(e)}") from e
+    try:
+        query = getattr(lib, SIGNATURE_SYMBOL)
+    except AttributeError:
+        raise BadInputError(f"the op library {path} is too old: it has no {SIGNATURE_SYMBOL} (built before "
+                            f"per-node CUDA path tuning); rebuild it: {_FIX}") from None
+    query.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    query.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(512)
+    if query(int(device), buf, len(buf)) != 0:
+        raise BadInputError(f"the op library {path} reports no CUDA device {device} (a CPU-only build, or no "
+                            "GPU): tuning needs CUDAExecutionProvider and a GPU")
+    return buf.value.decode(errors="replace")
+
+
 def cuda_usable() -> bool:
     """True when ORT has the CUDA provider and the driver sees a GPU."""
     return CUDA in ort.get_available_providers() and cuda_device_count() > 0

@@ -1,0 +1,144 @@
+"""Where a fusion pays: the target a model is optimized for, and the planned blocks it leaves alone.
+
+The fusion rules prove that a rewrite computes what the block did; whether the rewrite is *worth it*
+depends on what runs the model. A :class:`Target` reviews every plan the rules made (after the driver
+has checked it is closed) and either lets it through or turns it into a ``Refusal`` whose reason says
+why that block is better left to the runtime. The rules themselves know nothing of targets, and the
+driver knows no target by name: ``TARGETS`` is the whole cost model.
+
+    cuda      fuses every block (the default; see :class:`Cuda`)
+    cpu       fuses every block: measured never slower (see :class:`Cpu` for the numbers)
+    tensorrt  leaves every block alone (see :class:`TensorRt`)
+
+Why the default is a named target and not ``auto``: ``optimize`` runs where a model is built, which is
+rarely where it is deployed, and its output must not depend on the machine that wrote it (optimizing is
+byte-for-byte deterministic). ``cuda`` is what the fused nodes are made for, and today its review changes
+nothing, nor does ``cpu``'s: the default output runs at its best on either of ORT's providers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .domain import DOMAIN, OP_TYPE
+from .errors import BadInputError
+from .patterns.graph import GraphView
+from .patterns.rule import Plan, Refusal
+
+RULE = "cost-model"  # the rule name its refusals carry in reports
+MHA = ("com.microsoft", "MultiHeadAttention")
+
+
+class Target(Protocol):
+    """What runs the optimized model, and which of the planned rewrites pay there."""
+
+    name: str
+    summary: str  # one line, for --help
+
+    def review(self, view: GraphView, plan: Plan) -> str | None:
+        """None to fuse ``plan``, else the reason (for the user) the block is left as it is."""
+
+
+@dataclass(frozen=True)
+class Cuda:
+    """ORT's CUDA execution provider (CPU provider behind it). Every block pays: FusedLinearGelu's CUDA
+    kernel chooses its path inside the node for each call — the one-kernel GEMM+bias+GELU, or cuBLASLt's
+    GEMM with its bias epilogue then the library's activation kernel where the one kernel loses (few rows,
+    odd alignment: the contract in CONTRACT.md's ``cuda_path``) — so leaving a block alone can only lose
+    the launch and the pre-activation round trip. MultiHeadAttention reaches ORT's flash / memory-efficient
+    / cuDNN attention kernels, which the unfused Softmax subgraph never does (bench/results/e2e_h200.md:
+    ViT-B/16 1.93-1.95x at 32 images)."""
+
+    name: str = "cuda"
+    summary: str = "ONNX Runtime's CUDA provider: fuse every block (each fused node picks its fastest path per call)"
+
+    def review(self, view: GraphView, plan: Plan) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """ORT's CPU execution provider. Every block pays, on the measurements committed in bench/results/:
+
+    FusedLinearGelu's CPU kernel against ORT's MLAS MatMul + Add + Gelu (float32, erf, 2 intra-op threads,
+    interleaved calls in one process), fused/unfused time:
+
+    ============== ======================== ==================================
+    M×K×N          AMD EPYC (cpu_kernel)    Xeon, AVX-512 (cpu_kernel_h200_host)
+    ============== ======================== ==================================
+    128×768×3072   0.905                    0.856
+    1024×768×3072  0.944                    0.775
+    128×1024×4096  0.959                    0.570
+    2048×1024×4096 0.771                    0.879
+    ============== ======================== ==================================
+
+    never slower (0.57-0.96), at few rows and many, so no class of (K, N) is left alone. Not evidence:
+    ``cpu_kernel_h200host_xeon_avx512`` and ``..._avx2cap`` (1.06-3.03, ORT 1.30) measured the kernel
+    before its blocked-K and sliver-order rewrites, which those two later files replace; and a run capped
+    with ``ONNXFUSE_CPU_ISA=avx2`` on an AVX-512 host pits the AVX2 kernel against MLAS's AVX-512 one,
+    which is no AVX2 machine. float16/bfloat16 and the OpenBLAS path (CPUs without AVX2) are not
+    measured; nothing shows them slower, so they fuse as well.
+
+    MultiHeadAttention has a CPU kernel in ORT; nothing measured says it loses to the unfused subgraph
+    (the committed CPU measurements are of FusedLinearGelu only), so attention stays fused."""
+
+    name: str = "cpu"
+    summary: str = "ONNX Runtime's CPU provider: fuse every block (the CPU kernel is measured never slower than ORT's)"
+
+    # The committed measurements the table above cites (tests check the numbers against them).
+    measurements: tuple[str, ...] = ("bench/results/cpu_kernel.json", "bench/results/cpu_kernel_h200_host.json")
+
+    def review(self, view: GraphView, plan: Plan) -> str | None:
+        return None
+
+
+# Why TensorRT loses each op onnxfuse writes: what it does with the unfused block instead.
+_TENSORRT_WHY = {
+    (DOMAIN, OP_TYPE): "TensorRT fuses MatMul+bias+GELU into one kernel itself and has no "
+                       f"{DOMAIN}.{OP_TYPE} kernel without a plugin",
+    MHA: "TensorRT fuses the attention subgraph itself and has no com.microsoft.MultiHeadAttention kernel "
+         "without a plugin",
+}
+
+
+@dataclass(frozen=True)
+class TensorRt:
+    """ORT's TensorRT execution provider. Every block is left to TensorRT: it fuses GEMM + bias + GELU
+    (and attention) into its own kernels, and its ONNX parser runs no op outside the standard domains
+    without a plugin. A node it cannot run falls back to the CUDA or CPU provider, which splits the
+    graph into several TensorRT engines with copies between them: slower than the unfused model."""
+
+    name: str = "tensorrt"
+    summary: str = "ONNX Runtime's TensorRT provider: fuse nothing (TensorRT fuses these blocks itself)"
+
+    def review(self, view: GraphView, plan: Plan) -> str | None:
+        domain, op_type = plan.op
+        why = _TENSORRT_WHY.get(plan.op, f"TensorRT has no {domain}.{op_type} kernel without a plugin")
+        return (f"--target tensorrt: {why}; the node would run on another provider and split TensorRT's "
+                f"engine, so {plan.form} is left for TensorRT")
+
+
+TARGETS: dict[str, Target] = {t.name: t for t in (Cuda(), Cpu(), TensorRt())}
+DEFAULT_TARGET = "cuda"
+
+
+def get_target(name: str | Target) -> Target:
+    """The target called ``name`` (a Target passes through); ``BadInputError`` for an unknown name."""
+    if not isinstance(name, str):
+        return name
+    target = TARGETS.get(name)
+    if target is None:
+        raise BadInputError(f"--target {name!r}: choose one of {', '.join(TARGETS)}")
+    return target
+
+
+def review(target: Target, view: GraphView, plan: Plan) -> Plan | Refusal:
+    """``plan``, or the Refusal that leaves its block as it is on ``target``."""
+    reason = target.review(view, plan)
+    if reason is None:
+        return plan
+    return Refusal(RULE, reason, tuple(view.node_name(i) for i in sorted(plan.nodes)))
+
+
+__all__ = ["DEFAULT_TARGET", "RULE", "TARGETS", "Cpu", "Cuda", "Target", "TensorRt", "get_target", "review"]

@@ -1,0 +1,468 @@
+"""Per-node CUDA path tuning of ``FusedLinearGelu``: the rows each node will see, the faster path at each,
+and the model that records the choice.
+
+The CUDA kernel has two paths for one call, "fused" (one GEMM+bias+GELU kernel) and "fallback" (cuBLASLt's
+GEMM with its bias epilogue, then the library's activation kernel); with ``cuda_path="auto"`` a node whose
+``tuned_device`` is the running device's signature takes ``tuned_paths[i]`` for the first
+``M <= tuned_max_rows[i]`` and the last entry beyond (CONTRACT.md). This module works out what to write there:
+
+1. :func:`tunable_nodes`: every FusedLinearGelu of the main graph, with what its time depends on
+   (:class:`NodeShape`: K, N, dtype, transB, the activation), read from its weight and types;
+2. :func:`row_counts`: the rows M each node sees at each batch size — X's leading dims multiplied, on the
+   model's inputs made concrete by ``--shape``/``--batch`` (``inputs``'s rules, as ``bench`` uses them),
+   carried through the graph by shape inference and ``patterns.symbolic`` (which also crosses ORT's
+   contrib ops, where onnx's inference stops);
+3. :func:`measure_all`: one measurement per distinct (shape, M) — identical nodes share it — through a
+   measuring callable (``bench.path_bench`` on a GPU; tests inject numbers);
+4. :func:`choose` and :func:`compress`: the faster path per M, equal neighbours merged into one bound;
+5. :func:`apply_tuning`: the output model, with the three attributes on each node and
+   ``metadata_props["onnxfuse.tuning"]`` (the device and versions, per node the times and the choice).
+
+Everything here is pure: measuring needs a GPU and lives in ``bench/path_bench.py``; ``onnxfuse/tune.py``
+runs the command (reads, measures, writes). :func:`read_tuning` is what ``inspect`` shows of a tuned model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import onnx
+from onnx import helper
+
+from . import model_io
+from .domain import DEFAULT_SIGMOID_ALPHA, DOMAIN, OP_TYPE
+from .dtypes import dtype_name
+from .errors import BadInputError
+from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, attr, infer_types
+from .patterns.rule import op_key
+from .patterns.symbolic import Evaluator
+
+PATHS = ("fused", "fallback")
+METADATA_KEY = "onnxfuse.tuning"
+SCHEMA = "onnxfuse.tuning/1"
+ATTRIBUTES = ("tuned_device", "tuned_max_rows", "tuned_paths")
+
+
+@dataclass(frozen=True, order=True)
+class NodeShape:
+    """What a node's time depends on besides its rows: nodes with equal NodeShapes share one measurement."""
+
+    k: int
+    n: int
+    dtype: int  # onnx.TensorProto element type
+    trans_b: int
+    approximate: str
+    alpha: float | None = None  # sigmoid form only
+
+    def describe(self) -> str:
+        act = self.approximate + (f"(alpha={self.alpha:g})" if self.alpha is not None else "")
+        return f"K={self.k} N={self.n} {dtype_name(self.dtype)} transB={self.trans_b} {act}"
+
+    def to_dict(self) -> dict:
+        out = {"K": self.k, "N": self.n, "dtype": dtype_name(self.dtype), "transB": self.trans_b,
+               "approximate": self.approximate}
+        return out | ({"alpha": self.alpha} if self.alpha is not None else {})
+
+
+@dataclass(frozen=True)
+class TunableNode:
+    name: str
+    x: str  # the activation input, whose leading dims are the rows
+    shape: NodeShape
+    cuda_path: str  # the node's own cuda_path ("auto" unless forced: a forced node ignores its table)
+
+
+@dataclass(frozen=True)
+class PathTimes:
+    """One (shape, M) measured: each path's median in microseconds, and ORT's own unfused MatMul+Add+Gelu
+    for reference. ``fallback_us`` is None where the fallback cannot run (no cuBLASLt on this machine),
+    ``ort_unfused_us`` where ORT has no such kernels for the dtype; the ``*_note`` fields say why."""
+
+    fused_us: float
+    fallback_us: float | None
+    ort_unfused_us: float | None
+    fallback_note: str | None = None
+    ort_note: str | None = None
+
+    @property
+    def choice(self) -> str:
+        return choose(self)
+
+    def to_dict(self) -> dict:
+        out = {"fused_us": _round(self.fused_us), "fallback_us": _round(self.fallback_us),
+               "ort_unfused_us": _round(self.ort_unfused_us), "choice": self.choice}
+        return out | {k: v for k, v in (("fallback_note", self.fallback_note), ("ort_note", self.ort_note)) if v}
+
+
+def _round(us: float | None) -> float | None:
+    return None if us is None else round(us, 3)
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the measurements were taken on. ``signature`` is the op library's own string for the device
+    (``OnnxfuseCudaDeviceSignature``): the one a node's ``tuned_device`` must equal to be used."""
+
+    signature: str
+    gpu: str
+    compute_capability: str
+    cuda: str  # the CUDA runtime the library was built with (from the signature)
+    driver: str | None  # the CUDA version the driver supports
+    onnxruntime: str
+    onnxfuse: str
+
+
+Measure = Callable[[NodeShape, int], PathTimes]
+
+
+def choose(times: PathTimes) -> str:
+    """The faster path at this M; the one-kernel path on a tie (or where the fallback cannot run), which
+    is what the node does without a table."""
+    if times.fallback_us is None or times.fused_us <= times.fallback_us:
+        return "fused"
+    return "fallback"
+
+
+def compress(choices: Sequence[tuple[int, str]]) -> tuple[list[int], list[str]]:
+    """(M, path) pairs → the contract's table (``tuned_max_rows`` ascending, ``tuned_paths``): a call with M
+    rows takes the path of the first bound ≥ M, the last beyond, so neighbours choosing the same path merge
+    into the larger bound. ``[(128, fused), (1024, fused), (4096, fallback)]`` → ``([1024, 4096], [fused,
+    fallback])``."""
+    rows: list[int] = []
+    paths: list[str] = []
+    for m, path in sorted(choices):
+        if path not in PATHS:
+            raise ValueError(f"unknown path {path!r}")
+        if rows and m == rows[-1]:
+            raise ValueError(f"M={m} chosen twice")
+        if paths and paths[-1] == path:
+            rows[-1] = m
+        else:
+            rows.append(m)
+            paths.append(path)
+    return rows, paths
+
+
+# --- what the model holds --------------------------------------------------------------------------
+def _string_attr(node: onnx.NodeProto, name: str, default: str) -> str:
+    value = attr(node, name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _is_fused(node: onnx.NodeProto) -> bool:
+    return op_key(node) == (DOMAIN, OP_TYPE)
+
+
+def _key(node: onnx.NodeProto, index: int) -> str:
+    """How the metadata names a node: its name, or its position where it has none."""
+    return node.name or f"#{index}"
+
+
+def tunable_nodes(model: onnx.ModelProto, base_dir: str | None = None) -> list[TunableNode]:
+    """Every FusedLinearGelu node of the main graph and its NodeShape. ``BadInputError`` when there is none
+    (the model was not optimized), or a node's K and N cannot be read (a weight without a static 2-D shape)."""
+    view = GraphView(model.graph, inferred=list(infer_types(model).value_info), base_dir=base_dir)
+    names = [_key(n, i) for i, n in enumerate(model.graph.node)]
+    fused_names = [names[i] for i, n in enumerate(model.graph.node) if _is_fused(n)]
+    if len(set(fused_names)) != len(fused_names):
+        raise BadInputError(f"{OP_TYPE} node names repeat in the model; tuning records each node by its name")
+    nodes = []
+    for i, node in enumerate(model.graph.node):
+        if not _is_fused(node):
+            continue
+        if len(node.input) < 2:
+            raise BadInputError(f"node {names[i]}: {OP_TYPE} needs X and W inputs")
+        x, w = node.input[0], node.input[1]
+        trans_b = int(attr(node, "transB", 1))
+        dims = view.shape(w)
+        if dims is None or len(dims) != 2 or not all(isinstance(d, int) and d > 0 for d in dims):
+            raise BadInputError(f"node {names[i]}: its weight '{w}' has no static 2-D shape "
+                                f"({'unknown' if dims is None else list(dims)}); tuning needs K and N")
+        n, k = dims if trans_b else dims[::-1]
+        dtype = view.dtype(x) or view.dtype(w)
+        if dtype is None:
+            raise BadInputError(f"node {names[i]}: the element type of '{x}' and '{w}' is unknown")
+        approximate = _string_attr(node, "approximate", "none")
+        alpha = float(attr(node, "alpha", DEFAULT_SIGMOID_ALPHA)) if approximate == "sigmoid" else None
+        nodes.append(TunableNode(names[i], x, NodeShape(int(k), int(n), dtype, trans_b, approximate, alpha),
+                                 _string_attr(node, "cuda_path", "auto")))
+    if not nodes:
+        if nested_count(model):
+            raise BadInputError(f"the model's {OP_TYPE} nodes are all inside If/Loop/Scan bodies, which tune "
+                                "does not reach (their rows depend on the loop)")
+        raise BadInputError(f"the model has no {OP_TYPE} node to tune: run `onnxfuse optimize` on it first")
+    return nodes
+
+
+def nested_count(model: onnx.ModelProto) -> int:
+    """FusedLinearGelu nodes inside If/Loop/Scan bodies: not tuned (they keep the built-in rule)."""
+    return sum(1 for n in model_io.all_nodes(model.graph) if _is_fused(n)) - sum(map(_is_fused, model.graph.node))
+
+
+def _concrete(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """A weightless copy of ``model`` whose inputs have the concrete ``shapes``: the graph node for node,
+    small inline constants kept (reshape targets are read from them), every other initializer a typed input."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g, src = light.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.output.extend(src.output)
+    initializers = {t.name for t in src.initializer}
+    for vi in src.input:
+        if vi.name in initializers:
+            continue
+        concrete = g.input.add()
+        concrete.CopyFrom(vi)
+        if vi.name in shapes:
+            del concrete.type.tensor_type.shape.dim[:]
+            for d in shapes[vi.name]:
+                concrete.type.tensor_type.shape.dim.add().dim_value = d
+    for t in src.initializer:
+        small = math.prod(t.dims) <= SMALL_CONSTANT_ELEMENTS
+        if small and t.data_location != onnx.TensorProto.EXTERNAL:
+            g.initializer.append(t)
+        else:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return light
+
+
+# Ops whose output has the dims of their first input, in any domain: onnx's shape inference stops at ORT's
+# contrib ops and at the ops onnxfuse writes; the rows go on through them.
+_SHAPE_OF_FIRST = {"Cast", "Identity", "Dropout", "Relu", "Tanh", "Erf", "Sigmoid", "Neg", "Sqrt", "Softmax",
+                   "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "LayerNormalization", "SkipLayerNormalization",
+                   "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "RMSNormalization"}
+_SKIP_SUMS = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Where", "Max", "Min", "Pow"}
+_MAX_DEPTH = 400  # ops walked back from one node's input; a transformer layer has a few dozen
+
+Rows = tuple[int, int | None]  # (rows: every dim but the last multiplied, the last dim where known)
+
+
+def _int_dim(ev: Evaluator, name: str, axis: int) -> int | None:
+    d = ev.dim(name, axis)
+    return d.coef if d.is_int else None
+
+
+def _rows(ev: Evaluator, view: GraphView, name: str, memo: dict, depth: int = 0) -> Rows | None:
+    """(rows, last dim) of ``name`` where they are known: from the shapes the evaluator carries, else walked
+    back through the ops whose output rows follow from their inputs' — elementwise ops and normalisations,
+    a MatMul with a 2-D weight, Gemm, FusedLinearGelu, MultiHeadAttention (the query's rows), broadcasting
+    (the operand of most rows) and a Reshape to a known last dim (the element count over it)."""
+    if name in memo:
+        return memo[name]
+    memo[name] = None  # (the graph is sorted, so this only bounds the walk)
+    rank = ev.rank(name)
+    if rank is not None and rank >= 2:
+        lead = [_int_dim(ev, name, a) for a in range(rank - 1)]
+        if None not in lead:
+            memo[name] = (math.prod(lead), _int_dim(ev, name, rank - 1))
+            return memo[name]
+    node = view.producer_of(name)
+    if node is None or depth > _MAX_DEPTH or not node.input:
+        return None
+    # the first output, or the input+skip sum of ORT's skip normalisations (their fourth), has X's dims
+    if name != node.output[0] and not (node.op_type in _SKIP_SUMS and list(node.output).index(name) == 3):
+        return None
+
+    def of(x: str) -> Rows | None:
+        return _rows(ev, view, x, memo, depth + 1) if x else None
+
+    def weight_dim(w: str, axis: int) -> int | None:
+        return _int_dim(ev, w, axis) if ev.rank(w) == 2 else None
+
+    op, found = node.op_type, None
+    if op in _SKIP_SUMS:  # input and skip have the output's dims: whichever is known
+        found = next((r for r in map(of, node.input[:2]) if r is not None), None)
+    elif op in _SHAPE_OF_FIRST:
+        found = of(node.input[0])
+    elif op == "MatMul" and len(node.input) == 2 and ev.rank(node.input[1]) == 2:
+        x = of(node.input[0])
+        found = x and (x[0], weight_dim(node.input[1], 1))
+    elif op == OP_TYPE and len(node.input) >= 2:
+        x = of(node.input[0])
+        found = x and (x[0], weight_dim(node.input[1], 0 if attr(node, "transB", 1) else 1))
+    elif op == "Gemm" and len(node.input) >= 2 and not attr(node, "transA", 0) and ev.rank(node.input[0]) == 2:
+        x = of(node.input[0])
+        found = x and (x[0], weight_dim(node.input[1], 0 if attr(node, "transB", 0) else 1))
+    elif op == "MultiHeadAttention":  # [B, S, D] query → [B, S, v_hidden]
+        q = of(node.input[0])
+        v = of(node.input[2]) if len(node.input) > 2 else None
+        found = q and (q[0], v[1] if v else None)
+    elif op in _BROADCASTING and node.domain in ("", "ai.onnx"):
+        operands = [r for r in map(of, node.input) if r is not None]
+        if operands:
+            lasts = {r[1] for r in operands} - {None, 1}
+            found = (max(r[0] for r in operands), lasts.pop() if len(lasts) == 1 else None)
+    elif op == "Reshape" and len(node.input) == 2:
+        found = _reshaped(ev, node, of(node.input[0]))
+    memo[name] = found
+    return found
+
+
+def _reshaped(ev: Evaluator, node: onnx.NodeProto, source: Rows | None, last: int | None = None) -> Rows | None:
+    """A Reshape's (rows, last): the element count over its last dim — the target's where it is a number,
+    else ``last`` when the caller knows it (a FusedLinearGelu's X ends in K)."""
+    from .patterns.symbolic import NotSymbolic
+
+    if source is None or source[1] is None:
+        return None
+    try:
+        target = ev.vec(node.input[1]).items
+    except NotSymbolic:
+        target = ()
+    if target and target[-1].is_int and target[-1].coef > 0:
+        last = target[-1].coef
+    if last is None:
+        return None
+    elements = source[0] * source[1]
+    return (elements // last, last) if elements % last == 0 else None
+
+
+def row_counts(model: onnx.ModelProto, nodes: Sequence[TunableNode], plan: Sequence[tuple[int, dict]],
+               base_dir: str | None = None) -> dict[str, dict[int, int]]:
+    """For each node, the rows M (X's leading dims multiplied) at each batch of ``plan`` — (batch size,
+    concrete input shapes) pairs, as ``bench.model_bench.batch_shapes`` makes them. ``BadInputError`` when
+    a node's rows cannot be worked out from the inputs' shapes."""
+    rows: dict[str, dict[int, int]] = {node.name: {} for node in nodes}
+    for batch, shapes in plan:
+        light = _concrete(model, shapes)
+        view = GraphView(light.graph, inferred=list(infer_types(light).value_info), base_dir=base_dir)
+        ev, memo = Evaluator(view), {}
+        for node in nodes:
+            found = _rows(ev, view, node.x, memo)
+            producer = view.producer_of(node.x)
+            if found is None and producer is not None and producer.op_type == "Reshape":
+                # GPT-2's Conv1D reshapes to [-1, Shape(x)[-1]]: the last dim is K, whatever the target says
+                found = _reshaped(ev, producer, _rows(ev, view, producer.input[0], memo), node.shape.k)
+            m = None if found is None else found[0]
+            if m is None:
+                given = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in shapes.items())
+                raise BadInputError(f"cannot tell how many rows node {node.name} sees at batch {batch} (inputs "
+                                    f"{given}): the shape of its input '{node.x}' does not follow from them")
+            if m < 1:
+                raise BadInputError(f"node {node.name} sees no rows at batch {batch} (its input '{node.x}'); "
+                                    "give nonzero sizes with --shape")
+            rows[node.name][batch] = m
+    return rows
+
+
+# --- measuring and choosing ------------------------------------------------------------------------
+@dataclass
+class NodeTuning:
+    """One node's result: the rows it sees per batch, the measurements at those rows, and its table."""
+
+    node: TunableNode
+    rows: dict[int, int]  # batch -> M
+    times: dict[int, PathTimes]  # M -> measured
+    max_rows: list[int] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.max_rows:
+            self.max_rows, self.paths = compress([(m, t.choice) for m, t in self.times.items()])
+
+    def to_dict(self) -> dict:
+        return {
+            **self.node.shape.to_dict(),
+            "cuda_path": self.node.cuda_path,
+            "rows": {str(b): m for b, m in sorted(self.rows.items())},
+            "measurements": [{"M": m, **t.to_dict()} for m, t in sorted(self.times.items())],
+            "tuned_max_rows": list(self.max_rows),
+            "tuned_paths": list(self.paths),
+        }
+
+
+def measure_all(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]], measure: Measure,
+                on_measured: Callable[[], None] | None = None) -> list[NodeTuning]:
+    """Measure each distinct (NodeShape, M) once, in :func:`wanted`'s order, and give every node its table."""
+    measured: dict[tuple[NodeShape, int], PathTimes] = {}
+    for shape, m in wanted(nodes, rows):
+        measured[(shape, m)] = measure(shape, m)
+        if on_measured is not None:
+            on_measured()
+    return [NodeTuning(node, dict(rows[node.name]), {m: measured[(node.shape, m)] for m in rows[node.name].values()})
+            for node in nodes]
+
+
+def wanted(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]]) -> list[tuple[NodeShape, int]]:
+    """The distinct (NodeShape, M) to measure, sorted: identical nodes share one measurement."""
+    return sorted({(node.shape, m) for node in nodes for m in rows[node.name].values()})
+
+
+# --- writing ---------------------------------------------------------------------------------------
+def tuning_record(tunings: Sequence[NodeTuning], device: Device, plan: Sequence[tuple[int, dict]],
+                  settings: dict) -> dict:
+    """What ``metadata_props["onnxfuse.tuning"]`` holds: the device and versions the numbers were measured
+    under, how (batches, input shapes, timing settings), and per node its measurements and choices."""
+    return {
+        "schema": SCHEMA,
+        "device": asdict(device),
+        "batches": [b for b, _ in plan],
+        "input_shapes": {str(b): {k: list(v) for k, v in shapes.items()} for b, shapes in plan},
+        "settings": settings,
+        "nodes": {t.node.name: t.to_dict() for t in tunings},
+    }
+
+
+def apply_tuning(model: onnx.ModelProto, tunings: Sequence[NodeTuning], record: dict) -> onnx.ModelProto:
+    """A copy of ``model`` with each tuned node's ``tuned_device``/``tuned_max_rows``/``tuned_paths`` (an
+    earlier tuning's replaced) and ``metadata_props["onnxfuse.tuning"]`` set to ``record``. Pure: ``model``
+    is not changed; nothing else differs."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    by_name = {t.node.name: t for t in tunings}
+    signature = record["device"]["signature"]
+    for i, node in enumerate(out.graph.node):
+        tuning = by_name.get(_key(node, i)) if _is_fused(node) else None
+        if tuning is None:
+            continue
+        for j in reversed(range(len(node.attribute))):
+            if node.attribute[j].name in ATTRIBUTES:
+                del node.attribute[j]
+        node.attribute.extend([helper.make_attribute("tuned_device", signature),
+                               helper.make_attribute("tuned_max_rows", list(tuning.max_rows)),
+                               helper.make_attribute("tuned_paths", list(tuning.paths))])
+    for j in reversed(range(len(out.metadata_props))):
+        if out.metadata_props[j].key == METADATA_KEY:
+            del out.metadata_props[j]
+    out.metadata_props.add(key=METADATA_KEY, value=json.dumps(record, sort_keys=True, separators=(",", ":")))
+    return out
+
+
+# --- reading ---------------------------------------------------------------------------------------
+def read_tuning(model: onnx.ModelProto) -> dict | None:
+    """What ``inspect`` shows of a tuned model: per node with a table its ``tuned_device``, bounds and paths
+    (and its measurements where the metadata has them), and the device the metadata records. None when no
+    node has a table."""
+    record, note = None, None
+    for prop in model.metadata_props:
+        if prop.key == METADATA_KEY:
+            try:
+                record = json.loads(prop.value)
+                if not isinstance(record, dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                record, note = None, f"metadata_props[{METADATA_KEY!r}] is not a tuning record ({e})"
+    recorded = (record or {}).get("nodes") or {}
+    nodes = []
+    for i, node in enumerate(model.graph.node):
+        if not _is_fused(node) or not any(a.name in ATTRIBUTES for a in node.attribute):
+            continue
+        name = _key(node, i)
+        entry = {"node": name, "cuda_path": _string_attr(node, "cuda_path", "auto"),
+                 "tuned_device": _string_attr(node, "tuned_device", ""),
+                 "tuned_max_rows": [int(v) for v in attr(node, "tuned_max_rows", [])],
+                 "tuned_paths": [p.decode() if isinstance(p, bytes) else p for p in attr(node, "tuned_paths", [])]}
+        if isinstance(recorded.get(name), dict):
+            entry["measurements"] = recorded[name].get("measurements", [])
+        nodes.append(entry)
+    if not nodes:
+        return None
+    device = record.get("device") if isinstance(record, dict) else None
+    return {"device": device, "nodes": nodes} | ({"note": note} if note else {})
