@@ -19,7 +19,7 @@ from onnx import helper
 
 from onnxfuse import model_io, tuning
 from onnxfuse.cli import main
-from onnxfuse.domain import DOMAIN, OP_TYPE
+from onnxfuse.domain import OP_TYPE
 from onnxfuse.errors import BadInputError
 from onnxfuse.fuse import optimize_file
 from onnxfuse.patterns.graph import base_dir_of
