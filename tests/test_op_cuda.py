@@ -467,7 +467,8 @@ PATHS = ("fused", "fallback", "auto")
 # (K, N) off multiples of 8 (and of 4 for 770 x 3074, so fp32 runs strict there), with few to some rows.
 PATH_SHAPES = [(770, 3074), (1000, 3000), (4095, 1023)]
 PATH_ROWS = (1, 2, 4, 8, 16, 64)
-_FALLBACK_KERNEL = "activation_inplace_kernel"  # the fallback's second kernel (activation_inplace.cu)
+# the fallback's second kernel (activation_inplace.cu): float32 in place, 16-bit from cuBLASLt's fp32 product
+_FALLBACK_KERNELS = ("activation_inplace_kernel", "bias_activation_from_fp32_kernel")
 
 
 def with_attributes(model: bytes, **attrs) -> bytes:
@@ -526,7 +527,7 @@ def _kernels_of(run) -> set[str]:
 
 def _path_ran(sess, x) -> str:
     names = _kernels_of(lambda: sess.run(None, {"X": x}))
-    ours = {n for n in names if _FALLBACK_KERNEL in n}
+    ours = {n for n in names if any(k in n for k in _FALLBACK_KERNELS)}
     return "fallback" if ours else "fused"
 
 
@@ -557,6 +558,9 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             sess = cuda_session(path_model("float16", k, w_nk, b, "none", 1, cuda_path=forced), library)
             expect = auto_path if forced == "auto" else forced
             assert _path_ran(sess, x) == expect, f"cuda_path={forced} K={k} N={n}"
+    # 16-bit with a few rows of a large W (reading W bounds it): the fallback.
+    x, w_nk, b = make_inputs(rng, (8, 4096), 16384, "float16", 1, True)
+    assert _path_ran(cuda_session(path_model("float16", 4096, w_nk, b, "none", 1), library), x) == "fallback"
     # float32 with few rows, and strict fp32: the fallback.
     x, w_nk, b = make_inputs(rng, (8, 768), 3072, "float32", 1, True)
     assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fallback"

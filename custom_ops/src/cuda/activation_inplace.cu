@@ -97,7 +97,82 @@ cudaError_t launch(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t st
   return cudaGetLastError();
 }
 
+// Four consecutive elements per thread and step: one 16-byte load of the product, the bias of their columns
+// (read through the read-only cache: N values shared by all M rows), one 8-byte store where Y allows it.
+template <class T>
+__global__ void __launch_bounds__(kThreads) bias_activation_from_fp32_kernel(const float* __restrict__ product,
+                                                                              const T* __restrict__ bias,
+                                                                              T* __restrict__ y, int64_t count,
+                                                                              int64_t n_cols, bool y_vector_aligned,
+                                                                              ActivationParams act) {
+  const int64_t groups = count / 4;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = tid; g < groups; g += stride) {
+    const float4 p = reinterpret_cast<const float4*>(product)[g];
+    float f[4] = {p.x, p.y, p.z, p.w};
+    if (bias != nullptr) {
+      int64_t col = (g * 4) % n_cols;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        f[j] += load_float(__ldg(bias + col));
+        col = col + 1 == n_cols ? 0 : col + 1;
+      }
+    }
+    apply_activation<false>(f, act);
+    union {
+      uint2 bits;
+      T v[4];
+    } out;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out.v[j] = store_float<T>(f[j]);
+    if (y_vector_aligned) {
+      reinterpret_cast<uint2*>(y)[g] = out.bits;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) y[g * 4 + j] = out.v[j];
+    }
+  }
+  // The last count % 4 elements: the first threads take them.
+  const int64_t i = groups * 4 + tid;
+  if (i < count) {
+    float v = product[i];
+    if (bias != nullptr) v += load_float(bias[i % n_cols]);
+    y[i] = store_float<T>(apply_activation<false>(v, act));
+  }
+}
+
+template <class T>
+cudaError_t launch_from_fp32(const GemmGeluArgs& a, const float* product, const DeviceInfo& dev, cudaStream_t stream) {
+  T* y = static_cast<T*>(a.y);
+  const int64_t count = a.M * a.N;
+  const int64_t work = count / 4 > 4 ? count / 4 : 4;  // the tail needs 3 threads at most
+  int64_t blocks = (work + kThreads - 1) / kThreads;
+  const int64_t max_blocks = static_cast<int64_t>(dev.sm_count > 0 ? dev.sm_count : 1) * kBlocksPerSm;
+  if (blocks > max_blocks) blocks = max_blocks;
+  const bool y_vector_aligned = reinterpret_cast<uintptr_t>(y) % (4 * sizeof(T)) == 0;
+  bias_activation_from_fp32_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      product, static_cast<const T*>(a.bias), y, count, a.N, y_vector_aligned, activation_params(a));
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+cudaError_t launch_bias_activation_from_fp32(const GemmGeluArgs& a, const float* product, const DeviceInfo& dev,
+                                             cudaStream_t stream) {
+  if (a.M < 0 || a.N < 0) return cudaErrorInvalidValue;
+  if (a.M == 0 || a.N == 0) return cudaSuccess;
+  if (reinterpret_cast<uintptr_t>(product) % 16 != 0 || reinterpret_cast<uintptr_t>(a.y) % dtype_bytes(a.dtype) != 0 ||
+      (a.bias != nullptr && reinterpret_cast<uintptr_t>(a.bias) % dtype_bytes(a.dtype) != 0)) {
+    return cudaErrorMisalignedAddress;
+  }
+  switch (a.dtype) {
+    case DType::kFloat16: return launch_from_fp32<__half>(a, product, dev, stream);
+    case DType::kBFloat16: return launch_from_fp32<__nv_bfloat16>(a, product, dev, stream);
+    case DType::kFloat32: break;  // float32 nodes take the bias epilogue and the in-place activation
+  }
+  return cudaErrorNotSupported;
+}
 
 cudaError_t launch_activation_inplace(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
   if (a.M < 0 || a.N < 0) return cudaErrorInvalidValue;

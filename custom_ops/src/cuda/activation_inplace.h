@@ -1,5 +1,6 @@
-// The second kernel of the fallback path: the node's activation applied in place over Y [M, N], after
-// cuBLASLt wrote Y = X·W(ᵀ) + B (cublaslt_gemm_bias.h).
+// The second kernel of the fallback path (cublaslt_gemm_bias.h wrote the GEMM): the node's activation over
+// Y [M, N] in place (float32 nodes, Y = X·W(ᵀ) + B), or bias and activation from cuBLASLt's float32 product
+// into Y (16-bit nodes).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,5 +13,12 @@ namespace onnxfuse::cuda {
 // by args.act of it (args.alpha for the sigmoid form). Any element-aligned args.y. Never synchronizes;
 // enqueues nothing for an empty Y.
 cudaError_t launch_activation_inplace(const GemmGeluArgs& args, const DeviceInfo& dev, cudaStream_t stream);
+
+// For 16-bit nodes: Y = act(product + B) from the float32 product X·W(ᵀ) [M, N] (cuBLASLt's fp32 output,
+// 16-byte aligned) with args.bias ([N] in args.dtype, or none), rounded once to args.dtype into args.y: the
+// fused kernel's order of operations, so the two paths' errors match. One kernel on `stream`, never
+// synchronizes; nothing for an empty Y.
+cudaError_t launch_bias_activation_from_fp32(const GemmGeluArgs& args, const float* product, const DeviceInfo& dev,
+                                             cudaStream_t stream);
 
 }  // namespace onnxfuse::cuda

@@ -108,8 +108,11 @@ struct Descriptors {
   cublasLtMatrixLayoutOpaque_t a, b, d;
 };
 
-cublasStatus_t Describe(const CublasLt& lt, const GemmGeluArgs& args, Descriptors* desc) {
+cublasStatus_t Describe(const CublasLt& lt, const GemmGeluArgs& args, bool fp32_product, Descriptors* desc) {
   const cudaDataType_t type = DataType(args.dtype);
+  // fp32_product: 16-bit A and B, float32 D (cuBLASLt's "HSS"/"BSS" configurations), no epilogue.
+  const cudaDataType_t d_type = fp32_product ? CUDA_R_32F : type;
+  const bool bias = args.bias != nullptr && !fp32_product;
   // fp32 accumulation for every type; float32 on TF32 Tensor Cores exactly where the node allows TF32, as
   // ORT's MatMul does, else full fp32 (so this path is as accurate as ORT's own).
   const cublasComputeType_t compute =
@@ -118,11 +121,11 @@ cublasStatus_t Describe(const CublasLt& lt, const GemmGeluArgs& args, Descriptor
   const cublasOperation_t trans_a = args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t trans_b = CUBLAS_OP_N;
   // Bias of D's type: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE's default, left as it is.
-  const cublasLtEpilogue_t epilogue = args.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   if (s == CUBLAS_STATUS_SUCCESS) s = lt.matmul_desc_set(&desc->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a));
   if (s == CUBLAS_STATUS_SUCCESS) s = lt.matmul_desc_set(&desc->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b));
   if (s == CUBLAS_STATUS_SUCCESS) s = lt.matmul_desc_set(&desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
-  if (s == CUBLAS_STATUS_SUCCESS && args.bias != nullptr) {
+  if (s == CUBLAS_STATUS_SUCCESS && bias) {
     s = lt.matmul_desc_set(&desc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias));
   }
   const uint64_t M = static_cast<uint64_t>(args.M), N = static_cast<uint64_t>(args.N), K = static_cast<uint64_t>(args.K);
@@ -131,7 +134,7 @@ cublasStatus_t Describe(const CublasLt& lt, const GemmGeluArgs& args, Descriptor
                      : lt.layout_init(&desc->a, sizeof(desc->a), type, N, K, args.N);
   }
   if (s == CUBLAS_STATUS_SUCCESS) s = lt.layout_init(&desc->b, sizeof(desc->b), type, K, M, args.K);
-  if (s == CUBLAS_STATUS_SUCCESS) s = lt.layout_init(&desc->d, sizeof(desc->d), type, N, M, args.N);
+  if (s == CUBLAS_STATUS_SUCCESS) s = lt.layout_init(&desc->d, sizeof(desc->d), d_type, N, M, args.N);
   return s;
 }
 
@@ -166,14 +169,16 @@ bool CublasLtAvailable(std::string* why) {
 }
 
 bool CublasLtGemmBias::Key::operator<(const Key& o) const {
-  return std::tie(M, N, K, dtype, trans_b, bias, tf32, align_x, align_w, align_y, align_bias) <
-         std::tie(o.M, o.N, o.K, o.dtype, o.trans_b, o.bias, o.tf32, o.align_x, o.align_w, o.align_y, o.align_bias);
+  return std::tie(M, N, K, dtype, trans_b, bias, tf32, fp32_product, align_x, align_w, align_y, align_bias) <
+         std::tie(o.M, o.N, o.K, o.dtype, o.trans_b, o.bias, o.tf32, o.fp32_product, o.align_x, o.align_w, o.align_y,
+                  o.align_bias);
 }
 
-CublasLtGemmBias::Key CublasLtGemmBias::key_of(const GemmGeluArgs& a) const {
-  return Key{a.M, a.N, a.K, static_cast<int>(a.dtype), a.trans_b, a.bias != nullptr,
-             a.dtype == DType::kFloat32 && a.allow_tf32, Alignment(a.x), Alignment(a.w), Alignment(a.y),
-             a.bias != nullptr ? Alignment(a.bias) : 256u};
+CublasLtGemmBias::Key CublasLtGemmBias::key_of(const GemmGeluArgs& a, bool fp32_product) const {
+  // The fp32 product goes to the caller's workspace, which its allocator aligns to 256 bytes.
+  return Key{a.M, a.N, a.K, static_cast<int>(a.dtype), a.trans_b, a.bias != nullptr && !fp32_product,
+             a.dtype == DType::kFloat32 && a.allow_tf32, fp32_product, Alignment(a.x), Alignment(a.w),
+             fp32_product ? 256u : Alignment(a.y), a.bias != nullptr && !fp32_product ? Alignment(a.bias) : 256u};
 }
 
 CublasLtGemmBias::CublasLtGemmBias(int device) : device_(device) {}
@@ -185,7 +190,7 @@ CublasLtGemmBias::~CublasLtGemmBias() {
   }
 }
 
-bool CublasLtGemmBias::plan(const GemmGeluArgs& args, Plan* out, std::string* error) {
+bool CublasLtGemmBias::plan(const GemmGeluArgs& args, bool fp32_product, Plan* out, std::string* error) {
   const CublasLt& lt = Library();
   if (!lt.unavailable.empty()) {
     *error = lt.unavailable;
@@ -195,10 +200,14 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, Plan* out, std::string* er
     *error = "cuBLASLt path needs M, N, K > 0";
     return false;
   }
-  const Key key = key_of(args);
+  if (fp32_product && args.dtype == DType::kFloat32) {
+    *error = "the float32 product without bias is for 16-bit nodes";
+    return false;
+  }
+  const Key key = key_of(args, fp32_product);
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = algorithms_.find(key); it != algorithms_.end()) {
-    *out = Plan{handle_, it->second.get(), it->second->workspace_bytes};
+    *out = Plan{handle_, it->second.get(), it->second->workspace_bytes, fp32_product};
     return true;
   }
   // A problem's first call: create the handle if needed, and ask the heuristic for its best algorithm.
@@ -213,7 +222,7 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, Plan* out, std::string* er
     handle_ = h;
   }
   Descriptors desc;
-  cublasStatus_t s = Describe(lt, args, &desc);
+  cublasStatus_t s = Describe(lt, args, fp32_product, &desc);
   if (s != CUBLAS_STATUS_SUCCESS) {
     *error = StatusText(lt, "describing the GEMM", s);
     return false;
@@ -248,24 +257,24 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, Plan* out, std::string* er
   }
   const Algorithm* algorithm =
       algorithms_.emplace(key, std::make_unique<Algorithm>(Algorithm{result.algo, result.workspaceSize})).first->second.get();
-  *out = Plan{handle_, algorithm, algorithm->workspace_bytes};
+  *out = Plan{handle_, algorithm, algorithm->workspace_bytes, fp32_product};
   return true;
 }
 
-bool CublasLtGemmBias::run(const Plan& plan, const GemmGeluArgs& args, void* workspace, size_t workspace_bytes,
-                           cudaStream_t stream, std::string* error) const {
+bool CublasLtGemmBias::run(const Plan& plan, const GemmGeluArgs& args, void* d, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream, std::string* error) const {
   const CublasLt& lt = Library();
   if (plan.algorithm == nullptr || plan.handle == nullptr) {
     *error = "cuBLASLt GEMM run without a plan";
     return false;
   }
   Descriptors desc;
-  cublasStatus_t s = Describe(lt, args, &desc);
+  cublasStatus_t s = Describe(lt, args, plan.fp32_product, &desc);
   const float alpha = 1.0f, beta = 0.0f;
   if (s == CUBLAS_STATUS_SUCCESS) {
     // C = D with beta = 0: C is never read, but cuBLASLt wants a C descriptor and pointer.
     s = lt.matmul(static_cast<cublasLtHandle_t>(plan.handle), &desc.op, &alpha, args.w, &desc.a, args.x, &desc.b, &beta,
-                  args.y, &desc.d, args.y, &desc.d, &plan.algorithm->algo, workspace, workspace_bytes, stream);
+                  d, &desc.d, d, &desc.d, &plan.algorithm->algo, workspace, workspace_bytes, stream);
   }
   if (s != CUBLAS_STATUS_SUCCESS) {
     *error = StatusText(lt, "cublasLtMatmul", s);

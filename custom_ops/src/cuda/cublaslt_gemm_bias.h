@@ -45,28 +45,33 @@ class CublasLtGemmBias {
     void* handle = nullptr;  // cublasLtHandle_t
     const Algorithm* algorithm = nullptr;
     size_t workspace_bytes = 0;  // what the chosen algorithm needs; the caller allocates it
+    bool fp32_product = false;   // D is the fp32 product X·W(ᵀ), no bias (see plan())
   };
 
   // The plan for `args` (M, N, K > 0): the cached algorithm, or on a problem's first call cuBLASLt's heuristic
   // (host work only, no GPU sync; ORT's first runs of a CUDA-graph session are not captured, so the captured
   // runs find the cache filled). False with `error` set when cuBLASLt is unavailable or has no algorithm.
-  bool plan(const GemmGeluArgs& args, Plan* out, std::string* error);
+  // fp32_product: D is the float32 accumulator X·W(ᵀ) without the bias, for a 16-bit node whose bias and
+  // activation then apply to it before the one rounding to Y's type (as the fused kernel does); otherwise D
+  // is Y itself, X·W(ᵀ) + B in args.dtype (the bias epilogue).
+  bool plan(const GemmGeluArgs& args, bool fp32_product, Plan* out, std::string* error);
 
-  // Enqueues Y = X·W(ᵀ) + B (B absent: X·W(ᵀ)) on `stream` with the plan's algorithm. No host allocation, no
-  // synchronization: capturable in a CUDA graph. False with `error` set when cuBLASLt refuses the call.
-  bool run(const Plan& plan, const GemmGeluArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-           std::string* error) const;
+  // Enqueues D = X·W(ᵀ) (+ B unless the plan's fp32_product) on `stream` with the plan's algorithm; D is `d`
+  // (M×N of float32 for fp32_product, else args.y). No host allocation, no synchronization: capturable in a
+  // CUDA graph. False with `error` set when cuBLASLt refuses the call.
+  bool run(const Plan& plan, const GemmGeluArgs& args, void* d, void* workspace, size_t workspace_bytes,
+           cudaStream_t stream, std::string* error) const;
 
  private:
   // Everything the heuristic's answer depends on: the problem, the compute type and the pointers' alignments.
   struct Key {
     int64_t M, N, K;
     int dtype;
-    bool trans_b, bias, tf32;
+    bool trans_b, bias, tf32, fp32_product;
     uint32_t align_x, align_w, align_y, align_bias;
     bool operator<(const Key& o) const;
   };
-  Key key_of(const GemmGeluArgs& args) const;
+  Key key_of(const GemmGeluArgs& args, bool fp32_product) const;
 
   const int device_;
   std::mutex mutex_;

@@ -64,30 +64,36 @@ bool ReadStrictFp32(const OrtKernelInfo* info) {
                                  "' must be '0' (TF32 Tensor Cores, the default) or '1' (strict fp32)");
 }
 
-// float32 with at most this many rows is bound by reading W: cuBLAS (and so ORT's MatMul) computes it in full
-// fp32 even with TF32 allowed, and the fused dispatch runs it strictly too (kStrictF32MaxRows in
-// gemm_gelu_dispatch.cu). The fallback follows, so that it is never less accurate than ORT there.
+// float32 with at most this many rows: the fused dispatch runs it in strict fp32 (kStrictF32MaxRows in
+// gemm_gelu_dispatch.cu), 5-7x slower than ORT there; the fallback takes it.
 constexpr int64_t kStrictF32MaxRows = 16;
+// 16-bit problems with at most this many rows and at least this many weights are bound by reading W, where
+// cuBLASLt's GEMV-like kernels read it faster than the fused kernel's tiles.
+constexpr int64_t kWeightBoundMaxRows = 16;
+constexpr int64_t kWeightBoundMinWeights = int64_t{1} << 25;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The built-in choice, where neither cuda_path nor a tuning table for this device decides. The fused kernel
-// is 1.3-2.9x faster than ORT's unfused graph wherever one of its Tensor-Core tactics takes the problem; it
-// loses where only its any-alignment or strict-fp32 kernels do (H200, GPU us, fused vs ORT unfused):
-//  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd
-//    offset): the any-alignment WMMA kernel, 4097x770x3074 586.8 vs 217.5;
-//  - float32 without TF32 (onnxfuse.strict_fp32, or K or N not a multiple of 4): strict fp32 FMAs,
-//    4097x770x3074 4427 vs 321;
-//  - float32 with at most kStrictF32MaxRows rows: 1x768x3072 106.4 vs 6.1 (and 1.9x ORT's error).
-// Everywhere else the fused path. A first rule, to be refined by measurement (bench/cuda_kernel.py
-// --grid never-slower); `onnxfuse tune` writes per-node tables that override it on the measured device.
+// The built-in choice, where neither cuda_path nor a tuning table for this device decides. Measured on H200
+// (bench/results/cuda_kernel_never_slower_h200.json: `bench/cuda_kernel.py --grid never-slower --paths`, wall
+// µs of CUDA-graph replays, fused / fallback / ORT's unfused MatMul+Add+Gelu):
+//  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
+//    reach only the fused path's any-alignment WMMA kernel: 4096x770x3074 606 / 146 / 223, 16384x4095x1023
+//    4730 / 1063 / 1084: fallback;
+//  - fp16/bf16 with few rows and a large W: 1x4096x16384 bf16 52.0 / 46.5 / 49.5: fallback;
+//  - float32 without TF32 in the fused path (onnxfuse.strict_fp32, or K or N not a multiple of 4) or with
+//    at most kStrictF32MaxRows rows (which it runs strictly): 1x768x3072 116 / 16 / 19: fallback;
+//  - everywhere else the fused path, 1.1-3.3x faster than ORT (4096x768x3072 fp16 48 / 53 / 134).
+// `onnxfuse tune` writes per-node tables that override this on the measured device.
 CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {
   if (a.dtype == cuda::DType::kFloat32) {
     return !a.allow_tf32 || a.M <= kStrictF32MaxRows ? CudaPath::kFallback : CudaPath::kFused;
   }
   const bool rows_aligned = a.K % 8 == 0 && a.N % 8 == 0 && Aligned16(a.x) && Aligned16(a.w) && Aligned16(a.y) &&
                             (a.bias == nullptr || Aligned16(a.bias));
-  return rows_aligned ? CudaPath::kFused : CudaPath::kFallback;
+  if (!rows_aligned) return CudaPath::kFallback;
+  const bool weight_bound = a.M <= kWeightBoundMaxRows && a.K * a.N >= kWeightBoundMinWeights;
+  return weight_bound ? CudaPath::kFallback : CudaPath::kFused;
 }
 
 class FusedLinearGeluCudaKernel {
@@ -213,23 +219,39 @@ class FusedLinearGeluCudaKernel {
     }
   }
 
-  // cuBLASLt's GEMM with the bias epilogue into Y, then the activation over Y in place, both on `stream`.
+  // Two kernels on `stream`. float32: cuBLASLt's GEMM with the bias epilogue into Y, then the activation over Y
+  // in place. fp16/bf16: cuBLASLt's GEMM into a float32 product (scratch), then bias, activation and the one
+  // rounding to Y's type in one kernel, in the fused kernel's order (rounding the pre-activation to 16 bits
+  // first, as ORT's unfused graph does, measured 1.18x ORT's own error at 64x770x3074 fp16).
   void RunFallback(Ort::KernelContext& ctx, cuda::GemmGeluArgs args, const LinearShape& s, cudaStream_t stream) const {
     if (gemm_bias_ == nullptr) {
       Fail(ORT_FAIL, std::string("cuda_path='fallback' needs cuBLASLt, which is unavailable: ") + fallback_unavailable_ +
                          " (onnxruntime's CUDA provider loads it; is this session's CUDA the library's major?)");
     }
-    if (args.dtype == cuda::DType::kFloat32 && args.M <= kStrictF32MaxRows) args.allow_tf32 = false;
+    // TF32 exactly as ORT's MatMul gets it: its CUDA provider allows TF32 (use_tf32, on by default) and lets
+    // cuBLAS choose per shape; this path asks the same library the same way. Measured on H200: ORT's error at
+    // 4096x770x3074 and at one row is TF32's (3e-4), so strict fp32 here only lost time (1.6-2.5x ORT).
+    if (args.dtype == cuda::DType::kFloat32) args.allow_tf32 = !strict_fp32_;
+    const bool fp32_product = args.dtype != cuda::DType::kFloat32;
     std::string error;
     cuda::CublasLtGemmBias::Plan plan;
-    if (!gemm_bias_->plan(args, &plan, &error)) {
+    if (!gemm_bias_->plan(args, fp32_product, &plan, &error)) {
       Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " cannot run " + Describe(s) + ": " + error);
     }
-    Workspace workspace(ctx, *gpu_memory_, plan.workspace_bytes);
-    if (!gemm_bias_->run(plan, args, workspace.data(), plan.workspace_bytes, stream, &error)) {
+    // One scratch block: the float32 product first (256-byte aligned, as the allocator's blocks), then
+    // cuBLASLt's workspace.
+    const size_t product_bytes =
+        fp32_product ? (static_cast<size_t>(args.M) * static_cast<size_t>(args.N) * sizeof(float) + 255) / 256 * 256 : 0;
+    Workspace workspace(ctx, *gpu_memory_, product_bytes + plan.workspace_bytes);
+    char* scratch = static_cast<char*>(workspace.data());
+    void* d = fp32_product ? static_cast<void*>(scratch) : args.y;
+    void* lt_workspace = plan.workspace_bytes > 0 ? scratch + product_bytes : nullptr;
+    if (!gemm_bias_->run(plan, args, d, lt_workspace, plan.workspace_bytes, stream, &error)) {
       Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " GEMM failed for " + Describe(s) + ": " + error);
     }
-    const cudaError_t e = cuda::launch_activation_inplace(args, dev_, stream);
+    const cudaError_t e = fp32_product
+                              ? cuda::launch_bias_activation_from_fp32(args, static_cast<const float*>(d), dev_, stream)
+                              : cuda::launch_activation_inplace(args, dev_, stream);
     if (e != cudaSuccess) {
       Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " activation kernel launch failed for " + Describe(s) +
                          ": " + CudaErrorText(e));
