@@ -16,6 +16,7 @@
 
 #include "activation_inplace.h"
 #include "activation_math.cuh"
+#include "float_convert.cuh"
 #include "tactics.cuh"
 
 namespace onnxfuse::cuda {
@@ -28,24 +29,8 @@ constexpr int kVectorBytes = 16;
 constexpr int kBlocksPerSm = 8;
 
 template <class T>
-__device__ __forceinline__ float load_float(T v) { return static_cast<float>(v); }
-template <>
-__device__ __forceinline__ float load_float(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float load_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <class T>
-__device__ __forceinline__ T store_float(float v);
-template <>
-__device__ __forceinline__ float store_float(float v) { return v; }
-template <>
-__device__ __forceinline__ __half store_float(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 store_float(float v) { return __float2bfloat16_rn(v); }
-
-template <class T>
 __device__ __forceinline__ void activate_one(T* p, const ActivationParams& act) {
-  *p = store_float<T>(apply_activation<std::is_same_v<T, float>>(load_float(*p), act));
+  *p = from_float<T>(apply_activation<std::is_same_v<T, float>>(to_float(*p), act));
 }
 
 // y[0, head) and y[head + vectors·kPer, count) scalar; the vectors in between as 16-byte words.
@@ -65,11 +50,11 @@ __global__ void __launch_bounds__(kThreads) activation_inplace_kernel(T* __restr
     in.bits = body[i];
     float f[kPer];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) f[j] = load_float(in.v[j]);
+    for (int j = 0; j < kPer; ++j) f[j] = to_float(in.v[j]);
     apply_activation<std::is_same_v<T, float>>(f, act);
     Vector out;
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) out.v[j] = store_float<T>(f[j]);
+    for (int j = 0; j < kPer; ++j) out.v[j] = from_float<T>(f[j]);
     body[i] = out.bits;
   }
   // At most kPer - 1 elements on each side: the first threads take them.
@@ -115,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) bias_activation_from_fp32_kernel(con
       int64_t col = (g * 4) % n_cols;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        f[j] += load_float(__ldg(bias + col));
+        f[j] += to_float(__ldg(bias + col));
         col = col + 1 == n_cols ? 0 : col + 1;
       }
     }
@@ -125,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) bias_activation_from_fp32_kernel(con
       T v[4];
     } out;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) out.v[j] = store_float<T>(f[j]);
+    for (int j = 0; j < 4; ++j) out.v[j] = from_float<T>(f[j]);
     if (y_vector_aligned) {
       reinterpret_cast<uint2*>(y)[g] = out.bits;
     } else {
@@ -137,8 +122,8 @@ __global__ void __launch_bounds__(kThreads) bias_activation_from_fp32_kernel(con
   const int64_t i = groups * 4 + tid;
   if (i < count) {
     float v = product[i];
-    if (bias != nullptr) v += load_float(bias[i % n_cols]);
-    y[i] = store_float<T>(apply_activation<false>(v, act));
+    if (bias != nullptr) v += to_float(bias[i % n_cols]);
+    y[i] = from_float<T>(apply_activation<false>(v, act));
   }
 }
 

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include "activation_math.cuh"
+#include "float_convert.cuh"
 #include "tactics.cuh"
 
 namespace onnxfuse::cuda {
@@ -23,22 +24,6 @@ namespace {
 constexpr int kTileM = 64;
 constexpr int kTileN = 64;
 constexpr int kThreads = 128;
-
-template <class T>
-__device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
-template <>
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
 
 // Per element type: the WMMA shape and fragment element type. 16-bit: m16n16k16; float: m16n16k8 TF32.
 template <class T>
