@@ -326,8 +326,12 @@ def _segment_gpu_us(prof_events, labels, calls) -> list[float]:
     """GPU µs per call of each segment of one profiler window. Each segment is a host range named by its label
     (torch.profiler.record_function) with the GPU synchronized at both ends inside it, so every kernel the
     segment launched ran within that range, on the profiler's own clock."""
+    # torch.profiler mirrors each record_function range on the GPU timeline as a device-side annotation
+    # spanning the kernels it launched: not a kernel, and counting it doubled large cells and added the
+    # launch gaps to small ones (the first grid's GPU columns: cuda_kernel_never_slower_h200*.json).
+    names = set(labels)
     kernels = [(e.time_range.start, e.time_range.end) for e in prof_events
-               if str(getattr(e, "device_type", "")).endswith("CUDA")]
+               if str(getattr(e, "device_type", "")).endswith("CUDA") and e.name not in names]
     ranges = {e.name: (e.time_range.start, e.time_range.end) for e in prof_events if e.name in set(labels)}
     out = []
     for label in labels:
