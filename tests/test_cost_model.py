@@ -172,3 +172,8 @@ def test_cpu_rule_cites_the_committed_measurements():
             assert r["ratio"] < 1.0, f"{relpath}: fused slower than ORT at {r['M']}x{r['K']}x{r['N']}"
     ratios = [v for pair in table.values() for v in pair]
     assert f"({min(ratios):.2f}-{max(ratios):.2f})" in " ".join(doc.split())
+    small = json.load(open(os.path.join(ROOT, cost_model.Cpu().small_row_measurements)))["rows"]
+    assert all(r["ratio"] < 1.0 for r in small), [r for r in small if r["ratio"] >= 1.0]
+    assert any(r["M"] == 1 for r in small) and any(r["K"] % 8 for r in small)
+    small_ratios = [r["ratio"] for r in small]
+    assert f"{min(small_ratios):.2f}-{max(small_ratios):.2f}" in " ".join(doc.split())
