@@ -160,8 +160,10 @@ class FormChoice:
 def choose_forms(nodes: Sequence[NodeForms], error_of: Callable[[dict[str, str]], ModelError],
                  budget: float) -> FormChoice:
     """The fastest forms whose model error ``error_of(forms)`` (node → form, the switched nodes) stays within
-    ``budget``, backing off greedily (module docstring). Ties in the time given up go to the later node
-    (the walk is deterministic)."""
+    ``budget``, backing off greedily (module docstring). Equal times given up are common (nodes of one shape
+    share their measurements); the tie goes first to the step away from the coarser form (sigmoid → tanh
+    before tanh → exact: the coarser form brings the most error), then to the earlier node (its error
+    passes through every layer after it), so the walk is deterministic."""
     if not budget > 0 or math.isinf(budget):
         raise ValueError(f"budget must be a finite number > 0, not {budget!r}")
     level = {n.name: len(n.options) - 1 for n in nodes if n.options}  # index into options; -1: exact
@@ -179,9 +181,10 @@ def choose_forms(nodes: Sequence[NodeForms], error_of: Callable[[dict[str, str]]
         if ok:
             return FormChoice(forms, error, checks, budget)
 
-        def given_up(name: str) -> tuple[float, int]:
+        def given_up(name: str) -> tuple[float, int, int]:
             options, i = by_name[name].options, level[name]
-            return options[i].gain_us - (options[i - 1].gain_us if i > 0 else 0.0), -order[name]
+            time = options[i].gain_us - (options[i - 1].gain_us if i > 0 else 0.0)
+            return time, -FORMS.index(options[i].form), order[name]
 
         name = min(forms, key=given_up)
         level[name] -= 1
