@@ -210,6 +210,21 @@ def test_reference_run_measures_a_switched_model_against_the_exact_one(tiny_bert
     assert sigmoid.error > 10 * both.error  # the coarser form shows as such
 
 
+def test_reference_run_finds_external_data_from_any_folder(tmp_path, monkeypatch):
+    """Candidates go to ORT as bytes: their external weights are found in the model's folder, not the cwd."""
+    from onnxfuse import model_io
+
+    out = tmp_path / "model" / "bert.onnx"
+    out.parent.mkdir()
+    optimize_file(os.path.join(ROOT, "tests/models/bert_torchscript_op17.onnx"), out)
+    model = model_io.load_model(out)
+    assert model_io.external_tensors(model)
+    monkeypatch.chdir(tmp_path)
+    run = ReferenceRun(model, shapes={}, samples=1, provider="cpu", base_dir=str(out.parent))
+    names = [n.name for n in model.graph.node if n.op_type == OP_TYPE]
+    assert 0.0 < run.error_of(with_forms(model, {n: "tanh" for n in names})).error < 1e-2
+
+
 # --- the model: forms written, and undone ----------------------------------------------------------------
 def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
