@@ -30,14 +30,14 @@ from .bench.progress import Steps
 from .errors import BadInputError
 from .inputs import input_specs
 from .patterns.graph import base_dir_of
-from .tuning import (Device, Measure, NodeTuning, apply_tuning, measure_each, nested_count, node_tunings,
-                     row_counts, tunable_nodes, tuning_record, wanted)
+from .tuning import (Device, Measure, Measured, NodeTuning, apply_tuning, measure_each, nested_count,
+                     node_tunings, row_counts, tunable_nodes, tuning_record, wanted)
 
 DEFAULT_BATCHES = (1, 8, 32)
 APPROXIMATE = ("none", "auto")  # tune's --approximate: exact (each node's own form) or chosen per node
 DEFAULT_SAMPLES = 4  # random samples the error of each candidate set is measured on
 # (the error checker for a reference model: shapes of one sample, samples, the folder of its external data)
-ErrorCheckers = Callable[[onnx.ModelProto, dict, int, "str | None"], ErrorChecker]
+ErrorCheckers = Callable[[onnx.ModelProto, dict, int, str | None], ErrorChecker]
 
 
 @dataclass
@@ -115,6 +115,21 @@ def _gpu_error_checker(model: onnx.ModelProto, shapes: dict, samples: int, base_
     return reference_checker(model, shapes=shapes, samples=samples, base_dir=base_dir, provider="cuda")
 
 
+def _choose_forms(model: onnx.ModelProto, tunings: list[NodeTuning], variant_nodes: dict[str, list],
+                  rows: dict[str, dict[int, int]], measured: Measured, budget: float,
+                  error_of: ErrorChecker) -> tuple[list[NodeTuning], list[NodeForms], FormChoice]:
+    """--approximate auto on measurements taken: each node's forms that pay, the choice within ``budget``
+    (each candidate set written into ``model`` and handed to ``error_of``), and the tunings to write — a
+    switched node's table is its form's."""
+    by_form = {form: {t.node.name: t for t in node_tunings(group, rows, measured)}
+               for form, group in variant_nodes.items()}
+    per_node = [node_forms(t, {form: found[t.node.name] for form, found in by_form.items() if t.node.name in found})
+                for t in tunings]
+    choice = choose_forms(per_node, lambda chosen: error_of(with_forms(model, chosen)), budget)
+    chosen = [by_form[choice.forms[t.node.name]][t.node.name] if t.node.name in choice.forms else t for t in tunings]
+    return chosen, per_node, choice
+
+
 def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | None = None,
               batches: Sequence[int] | None = None, reps: int = 30, approximate: str = "none",
               budget: float | None = None, forms: Sequence[str] | None = None, samples: int | None = None,
@@ -153,25 +168,16 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
     measured = measure_each(todo, measure, on_measured=step)
     tunings = node_tunings(nodes, rows, measured)
     settings = {"reps": reps, "provider": "cuda"}
-    per_node: list[NodeForms] = []
-    choice = None
+    per_node, choice, section = [], None, None
     if auto:
-        by_form = {form: {t.node.name: t for t in node_tunings(group, rows, measured)}
-                   for form, group in variant_nodes.items()}
-        per_node = [node_forms(t, {form: by_form[form][t.node.name] for form in forms if t.node.name in by_form[form]})
-                    for t in tunings]
-        largest = max(plan, key=lambda p: p[0])[1]
+        largest = dict(max(plan, key=lambda p: p[0])[1])
         checkers = _gpu_error_checker if error_checkers is None else error_checkers
         samples = DEFAULT_SAMPLES if samples is None else samples
-        error_of = checkers(model, dict(largest), samples, base_dir)
-        choice = choose_forms(per_node, lambda chosen: error_of(with_forms(model, chosen)), budget)
+        tunings, per_node, choice = _choose_forms(model, tunings, variant_nodes, rows, measured, budget,
+                                                  checkers(model, largest, samples, base_dir))
         step()
-        tunings = [by_form[choice.forms[t.node.name]][t.node.name] if t.node.name in choice.forms else t
-                   for t in tunings]
         section = approximation_record(per_node, choice, {"forms": list(forms), "samples": samples,
                                                            "input_shapes": {k: list(v) for k, v in largest.items()}})
-    else:
-        section = None
     record = tuning_record(tunings, device, plan, settings, approximation=section)
     tuned = apply_tuning(with_forms(model, choice.forms) if choice else model, tunings, record)
     model_io.save_model(tuned, output_path, source_dir=base_dir, check=model_io.checkable(model),
