@@ -71,9 +71,12 @@ def _target_option(f):
 @click.argument("model")
 @click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the optimized model.")
 @click.option("--json", "json_path", metavar="REPORT", help="Write the report as JSON ('-' for stdout).")
-@click.option("--approximate", type=click.Choice(["tanh", "sigmoid"]), default=None,
+@click.option("--approximate", type=click.Choice(["tanh", "sigmoid", "auto"]), default=None,
               help="Make every fused node compute this GELU form, trading exactness on purpose "
-                   "(the report lists the nodes whose math changed). Default: keep each block's own math.")
+                   "(the report lists the nodes whose math changed). Default: keep each block's own math. "
+                   "auto is tune's (`onnxfuse tune OUT --approximate auto --budget REL`): whether a form "
+                   "pays is a measurement on the GPU that will run the model, which optimize never makes, "
+                   "so here it is a usage error.")
 @click.option("--verify", is_flag=True,
               help="Before OUT takes its place, run MODEL and the result in ONNX Runtime on the same inputs "
                    "(as `onnxfuse compare`) and exit 3 without writing OUT if any output drifts.")
@@ -104,6 +107,10 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
     from .fuse import optimize_file
 
     get_target(target)  # a bad --target is said before anything else is looked at
+    if approximate == "auto":
+        raise BadInputError("--approximate auto chooses per node from timings on the target GPU, which optimize "
+                            "does not take: optimize without it, then `onnxfuse tune OUT -o TUNED "
+                            "--approximate auto --budget REL` on that GPU")
 
     verify_only = {"--keep-failed": keep_failed, "--shape": shape_options, "--rtol": rtol, "--atol": atol,
                    "--samples": samples != 1, "--provider": provider != "cpu"}
@@ -232,9 +239,27 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
                    "by each batch size). Default: other dynamic dims 128.")
 @click.option("--reps", type=click.IntRange(min=1), default=30, show_default=True,
               help="Timed runs per path and row count at least (more until the median is stable).")
+@click.option("--approximate", default="none", show_default=True, metavar="none|auto",
+              help="none: every node keeps its model's GELU form. auto: an exact (erf) GELU node switches to an "
+                   "approximate form (--approximate-forms) where that form's faster path is at least 2 % faster at "
+                   "the node's largest row count (twice the timing loop's 1 % stability bound) and not 2 % slower "
+                   "at any other, as far as the model's error stays within --budget; the nodes switched carry "
+                   "approximate=FORM, and the report and metadata each node's times and the measured error.")
+@click.option("--budget", type=float, default=None, metavar="REL",
+              help="With --approximate auto (required there): the largest error allowed, > 0. The error is the "
+                   "largest over the model's outputs of rel-L2 = ||tuned - exact||_2 / ||exact||_2 over --samples "
+                   "random samples at the largest batch, both models run on this GPU; a changed integer output or "
+                   "NaN/Inf is over any budget. Over budget, the switch that saves the least time is undone, one "
+                   "at a time, until the error is within it.")
+@click.option("--approximate-forms", "forms_text", default=None, metavar="tanh[,sigmoid]",
+              help="With --approximate auto: the forms a node may take (default tanh, within 4.8e-4 of erf GELU; "
+                   "sigmoid, x*sigmoid(1.702x), is forty times coarser and only tried when named).")
+@click.option("--samples", type=int, default=None,
+              help="With --approximate auto: random input samples the error is measured on (default 4).")
 @click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON ('-' for stdout instead of the table).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr.")
-def tune_command(model, output, provider, batch_list, shape_options, reps, json_path, progress):
+def tune_command(model, output, provider, batch_list, shape_options, reps, approximate, budget, forms_text,
+                 samples, json_path, progress):
     """Measure, on this GPU, which CUDA path each FusedLinearGelu node of MODEL should take at the row
     counts it will see, and write OUT with the choice in the nodes.
 
@@ -245,20 +270,28 @@ def tune_command(model, output, provider, batch_list, shape_options, reps, json_
     this GPU's and library's signature (on another device the node ignores the table), and every number
     into metadata_props["onnxfuse.tuning"]. The input is never modified; OUT is written atomically.
 
+    A node that an earlier `tune --approximate auto` switched is put back at exact GELU first: tuning a
+    tuned model gives what tuning the model did, and without --approximate auto exact comes back.
+
     \b
     Exit codes: 0 ok · 1 internal error · 2 bad input (no FusedLinearGelu node: run optimize first;
-    bad --batch/--shape; no CUDA provider or GPU; an op library older than tuning).
+    bad --batch/--shape; --budget/--approximate-forms/--samples without --approximate auto, or auto
+    without --budget; no CUDA provider or GPU; an op library older than tuning).
     """
+    from .approximation import parse_forms
     from .inputs import parse_shape_option
     from .model_io import check_output_path
-    from .tune import tune_file
+    from .tune import check_approximation_options, tune_file
 
+    forms = parse_forms(forms_text) if forms_text is not None else None
+    check_approximation_options(approximate, budget, forms, samples)
     shapes = dict(parse_shape_option(text) for text in shape_options)
     batches = _parse_batches(batch_list) if batch_list is not None else None
     if json_path and json_path != "-":
         check_output_path(None, json_path)
     with _bench_progress(progress, "tune:") as bar:
-        report = tune_file(model, output, shapes=shapes, batches=batches, reps=reps, progress=bar)
+        report = tune_file(model, output, shapes=shapes, batches=batches, reps=reps, approximate=approximate,
+                           budget=budget, forms=forms, samples=samples, progress=bar)
     _echo_warnings(report)
     _emit_json(report, json_path, extra={"exit_code": 0})
     if json_path != "-":
@@ -298,8 +331,44 @@ def _render_tune(report) -> None:
     if report.forced:
         console.print(f"[yellow]note[/]: {', '.join(report.forced)} force a path with cuda_path: their tables are "
                       "written but not used until cuda_path is auto", highlight=False)
+    if report.restored:
+        console.print(f"[yellow]note[/]: {', '.join(report.restored)}: back at exact GELU (an earlier "
+                      "`tune --approximate auto` had switched them)", highlight=False)
+    if report.choice is not None:
+        _render_forms(console, report)
     console.print(f"{report.measurements} measurement(s), {len(report.tunings)} node(s) tuned in "
                   f"{report.seconds:.1f} s → {report.output}", highlight=False)
+
+
+def _render_forms(console, report) -> None:
+    """tune --approximate auto: each node's GELU form, the time it saves and why, and the model's error."""
+    from rich.table import Table
+
+    choice = report.choice
+    table = Table(title=f"GELU form per node (--approximate auto, budget {choice.budget:g} rel-L2)", title_justify="left")
+    for column in ("node", "model", "chosen", "M", "best µs per form", "saves", "why"):
+        table.add_column(column, justify="right" if column in ("M", "saves") else "left")
+    for n in report.forms:
+        chosen = choice.forms.get(n.name, n.model_form)
+        times = ", ".join(f"{form} {by_m[n.largest_m]:.1f}" for form, by_m in n.best.items())
+        option = next((o for o in n.options if o.form == chosen), None)
+        saves = f"{option.gain:.1%} ({option.gain_us:.1f} µs)" if option else "—"
+        why = "; ".join(f"{form}: {text}" if form != "*" else text for form, text in n.rejected.items())
+        if n.options and option is None:
+            why = "; ".join(filter(None, ["backed off to stay within the budget", why]))
+        table.add_row(n.name, n.model_form, chosen, str(n.largest_m), times, saves, why)
+    console.print(table)
+    for c in choice.checks:
+        step = f" after {c.step[0]} → {c.step[1]}" if c.step else ""
+        verdict = "[green]within[/]" if c.within_budget else "[red]over[/]"
+        console.print(f"check{step}: {c.switched} node(s) switched, model error {c.error.error:.3g} {verdict} "
+                      f"the budget" + (f" ({'; '.join(c.error.problems)})" if c.error.problems else ""),
+                      highlight=False)
+    if choice.error is None:
+        console.print("no node switched: every node stays at its model's form", highlight=False)
+    else:
+        console.print(f"{len(choice.forms)} node(s) switched; model error {choice.error.error:.3g} "
+                      f"≤ budget {choice.budget:g}", highlight=False)
 
 
 def _us(value) -> str:
@@ -327,18 +396,43 @@ def _render_tuning(console, tuning: dict) -> None:
     device = tuning.get("device") or {}
     where = device.get("signature") or "(no tuning record in metadata_props)"
     table = Table(title=f"CUDA path tuning, measured on {where}", title_justify="left")
+    forms = any("approximation" in n for n in tuning["nodes"])
     for column in ("node", "cuda_path", "tuned_device", "rows → path", "measured (M: fused / fallback µs)"):
         table.add_column(column)
+    if forms:
+        table.add_column("GELU form (model → chosen, best µs per form at M)")
     for n in tuning["nodes"]:
         bounds = [f"≤ {r}: {p}" for r, p in zip(n["tuned_max_rows"], n["tuned_paths"])]
         if bounds:
             bounds[-1] += " (and beyond)"
         measured = "; ".join(f"{m['M']}: {m['fused_us']} / {m['fallback_us']}" for m in n.get("measurements", []))
         same = n["tuned_device"] == device.get("signature")
-        table.add_row(n["node"], n["cuda_path"], n["tuned_device"] if not same else "= above", ", ".join(bounds), measured)
+        cells = [n["node"], n["cuda_path"], n["tuned_device"] if not same else "= above", ", ".join(bounds), measured]
+        if forms:
+            cells.append(_recorded_form(n.get("approximation")))
+        table.add_row(*cells)
     console.print(table)
+    approximation = tuning.get("approximation")
+    if approximation:
+        error = (approximation.get("error") or {}).get("error")
+        console.print(f"GELU forms chosen by tune --approximate auto: budget {approximation.get('budget')} "
+                      f"({approximation.get('metric')}), measured error "
+                      f"{'none (nothing switched)' if error is None else _number(error)}", highlight=False)
     if tuning.get("note"):
         console.print(f"[yellow]note[/]: {tuning['note']}", highlight=False)
+
+
+def _number(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _recorded_form(entry) -> str:
+    if not isinstance(entry, dict):
+        return ""
+    m = str(entry.get("M"))
+    times = ", ".join(f"{form} {by_m.get(m)}" for form, by_m in (entry.get("best_us") or {}).items()
+                      if isinstance(by_m, dict))
+    return f"{entry.get('model')} → {entry.get('chosen')}" + (f" (M={m}: {times})" if times else "")
 
 
 # --- compare (accuracy gate) -----------------------------------------------------------------------

@@ -12,6 +12,8 @@ finite value:
 * ``max_rel``: |opt − ref| / |ref| where |ref| > atol (below atol a relative error says nothing, and the
   absolute tolerance is what judges those elements);
 * ``cosine``: cosine similarity of the flattened outputs, the smallest over all samples;
+* ``rel_l2``: ‖opt − ref‖₂ / ‖ref‖₂ over every sample's finite positions, the error of the output as a
+  whole (scale-free: what ``tune --approximate auto`` holds to its budget);
 * ``nonfinite_mismatches``: positions where one model gives NaN or ±Inf and the other does not give the
   same (NaN where the reference has NaN, the same infinity where it has one, is a match);
 * ``violations``: elements with |opt − ref| > atol + rtol·|ref|, and ``worst_ratio``, the largest
@@ -152,6 +154,7 @@ class OutputStats:
     p99_abs: float = 0.0
     p999_abs: float = 0.0
     cosine: float = 1.0
+    rel_l2: float = 0.0
     nonfinite_mismatches: int = 0
     violations: int = 0
     worst_ratio: float = 0.0
@@ -178,6 +181,7 @@ class OutputStats:
             "p99_abs": self.p99_abs,
             "p999_abs": self.p999_abs,
             "cosine": self.cosine,
+            "rel_l2": self.rel_l2,
             "nonfinite_mismatches": self.nonfinite_mismatches,
             "violations": self.violations,
             "worst_ratio": self.worst_ratio,
@@ -197,6 +201,8 @@ class _ErrorAccumulator:
         self.errors: list[np.ndarray] = []
         self.max_rel = 0.0
         self.cosine = 1.0
+        self.squared_error = 0.0  # Σ (opt − ref)² and Σ ref² over the finite positions, for rel_l2
+        self.squared_ref = 0.0
         self.nonfinite = 0
         self.violations = 0
         self.worst_ratio = 0.0
@@ -225,6 +231,8 @@ class _ErrorAccumulator:
         self.errors.append(err)
         if r.size == 0:
             return
+        self.squared_error += float(np.dot(err, err))
+        self.squared_ref += float(np.dot(r, r))
         abs_ref = np.abs(r)
         self.max_abs_ref = max(self.max_abs_ref, float(abs_ref.max()))
         bound = self.tol.atol + self.tol.rtol * abs_ref
@@ -249,6 +257,7 @@ class _ErrorAccumulator:
             elements=self.elements,
             max_rel=self.max_rel,
             cosine=self.cosine,
+            rel_l2=_rel_l2(self.squared_error, self.squared_ref),
             nonfinite_mismatches=self.nonfinite,
             violations=self.violations,
             worst_ratio=self.worst_ratio,
@@ -275,6 +284,13 @@ def _as_float64(a: np.ndarray) -> np.ndarray:
     if a.dtype == np.bool_:
         return a.astype(np.float64)
     return np.asarray(a, dtype=np.float64)
+
+
+def _rel_l2(squared_error: float, squared_ref: float) -> float:
+    """‖err‖₂ / ‖ref‖₂: 0 where nothing differs, ∞ where a zero reference meets a nonzero error."""
+    if squared_error == 0.0:
+        return 0.0
+    return float(np.sqrt(squared_error / squared_ref)) if squared_ref > 0.0 else float("inf")
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -494,16 +510,7 @@ def compare_models(
     opt_session = _session(optimized_loaded, "optimized", provider, as_written=False)
 
     output_names = [o.name for o in original_model.graph.output]
-    output_types = {o.name: o.type.tensor_type.elem_type for o in original_model.graph.output}
-    accumulators = {
-        name: _ErrorAccumulator(
-            name,
-            dtype_name(output_types[name]),
-            tolerance_for(compute_type(original_model, name), provider, rtol, atol),
-            dtype_name(compute_type(original_model, name)),
-        )
-        for name in output_names
-    }
+    accumulators = _accumulators(original_model, provider, rtol, atol)
 
     seconds_ref = seconds_opt = 0.0
     first_ref = None  # the original's outputs on sample 0, from finding the sizes it runs at
@@ -584,6 +591,30 @@ def _runnable_sizes(session, model: onnx.ModelProto, specs, shapes, output_names
     raise BadInputError(
         f"the original model cannot run on sample 0 ({shapes_text}, nor with {candidates[0][1]} halved down to "
         f"1; give dynamic dims with --shape NAME=DIMS, inputs {dynamic}): {first_error}")
+
+
+def _accumulators(model: onnx.ModelProto, provider: str, rtol: float | None = None,
+                  atol: float | None = None) -> dict[str, _ErrorAccumulator]:
+    """One accumulator per output of ``model`` (the reference), judged by the tolerance of its compute type."""
+    types = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
+    return {name: _ErrorAccumulator(name, dtype_name(elem_type), tolerance_for(compute_type(model, name), provider, rtol, atol),
+                                    dtype_name(compute_type(model, name)))
+            for name, elem_type in types.items()}
+
+
+def output_errors(reference_model: onnx.ModelProto, references: list[dict[str, np.ndarray]],
+                  candidates: list[dict[str, np.ndarray]], provider: str = "cpu") -> list[OutputStats]:
+    """compare's statistics and verdict of each output of ``reference_model`` over paired samples (the
+    reference's outputs and a candidate's, by output name, sample by sample), at the default tolerances of
+    ``provider``: what ``compare_models`` reports, for a caller that runs the sessions itself (tune's
+    accuracy check runs the reference once and several candidates against it)."""
+    if len(references) != len(candidates):
+        raise ValueError(f"{len(references)} reference samples but {len(candidates)} candidate samples")
+    accumulators = _accumulators(reference_model, provider)
+    for i, (ref, opt) in enumerate(zip(references, candidates)):
+        for name, accumulator in accumulators.items():
+            accumulator.add(i, ref[name], opt[name])
+    return [a.finish() for a in accumulators.values()]
 
 
 def verify_optimized(original_path: str | Path, optimized_path: str | Path, **kw) -> CompareReport:

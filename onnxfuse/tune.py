@@ -1,12 +1,18 @@
 """``onnxfuse tune``: read an optimized model, work out the rows each FusedLinearGelu sees, measure each
-path on the GPU, write the model with the choices — the order in which failures are said: the model and its
-shapes first (no GPU needed to be told to run optimize first), then the GPU and the library.
+path on the GPU, write the model with the choices — the order in which failures are said: the options, the
+model and its shapes first (no GPU needed to be told to run optimize first), then the GPU and the library.
 
-The choosing and writing are ``tuning``'s pure functions; the measuring is ``bench.path_bench``'s.
+With ``approximate="auto"`` each exact-GELU node is also timed in the approximate forms asked for, and the
+forms that pay are kept as far as the model's error against the exact model stays within ``budget``
+(``approximation``: the choosing; ``accuracy``: the error, measured on the GPU).
+
+The choosing and writing are ``tuning``'s and ``approximation``'s pure functions; the measuring is
+``bench.path_bench``'s and ``accuracy``'s.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -15,15 +21,23 @@ from typing import Callable, Sequence
 import onnx
 
 from . import model_io
+from .accuracy import ErrorChecker, reference_checker
+from .approximation import (DEFAULT_FORMS, FORMS, FormChoice, NodeForms, approximation_record, choose_forms,
+                            node_forms, restore_forms, variants, with_forms)
 from .bench import path_bench
 from .bench.model_bench import batch_shapes
 from .bench.progress import Steps
+from .errors import BadInputError
 from .inputs import input_specs
 from .patterns.graph import base_dir_of
-from .tuning import (Device, Measure, NodeTuning, apply_tuning, measure_all, nested_count,
-                     row_counts, tunable_nodes, tuning_record, wanted)
+from .tuning import (Device, Measure, Measured, NodeTuning, apply_tuning, measure_each, nested_count,
+                     node_tunings, row_counts, tunable_nodes, tuning_record, wanted)
 
 DEFAULT_BATCHES = (1, 8, 32)
+APPROXIMATE = ("none", "auto")  # tune's --approximate: exact (each node's own form) or chosen per node
+DEFAULT_SAMPLES = 4  # random samples the error of each candidate set is measured on
+# (the error checker for a reference model: shapes of one sample, samples, the folder of its external data)
+ErrorCheckers = Callable[[onnx.ModelProto, dict, int, str | None], ErrorChecker]
 
 
 @dataclass
@@ -37,6 +51,10 @@ class TuneReport:
     settings: dict
     seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
+    forms: list[NodeForms] = field(default_factory=list)  # --approximate auto: each node's forms
+    choice: FormChoice | None = None  # --approximate auto: what was chosen, and the error checks
+    restored: list[str] = field(default_factory=list)  # nodes an earlier tune had switched, back at exact
+    approximation: dict | None = None  # --approximate auto: the tuning record's "approximation"
 
     @property
     def forced(self) -> list[str]:
@@ -54,6 +72,8 @@ class TuneReport:
             "measurements": self.measurements,
             "nodes": {t.node.name: t.to_dict() for t in self.tunings},
             "forced": self.forced,
+            "approximation": self.approximation,
+            "restored": list(self.restored),
             "warnings": list(self.warnings),
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }
@@ -67,18 +87,71 @@ def tune_plan(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], batche
     return batch_shapes(model, shapes, batches)
 
 
+def check_approximation_options(approximate: str, budget: float | None, forms: Sequence[str] | None,
+                                samples: int | None) -> None:
+    """``BadInputError`` for options that do not go together: ``budget``, ``forms`` and ``samples`` belong to
+    ``approximate="auto"``, which needs a ``budget`` > 0."""
+    if approximate not in APPROXIMATE:
+        hint = " (to make every node compute it, `onnxfuse optimize --approximate`)" if approximate in FORMS else ""
+        raise BadInputError(f"--approximate {approximate!r}: expected {' or '.join(APPROXIMATE)}{hint}")
+    if approximate != "auto":
+        given = [name for name, value in (("--budget", budget), ("--approximate-forms", forms),
+                                          ("--samples", samples)) if value is not None]
+        if given:
+            raise BadInputError(f"{', '.join(given)}: meaningful only with --approximate auto")
+        return
+    if budget is None:
+        raise BadInputError("--approximate auto needs --budget REL, the largest error the model's outputs may take "
+                            "(rel-L2 against the exact model, e.g. 1e-3)")
+    if not (budget > 0 and math.isfinite(budget)):
+        raise BadInputError(f"--budget must be a finite number > 0, got {budget}")
+    if forms is not None and (not forms or set(forms) - set(FORMS)):
+        raise BadInputError(f"--approximate-forms: expected {' and/or '.join(FORMS)}, got {', '.join(forms) or 'none'}")
+    if samples is not None and samples < 1:
+        raise BadInputError(f"--samples must be at least 1, got {samples}")
+
+
+def _gpu_error_checker(model: onnx.ModelProto, shapes: dict, samples: int, base_dir: str | None) -> ErrorChecker:
+    return reference_checker(model, shapes=shapes, samples=samples, base_dir=base_dir, provider="cuda")
+
+
+def _choose_forms(model: onnx.ModelProto, tunings: list[NodeTuning], variant_nodes: dict[str, list],
+                  rows: dict[str, dict[int, int]], measured: Measured, budget: float,
+                  error_of: ErrorChecker) -> tuple[list[NodeTuning], list[NodeForms], FormChoice]:
+    """--approximate auto on measurements taken: each node's forms that pay, the choice within ``budget``
+    (each candidate set written into ``model`` and handed to ``error_of``), and the tunings to write — a
+    switched node's table is its form's."""
+    by_form = {form: {t.node.name: t for t in node_tunings(group, rows, measured)}
+               for form, group in variant_nodes.items()}
+    per_node = [node_forms(t, {form: found[t.node.name] for form, found in by_form.items() if t.node.name in found})
+                for t in tunings]
+    choice = choose_forms(per_node, lambda chosen: error_of(with_forms(model, chosen)), budget)
+    chosen = [by_form[choice.forms[t.node.name]][t.node.name] if t.node.name in choice.forms else t for t in tunings]
+    return chosen, per_node, choice
+
+
 def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | None = None,
-              batches: Sequence[int] | None = None, reps: int = 30,
+              batches: Sequence[int] | None = None, reps: int = 30, approximate: str = "none",
+              budget: float | None = None, forms: Sequence[str] | None = None, samples: int | None = None,
               measurer: Callable[[int], tuple[Device, Measure]] | None = None,
-              progress=None) -> TuneReport:
+              error_checkers: ErrorCheckers | None = None, progress=None) -> TuneReport:
     """Tune every FusedLinearGelu node of ``input_path`` and write ``output_path`` atomically (external data
     streamed; the input untouched). ``measurer(reps)`` gives the device and the measuring callable; the
     default is ``bench.path_bench.gpu_measurer`` (CUDA provider and a GPU, or ``BadInputError``). The model
-    and its shapes are checked before any GPU is looked for."""
+    and its shapes are checked before any GPU is looked for.
+
+    The nodes an earlier ``tune --approximate auto`` switched (its record says so) are first put back at
+    exact GELU: the output's math follows from the model's own and these options alone. With
+    ``approximate="auto"`` the nodes also get the approximate ``forms`` (default tanh) that pay
+    (``approximation``) within ``budget``, the model's error measured on ``samples`` random samples at the
+    largest batch by ``error_checkers(exact model, shapes, samples, base_dir)`` (default: on the GPU)."""
+    check_approximation_options(approximate, budget, forms, samples)
+    auto = approximate == "auto"
     start = time.perf_counter()
     model_io.check_output_path(input_path, output_path)
     notes = model_io.LoadNotes()
     model = model_io.load_model(input_path, notes=notes)
+    model, restored, restore_warnings = restore_forms(model)
     base_dir = base_dir_of(input_path)
     nodes = tunable_nodes(model, base_dir)
     plan = tune_plan(model, dict(shapes or {}), batches)
@@ -86,19 +159,33 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
     if measurer is None:
         measurer = path_bench.gpu_measurer  # looked up now: tests put an injected one in its place
     device, measure = measurer(reps)
-    todo = wanted(nodes, rows)
+    forms = tuple(f for f in FORMS if f in (forms or DEFAULT_FORMS))
+    variant_nodes = variants(nodes, forms) if auto else {}
+    todo = wanted([*nodes, *(n for group in variant_nodes.values() for n in group)], rows)
     count = len(todo)
-    step = Steps(progress, [f"{shape.describe()}, M={m}" for shape, m in todo] + ["writing"])
-    tunings = measure_all(nodes, rows, measure, on_measured=step)
+    step = Steps(progress, [f"{shape.describe()}, M={m}" for shape, m in todo]
+                 + (["checking the model's error"] if auto else []) + ["writing"])
+    measured = measure_each(todo, measure, on_measured=step)
+    tunings = node_tunings(nodes, rows, measured)
     settings = {"reps": reps, "provider": "cuda"}
-    record = tuning_record(tunings, device, plan, settings)
-    tuned = apply_tuning(model, tunings, record)
+    per_node, choice, section = [], None, None
+    if auto:
+        largest = dict(max(plan, key=lambda p: p[0])[1])
+        checkers = _gpu_error_checker if error_checkers is None else error_checkers
+        samples = DEFAULT_SAMPLES if samples is None else samples
+        tunings, per_node, choice = _choose_forms(model, tunings, variant_nodes, rows, measured, budget,
+                                                  checkers(model, largest, samples, base_dir))
+        step()
+        section = approximation_record(per_node, choice, {"forms": list(forms), "samples": samples,
+                                                           "input_shapes": {k: list(v) for k, v in largest.items()}})
+    record = tuning_record(tunings, device, plan, settings, approximation=section)
+    tuned = apply_tuning(with_forms(model, choice.forms) if choice else model, tunings, record)
     model_io.save_model(tuned, output_path, source_dir=base_dir, check=model_io.checkable(model),
                         input_checker_error=notes.checker_error)
     step()
-    warnings = list(notes.warnings)
+    warnings = list(notes.warnings) + restore_warnings
     if nested_count(model):
         warnings.append(f"{nested_count(model)} FusedLinearGelu node(s) inside If/Loop/Scan bodies are not tuned "
                         "(they keep the kernel's built-in choice)")
     return TuneReport(os.fspath(input_path), os.fspath(output_path), device, list(plan), tunings, count, settings,
-                      time.perf_counter() - start, warnings)
+                      time.perf_counter() - start, warnings, per_node, choice, restored, section)

@@ -147,16 +147,16 @@ def compress(choices: Sequence[tuple[int, str]]) -> tuple[list[int], list[str]]:
 
 
 # --- what the model holds --------------------------------------------------------------------------
-def _string_attr(node: onnx.NodeProto, name: str, default: str) -> str:
+def string_attr(node: onnx.NodeProto, name: str, default: str) -> str:
     value = attr(node, name, default)
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _is_fused(node: onnx.NodeProto) -> bool:
+def is_fused(node: onnx.NodeProto) -> bool:
     return op_key(node) == (DOMAIN, OP_TYPE)
 
 
-def _key(node: onnx.NodeProto, index: int) -> str:
+def node_key(node: onnx.NodeProto, index: int) -> str:
     """How the metadata names a node: its name, or its position where it has none."""
     return node.name or f"#{index}"
 
@@ -165,13 +165,13 @@ def tunable_nodes(model: onnx.ModelProto, base_dir: str | None = None) -> list[T
     """Every FusedLinearGelu node of the main graph and its NodeShape. ``BadInputError`` when there is none
     (the model was not optimized), or a node's K and N cannot be read (a weight without a static 2-D shape)."""
     view = GraphView(model.graph, inferred=list(infer_types(model).value_info), base_dir=base_dir)
-    names = [_key(n, i) for i, n in enumerate(model.graph.node)]
-    fused_names = [names[i] for i, n in enumerate(model.graph.node) if _is_fused(n)]
+    names = [node_key(n, i) for i, n in enumerate(model.graph.node)]
+    fused_names = [names[i] for i, n in enumerate(model.graph.node) if is_fused(n)]
     if len(set(fused_names)) != len(fused_names):
         raise BadInputError(f"{OP_TYPE} node names repeat in the model; tuning records each node by its name")
     nodes = []
     for i, node in enumerate(model.graph.node):
-        if not _is_fused(node):
+        if not is_fused(node):
             continue
         if len(node.input) < 2:
             raise BadInputError(f"node {names[i]}: {OP_TYPE} needs X and W inputs")
@@ -185,10 +185,10 @@ def tunable_nodes(model: onnx.ModelProto, base_dir: str | None = None) -> list[T
         dtype = view.dtype(x) or view.dtype(w)
         if dtype is None:
             raise BadInputError(f"node {names[i]}: the element type of '{x}' and '{w}' is unknown")
-        approximate = _string_attr(node, "approximate", "none")
+        approximate = string_attr(node, "approximate", "none")
         alpha = float(attr(node, "alpha", DEFAULT_SIGMOID_ALPHA)) if approximate == "sigmoid" else None
         nodes.append(TunableNode(names[i], x, NodeShape(int(k), int(n), dtype, trans_b, approximate, alpha),
-                                 _string_attr(node, "cuda_path", "auto")))
+                                 string_attr(node, "cuda_path", "auto")))
     if not nodes:
         if nested_count(model):
             raise BadInputError(f"the model's {OP_TYPE} nodes are all inside If/Loop/Scan bodies, which tune "
@@ -199,7 +199,7 @@ def tunable_nodes(model: onnx.ModelProto, base_dir: str | None = None) -> list[T
 
 def nested_count(model: onnx.ModelProto) -> int:
     """FusedLinearGelu nodes inside If/Loop/Scan bodies: not tuned (they keep the built-in rule)."""
-    return sum(1 for n in model_io.all_nodes(model.graph) if _is_fused(n)) - sum(map(_is_fused, model.graph.node))
+    return sum(1 for n in model_io.all_nodes(model.graph) if is_fused(n)) - sum(map(is_fused, model.graph.node))
 
 
 def _concrete(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
@@ -378,14 +378,28 @@ class NodeTuning:
         }
 
 
+Measured = dict[tuple[NodeShape, int], PathTimes]
+
+
 def measure_all(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]], measure: Measure,
                 on_measured: Callable[[], None] | None = None) -> list[NodeTuning]:
     """Measure each distinct (NodeShape, M) once, in :func:`wanted`'s order, and give every node its table."""
-    measured: dict[tuple[NodeShape, int], PathTimes] = {}
-    for shape, m in wanted(nodes, rows):
+    return node_tunings(nodes, rows, measure_each(wanted(nodes, rows), measure, on_measured))
+
+
+def measure_each(keys: Sequence[tuple[NodeShape, int]], measure: Measure,
+                 on_measured: Callable[[], None] | None = None) -> Measured:
+    """One measurement per (NodeShape, M) of ``keys``, in their order."""
+    measured: Measured = {}
+    for shape, m in keys:
         measured[(shape, m)] = measure(shape, m)
         if on_measured is not None:
             on_measured()
+    return measured
+
+
+def node_tunings(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]], measured: Measured) -> list[NodeTuning]:
+    """Every node's table from the measurements of its NodeShape at its rows."""
     return [NodeTuning(node, dict(rows[node.name]), {m: measured[(node.shape, m)] for m in rows[node.name].values()})
             for node in nodes]
 
@@ -397,10 +411,13 @@ def wanted(nodes: Sequence[TunableNode], rows: dict[str, dict[int, int]]) -> lis
 
 # --- writing ---------------------------------------------------------------------------------------
 def tuning_record(tunings: Sequence[NodeTuning], device: Device, plan: Sequence[tuple[int, dict]],
-                  settings: dict) -> dict:
+                  settings: dict, approximation: dict | None = None) -> dict:
     """What ``metadata_props["onnxfuse.tuning"]`` holds: the device and versions the numbers were measured
-    under, how (batches, input shapes, timing settings), and per node its measurements and choices."""
-    return {
+    under, how (batches, input shapes, timing settings), and per node its measurements and choices; with
+    ``tune --approximate auto``, under "approximation", the GELU form chosen per node, its times and the
+    model's measured error (``approximation.approximation_record``: also what undoes the choice when the
+    model is tuned again)."""
+    record = {
         "schema": SCHEMA,
         "device": asdict(device),
         "batches": [b for b, _ in plan],
@@ -408,6 +425,7 @@ def tuning_record(tunings: Sequence[NodeTuning], device: Device, plan: Sequence[
         "settings": settings,
         "nodes": {t.node.name: t.to_dict() for t in tunings},
     }
+    return record | ({"approximation": approximation} if approximation is not None else {})
 
 
 def apply_tuning(model: onnx.ModelProto, tunings: Sequence[NodeTuning], record: dict) -> onnx.ModelProto:
@@ -419,7 +437,7 @@ def apply_tuning(model: onnx.ModelProto, tunings: Sequence[NodeTuning], record: 
     by_name = {t.node.name: t for t in tunings}
     signature = record["device"]["signature"]
     for i, node in enumerate(out.graph.node):
-        tuning = by_name.get(_key(node, i)) if _is_fused(node) else None
+        tuning = by_name.get(node_key(node, i)) if is_fused(node) else None
         if tuning is None:
             continue
         for j in reversed(range(len(node.attribute))):
@@ -436,10 +454,9 @@ def apply_tuning(model: onnx.ModelProto, tunings: Sequence[NodeTuning], record: 
 
 
 # --- reading ---------------------------------------------------------------------------------------
-def read_tuning(model: onnx.ModelProto) -> dict | None:
-    """What ``inspect`` shows of a tuned model: per node with a table its ``tuned_device``, bounds and paths
-    (and its measurements where the metadata has them), and the device the metadata records. None when no
-    node has a table."""
+def read_record(model: onnx.ModelProto) -> tuple[dict | None, str | None]:
+    """``metadata_props["onnxfuse.tuning"]`` as written by :func:`apply_tuning`, or None and why not
+    (None, None: the model has none)."""
     record, note = None, None
     for prop in model.metadata_props:
         if prop.key == METADATA_KEY:
@@ -449,20 +466,39 @@ def read_tuning(model: onnx.ModelProto) -> dict | None:
                     raise ValueError("not an object")
             except ValueError as e:
                 record, note = None, f"metadata_props[{METADATA_KEY!r}] is not a tuning record ({e})"
-    recorded = (record or {}).get("nodes") or {}
+    return record, note
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def read_tuning(model: onnx.ModelProto) -> dict | None:
+    """What ``inspect`` shows of a tuned model: per node with a table its ``tuned_device``, bounds and paths
+    (and its measurements where the metadata has them, and the GELU form ``tune --approximate auto`` chose),
+    the device the metadata records and the approximation's budget and measured error. None when no node
+    has a table."""
+    record, note = read_record(model)
+    recorded = _dict(_dict(record).get("nodes"))
+    approximation = _dict(_dict(record).get("approximation"))
+    forms = _dict(approximation.get("nodes"))
     nodes = []
     for i, node in enumerate(model.graph.node):
-        if not _is_fused(node) or not any(a.name in ATTRIBUTES for a in node.attribute):
+        if not is_fused(node) or not any(a.name in ATTRIBUTES for a in node.attribute):
             continue
-        name = _key(node, i)
-        entry = {"node": name, "cuda_path": _string_attr(node, "cuda_path", "auto"),
-                 "tuned_device": _string_attr(node, "tuned_device", ""),
+        name = node_key(node, i)
+        entry = {"node": name, "cuda_path": string_attr(node, "cuda_path", "auto"),
+                 "tuned_device": string_attr(node, "tuned_device", ""),
                  "tuned_max_rows": [int(v) for v in attr(node, "tuned_max_rows", [])],
                  "tuned_paths": [p.decode() if isinstance(p, bytes) else p for p in attr(node, "tuned_paths", [])]}
         if isinstance(recorded.get(name), dict):
             entry["measurements"] = recorded[name].get("measurements", [])
+        if isinstance(forms.get(name), dict):
+            entry["approximation"] = forms[name]
         nodes.append(entry)
     if not nodes:
         return None
     device = record.get("device") if isinstance(record, dict) else None
-    return {"device": device, "nodes": nodes} | ({"note": note} if note else {})
+    summary = {k: v for k, v in approximation.items() if k != "nodes"}
+    return ({"device": device, "nodes": nodes} | ({"approximation": summary} if summary else {})
+            | ({"note": note} if note else {}))
