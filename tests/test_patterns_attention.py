@@ -3,9 +3,11 @@
 On the committed exports (tests/models, transformers' default sdpa attention, both exporters): how many
 attentions each architecture has and which the rule fuses or refuses (and why), and outputs equal to the
 original's on ONNX Runtime's CPU kernel, fp32 and fp16, with a different padding in every batch row (right,
-left, none, all) and causal models. On hand-built graphs: every form the rule accepts, and the negative
-cases (probabilities that escape, softmax over another axis, masks that are not padding or causal, head
-counts that disagree), which must stay bit-identical and be refused with the right reason.
+left, none, all) and causal models. On hand-built graphs: every form the rule accepts (proved masks, and
+additive biases fed as they are: (1 - mask)·c, T5's position bias, tables), and the negative cases
+(probabilities that escape, softmax over another axis, masks that are not padding or causal and not
+finite, biases scaled after they are added, of another type or shape, head counts that disagree), which
+must stay bit-identical and be refused with the right reason.
 
 ORT 1.31's CPU MultiHeadAttention runs float32 and float16 (both are tested here).
 """
@@ -77,9 +79,13 @@ EXPECTED = {
     "gpt_neox_torchscript_op16.onnx": (0, "rotary embedding"),
     "gpt_neox_torchscript_op16_ortopt.onnx": (0, "rotary embedding"),
     "gpt_neox_torchscript_op16_ortfp16.onnx": (0, "rotary embedding"),
-    "t5_torchscript_op15.onnx": (0, "kept value is not 0"),  # relative position bias added to the mask
-    "t5_torchscript_op15_ortopt.onnx": (0, (SHAPES_UNKNOWN, "kept value is not 0")),
-    "t5_torchscript_op15_ortfp16.onnx": (0, (SHAPES_UNKNOWN, "kept value is not 0")),
+    # T5: Where(keep, relative position bias, finfo.min), a finite bias fed as attention_bias. The other
+    # four blocks' intermediates are read outside them (the first layers' key heads are also the returned
+    # cache; the decoder's position bias reads the query heads' shape): the engine's single-use check
+    # leaves them alone (rule "single-use", not counted here).
+    "t5_torchscript_op15.onnx": (2, None),
+    "t5_torchscript_op15_ortopt.onnx": (0, SHAPES_UNKNOWN),
+    "t5_torchscript_op15_ortfp16.onnx": (0, SHAPES_UNKNOWN),
     "vit_dynamo_op20.onnx": (2, None),
     "vit_torchscript_op15.onnx": (2, None),
     "vit_freshinit_torchscript_op17.onnx": (2, None),
@@ -231,9 +237,18 @@ H = D // N
 def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = True, dtype=T.FLOAT,
                axis: int = -1, escape: bool = False, anti_causal: bool = False, literal_mask: bool = False,
                split_scale: bool = True, key_heads: int = N, query_padding: bool = False,
-               seed: int = 0) -> onnx.ModelProto:
+               bias: str = "", bias_fill: float = FLOAT32_MIN, post_scale: float | None = None,
+               seq_len: int | str = "seq", seed: int = 0) -> onnx.ModelProto:
     """An sdpa-style self-attention block over x [batch, seq, D] with a mask built as transformers does
-    (padding: attention_mask[:, None, None, :]; causal: Range compare), or a literal one."""
+    (padding: attention_mask[:, None, None, :]; causal: Range compare), or a literal one.
+
+    ``bias`` adds a term to the scores besides (or instead of) that mask, summed with the mask into one
+    bias: the ``(1 - mask) · bias_fill`` padding bias of eager exports ("one_minus": from the int64 mask,
+    "one_minus_bool": cast to bool first, "one_minus_reshaped": mask[:, None, None, :] as a Reshape,
+    "one_minus_swapped": Mul(c, 1 - m)); "t5": Where(keep padding, relative position bias, bias_fill),
+    the bias gathered from a [buckets, heads] table; "table": a constant [N, S, S] table (BEiT/Swin;
+    needs an int ``seq_len``); "table_batch2": a [2, N, S, S] one (broadcasts the scores up);
+    "float16_input": a float16 graph input. ``post_scale`` multiplies the biased scores."""
     rng = np.random.default_rng(seed)
     npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     inits, nodes = [], []
@@ -277,9 +292,17 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
         keep = causal if keep is None else node("And", [keep, causal], "keep")
     if literal_mask:
         keep = const("keep_literal", np.triu(np.ones((5, 5), bool)), np.bool_)
+    additive = _additive_term(bias, bias_fill, seq_len, rng, const, node, dtype)
     if keep is not None:
-        bias = node("Where", [keep, const("zero", 0.0), const("fill", fill)], "mask_bias")
-        scores = node("Add", [scores, bias], "masked_scores")
+        kept = additive if bias == "t5" else const("zero", 0.0)
+        mask_bias = node("Where", [keep, kept, const("fill", fill)], "mask_bias")
+        if additive is not None and bias != "t5":
+            mask_bias = node("Add", [mask_bias, additive], "score_bias")
+        scores = node("Add", [scores, mask_bias], "masked_scores")
+    elif additive is not None:
+        scores = node("Add", [additive, scores], "biased_scores")
+    if post_scale is not None:
+        scores = node("Mul", [scores, const("post_scale", post_scale)], "scores_rescaled")
     probs = node("Softmax", [scores], "probs", axis=axis)
     if guard:
         probs = node("Where", [node("IsNaN", [probs], "probs_nan"), const("guard_zero", 0.0), probs], "probs_guarded")
@@ -287,14 +310,45 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     o = node("MatMul", [probs, v], "context")
     merged = node("Transpose", [o], "context_t", perm=[0, 2, 1, 3])
     node("Reshape", [merged, const("merge_shape", [0, 0, D], np.int64)], "y")
-    inputs = [helper.make_tensor_value_info("x", dtype, ["batch", "seq", D])]
-    if "padding" in mask:
-        inputs.append(helper.make_tensor_value_info("attention_mask", T.INT64, ["batch", "seq"]))
-    outputs = [helper.make_tensor_value_info("y", dtype, ["batch", "seq", D])]
+    inputs = [helper.make_tensor_value_info("x", dtype, ["batch", seq_len, D])]
+    if "padding" in mask or bias.startswith("one_minus"):
+        inputs.append(helper.make_tensor_value_info("attention_mask", T.INT64, ["batch", seq_len]))
+    if bias == "float16_input":
+        inputs.append(helper.make_tensor_value_info("extra_bias", T.FLOAT16, [1, N, seq_len, seq_len]))
+    outputs = [helper.make_tensor_value_info("y", dtype, ["batch", seq_len, D])]
     if escape:
         outputs.append(helper.make_tensor_value_info("probs", dtype, None))
     graph = helper.make_graph(nodes, "attention", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def _additive_term(bias, fill, seq_len, rng, const, node, dtype):
+    """The bias term of ``_attention(bias=...)``, or None."""
+    if bias.startswith("one_minus"):
+        src = node("Cast", ["attention_mask"], "mask_as_bool", to=T.BOOL) if bias == "one_minus_bool" else "attention_mask"
+        if bias == "one_minus_reshaped":  # Reshape(mask, [B, 1, 1, T]) from the mask's own shape
+            shape = node("Shape", [src], "mask_shape")
+            b = node("Slice", [shape, const("b0", [0], np.int64), const("b1", [1], np.int64)], "mask_batch")
+            t = node("Slice", [shape, const("t0", [1], np.int64), const("t1", [2], np.int64)], "mask_len")
+            target = node("Concat", [b, const("ones", [1, 1], np.int64), t], "mask_4d_shape", axis=0)
+            wide = node("Reshape", [src, target], "mask_4d")
+        else:
+            wide = node("Unsqueeze", [src, const("bias_axes", [1, 2], np.int64)], "mask_4d")
+        inverted = node("Sub", [const("one", 1.0), node("Cast", [wide], "mask_float", to=dtype)], "inverted_mask")
+        c = const("bias_fill", fill)
+        return node("Mul", [c, inverted] if bias == "one_minus_swapped" else [inverted, c], "padding_bias")
+    if bias == "t5":  # relative_attention_bias(buckets)[None].permute: [1, N, S, S]
+        buckets = const("buckets", rng.integers(0, 8, (seq_len, seq_len)), np.int64)
+        gathered = node("Gather", [const("bias_table", rng.standard_normal((8, N))), buckets], "position_bias_sst")
+        heads_first = node("Transpose", [gathered], "position_bias_nst", perm=[2, 0, 1])
+        return node("Unsqueeze", [heads_first, const("pb_axes", [0], np.int64)], "position_bias")
+    if bias in ("table", "table_batch2"):
+        lead = (2,) if bias == "table_batch2" else ()
+        return const("position_table", rng.standard_normal(lead + (N, seq_len, seq_len)))
+    if bias == "float16_input":
+        return "extra_bias"
+    assert not bias, bias
+    return None
 
 
 def _run(model, x, mask=None):
@@ -367,8 +421,17 @@ REFUSED = [
     ({"query_padding": True}, "neither padding nor causal"),  # mask[b, q]: rows, not keys
     ({"mask": "none", "literal_mask": True}, "literal mask is not modelled"),
     ({"key_heads": 4}, "heads"),
-    # a finite fill under a causal mask lets future keys through when scores are large; MHA drops them
-    ({"mask": "causal", "fill": -10000.0}, "causal mask with fill -10000"),
+    # the bias must be added to the scaled product: scaled after, it is scaled too
+    ({"mask": "none", "bias": "table", "seq_len": 5, "post_scale": 0.5}, "scaled by 0.5 after the bias"),
+    ({"mask": "none", "bias": "float16_input", "guard": False}, "the bias is float16, the scores float32"),
+    ({"mask": "none", "bias": "table_batch2", "seq_len": 5}, "dimension 0 (2) is not shown to be 1 or the scores'"),
+    # (1 - m)·finfo.min of an int64 mask overflows for m outside [-1, 2]; the int64 → float16 Cast itself does
+    ({"mask": "none", "bias": "one_minus"}, "not shown to be finite"),
+    ({"mask": "none", "bias": "one_minus", "bias_fill": -65504.0, "dtype": T.FLOAT16}, "not shown to be finite"),
+    # a value-based padding bias under a causal mask of -inf: rows may be hidden entirely
+    ({"mask": "causal", "fill": -math.inf, "bias": "one_minus_bool"}, "not shown to be finite"),
+    # finfo.min twice (padded future keys) overflows to -inf
+    ({"mask": "causal", "fill": FLOAT32_MIN, "bias": "one_minus_bool"}, "not shown to be finite"),
 ]
 
 
@@ -379,6 +442,53 @@ def test_hand_built_negatives_stay_bit_identical(form, reason):
     assert result.report.fused == []
     assert [r.rule for r in result.report.refused] == ["attention"] and reason in result.report.refused[0].reason
     assert result.model.SerializeToString() == model.SerializeToString()
+
+
+ADDITIVE = [
+    {"bias": "one_minus", "bias_fill": -10000.0},  # int64 mask: |1 - m| ≤ 2⁶³, times 10⁴ stays finite
+    {"bias": "one_minus_swapped", "bias_fill": -1e4},
+    {"bias": "one_minus_reshaped", "bias_fill": -10000.0},
+    {"bias": "one_minus_bool", "bias_fill": FLOAT32_MIN},  # Cast(bool) first: m ∈ {0, 1}
+    {"bias": "one_minus_bool", "bias_fill": -3.4e38},
+    {"bias": "one_minus_bool", "bias_fill": -65504.0, "dtype": T.FLOAT16},
+    {"bias": "one_minus_bool", "bias_fill": -10000.0, "dtype": T.FLOAT16, "split_scale": False},
+    # the sum of a causal Where mask and the padding bias is one bias
+    {"bias": "one_minus", "bias_fill": -10000.0, "mask": "causal", "fill": -10000.0},
+    {"mask": "causal", "fill": -10000.0},  # a finite causal fill: its own bias, not MHA's causal mode
+    {"bias": "t5", "mask": "padding", "fill": FLOAT32_MIN, "seq_len": 5, "split_scale": False},  # T5
+    {"bias": "t5", "mask": "padding", "fill": -65504.0, "seq_len": 5, "dtype": T.FLOAT16},
+    {"bias": "table", "seq_len": 5},  # BEiT/Swin: a constant relative position table
+    {"bias": "table", "seq_len": 5, "post_scale": 1.0},  # scaled by 1 after the bias: nothing to scale
+]
+
+
+@pytest.mark.parametrize("magnitude", [3.0, 300.0])
+@pytest.mark.parametrize("form", ADDITIVE, ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()))
+def test_additive_biases_fuse_as_attention_bias_and_match(form, magnitude, rng):
+    """Any finite bias of the scores' type is MHA's attention_bias as it is: the graph's own tensor (its
+    arithmetic stays in front of the op), expanded to [B|1, N|1, S, T]; no row guard (no row is hidden)."""
+    form = {"mask": "none", "guard": True, **form}
+    model = _attention(**form)
+    result = _fuse(model)
+    assert [b.rule for b in result.report.fused] == ["attention"], [r.reason for r in result.report.refused]
+    (block,) = result.report.fused
+    assert block.details["mask"] == "additive bias" and block.details["mask_input"] == "attention_bias"
+    (mha,) = [n for n in result.model.graph.node if n.op_type == "MultiHeadAttention"]
+    attrs = {a.name: helper.get_attribute_value(a) for a in mha.attribute}
+    assert "unidirectional" not in attrs and len(mha.input) == 6 and mha.input[4] == ""
+    assert not any(n.name.endswith("_hidden_rows") for n in result.model.graph.node)
+    assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
+    npdt = onnx.helper.tensor_dtype_to_np_dtype(form.get("dtype", T.FLOAT))
+    seq = form.get("seq_len", "seq")
+    seq = seq if isinstance(seq, int) else 5
+    if npdt == np.float16:
+        magnitude = 3.0  # (as in test_hand_built_forms_fuse_and_match)
+    x = (rng.standard_normal((6, seq, D)) * magnitude).astype(npdt)
+    mask = np.array([[1] * 5, [1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0] * 5, [0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    want, got = _run(model, x, mask).astype(np.float64), _run(result.model, x, mask).astype(np.float64)
+    assert not np.isnan(want).any() and not np.isnan(got).any()
+    tol = 4e-3 if npdt == np.float16 else 1e-5
+    assert np.max(np.abs(want - got)) <= tol * max(1.0, np.max(np.abs(want)))
 
 
 def test_an_attention_ort_already_fused_is_left_alone():

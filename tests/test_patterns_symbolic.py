@@ -100,3 +100,27 @@ def test_a_declared_shape_still_wins():
     model = _model(nodes, [], value_info=declared)
     view = GraphView(model.graph, inferred=list(infer_types(model).value_info))
     assert view.shape("r") == ("b2", "s2", 8)
+
+
+def test_forward_pass_follows_unsqueeze_expand_and_range():
+    """T5's bias: Where(Expand(keep, target), Unsqueeze(position bias)) keeps the inputs' dimensions."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+        helper.make_node("Range", ["zero", "seq", "step"], ["positions"]),
+        helper.make_node("Unsqueeze", ["positions", "axes0"], ["row"]),
+        helper.make_node("Abs", ["row"], ["dist"]),
+        helper.make_node("Unsqueeze", ["mask", "axes12"], ["keep4"]),
+        helper.make_node("Expand", ["keep4", "target"], ["keep"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("one", 1), ("zero", 0), ("step", 1), ("axes0", [0]), ("axes12", [1, 2]), ("target", [1, 1, 1, 1]))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["b", "s", 4]),
+                                           helper.make_tensor_value_info("mask", T.BOOL, ["b", "s"])],
+                              [helper.make_tensor_value_info("keep", T.BOOL, None),
+                               helper.make_tensor_value_info("dist", T.INT64, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ev = Evaluator(GraphView(model.graph, inferred=list(infer_types(model).value_info), opset=17))
+    s = Dim(1, ("s",))
+    assert [ev.dim("dist", a) for a in range(2)] == [Dim(1), s]
+    assert [ev.dim("keep", a) for a in range(4)] == [Dim(1, ("b",)), Dim(1), Dim(1), s]

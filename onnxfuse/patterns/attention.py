@@ -35,6 +35,14 @@ a formula of the index positions; the rule accepts exactly the conjunctions of `
 uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (dynamo), ``-inf``
 (TorchScript) or ``-65504`` (after ORT's float16 converter).
 
+Additive bias: anything else added to the scores before the Softmax — the ``(1 - mask) · c`` padding bias
+of eager and older exports, T5's ``Where(keep, position_bias, finfo.min)``, BEiT/Swin relative position
+tables, a causal ``Where`` with a finite fill, or the sum of a mask and such a term — is fed to MHA as it
+is: the graph's own tensor (its arithmetic stays in front of the op), expanded to [B|1, N|1, S, T] where
+it broadcasts over the query or key axis (MHA takes those whole). It must have the scores' element type,
+a shape that broadcasts onto [B, N, S, T] without broadcasting the scores up (each axis proved 1 or the
+scores' own, ``symbolic``), and values proved finite (``value_range``).
+
 Guard: sdpa's math path writes ``Where(IsNaN(P), 0, P)`` after the Softmax: it turns rows with no visible
 key (−inf everywhere: NaN) into zeros.
 
@@ -52,13 +60,27 @@ Why these are exact, row by row:
   keys entirely, so the graph's fill must too: ``-inf`` or the dtype's lowest value (their exponentials
   underflow to exactly 0 unless one row's scores already span the dtype's whole range); other fills
   (``-10000``) let large scores through and are refused. Every row sees its own key;
+* an additive bias: MHA computes softmax(scale·QKᵀ + bias), the graph softmax(scale·QKᵀ + bias) with the
+  same tensor, so every finite bias is exact, whatever its values mean. It is *not* rebuilt as a
+  keep/fill mask even where it looks like one: ``(1 - m) · c`` is that only for m ∈ {0, 1}, and an int64
+  ``attention_mask`` may hold any value. Finiteness is what makes it safe without a row guard: a finite
+  bias hides no row entirely (every score stays finite, so every row is a plain softmax, the same in
+  both), while an entry of ``-inf`` (a masked_fill with ``-inf``) can hide a row and one of ``+inf``
+  turns it to NaN in the graph, and what a kernel makes of those rows is its own. Finite is proved, not
+  assumed: ``(1 - m) · finfo.min`` overflows to ±inf for m outside [-1, 2] and an int64 → float16 Cast
+  itself overflows, so those are refused unless m was cast to bool first; ``(1 - m) · -10000`` of an
+  int64 mask stays within float32. The graph's scaling must come before the bias: scaled after (by
+  anything but 1), the bias is scaled too, which MHA does not do;
 * the guard with a finite fill or no mask only sees NaN from scores that overflowed; MHA has no guard,
   so such (already overflowed) heads give NaN instead of 0. This is the one difference accepted.
 
 Refused, with the reason shown by ``inspect``: probabilities read anywhere else (``output_attentions``),
-Softmax over another axis, a mask term that is neither padding nor causal (ALiBi, T5's relative
-position bias, a literal triangle constant), a query/key that reaches the product in head layout through
-other ops (rotary embeddings: they would need a re-layout to MHA's [B, S, D]), inconsistent head counts.
+Softmax over another axis, a bias that is neither a proved padding/causal mask nor a finite tensor of
+the scores' type and shape (``-inf`` fills of masks it cannot prove, such as a literal triangle
+constant or an anti-causal compare; ``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or
+one that broadcasts the scores up), scores scaled after the bias is added, a query/key that reaches the
+product in head layout through other ops (rotary embeddings: they would need a re-layout to MHA's
+[B, S, D]), inconsistent head counts.
 
 Biases: when Q, K and V are each ``MatMul + Add(const [D])`` with inline constants, the three Adds are
 folded into MHA's packed ``bias`` input (one new [3D] constant); otherwise the projections' outputs are
@@ -72,7 +94,8 @@ S is a multiple of 4·sizeof(T). So padding goes in as ``attention_bias``; which
 ``bench/e2e_kernels.py``.
 
 Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, packed QKV into
-``com.microsoft.Attention``, the ``(1 - mask) · min`` additive bias of older exports.
+``com.microsoft.Attention``, ALiBi as bloom writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not
+a candidate), a row guard derived from a bias's values (which would admit non-finite biases).
 """
 
 from __future__ import annotations
@@ -87,6 +110,7 @@ from onnx import numpy_helper
 from .graph import GraphView, attr, is_op
 from .rule import Emitter, Plan, Refusal, T, dtype_name
 from .symbolic import Dim, Evaluator, NotSymbolic, conjuncts, shift_axes
+from .value_range import is_finite
 
 RULE = "attention"
 MS_DOMAIN = "com.microsoft"
@@ -107,7 +131,7 @@ class AttentionPlan(Plan):
     key: str
     value: str
     biases: tuple | None  # three inline [D] constants (q, k, v) to pack into MHA's bias, or None
-    mask_kind: str  # "" | "causal" | "key-padding" | "causal+key-padding"
+    mask_kind: str  # "" | "causal" | "key-padding" | "causal+key-padding" | "additive bias"
     padding: str | None  # the tensor the graph reads as attention_mask[b, k] (nonzero keeps key k), or None
     padding_is_bool: bool
     fill: float | None  # the graph's fill for dropped keys
@@ -119,13 +143,16 @@ class AttentionPlan(Plan):
     opset: int
     self_attention: bool  # query length = key length, proved: the mask's S is the padding's T
     flat_shape: tuple | None = None  # the graph merges heads into [B·S, D]: MHA's [B, S, D] reshaped
+    additive_bias: str | None = None  # the graph's own finite bias tensor, fed as attention_bias
+    bias_is_full: bool = False  # ... already 4-D with the query and key lengths (else expanded to them)
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
     def details(self) -> dict:
         return {"num_heads": self.num_heads, "mask": self.mask_kind or "none", "scale": self.scale,
                 "bias": "packed" if self.biases else "none",
-                "mask_input": "attention_bias" if self.padding else "unidirectional" if self.causal else "none"}
+                "mask_input": "attention_bias" if self.padding or self.additive_bias else
+                "unidirectional" if self.causal else "none"}
 
     def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
         nodes: list[onnx.NodeProto] = []
@@ -134,6 +161,12 @@ class AttentionPlan(Plan):
             inputs[3] = out.initializer(self.name_hint + "_qkv_bias", _packed_bias(out.view, self.biases))
         if self.padding is not None:
             made, inputs[5] = out.shared(self._mask_key("attention_bias"), lambda: self._attention_bias(out))
+            nodes += made
+        elif self.additive_bias is not None and self.bias_is_full:
+            inputs[5] = self.additive_bias
+        elif self.additive_bias is not None:
+            made, inputs[5] = out.shared(("expanded_bias", self.additive_bias, self.query, self.key),
+                                         lambda: self._expanded_bias(out))
             nodes += made
         while inputs and not inputs[-1]:
             inputs.pop()
@@ -244,6 +277,24 @@ class AttentionPlan(Plan):
         ]
         return nodes, expanded
 
+    def _expanded_bias(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
+        """The graph's bias broadcast to [B|1, N|1, S, T], the shape MHA's attention_bias must have at run
+        time: Expand to [1, 1, S, T] keeps the bias's own batch and head axes (1 or the scores')."""
+        hint = self.name_hint + "_bias"
+        q_shape, k_shape, q_len, k_len, target, expanded = (out.name(hint + s) for s in (
+            "_query_shape", "_key_shape", "_query_len", "_key_len", "_shape", "_attention_bias"))
+        seq_axis = out.initializer(hint + "_seq_axes", np.array([1], np.int64))
+        nodes = [
+            onnx.helper.make_node("Shape", [self.query], [q_shape], name=out.name(q_shape)),
+            onnx.helper.make_node("Gather", [q_shape, seq_axis], [q_len], name=out.name(q_len), axis=0),
+            onnx.helper.make_node("Shape", [self.key], [k_shape], name=out.name(k_shape)),
+            onnx.helper.make_node("Gather", [k_shape, seq_axis], [k_len], name=out.name(k_len), axis=0),
+            onnx.helper.make_node("Concat", [out.initializer(hint + "_lead", np.array([1, 1], np.int64)), q_len, k_len],
+                                  [target], name=out.name(target), axis=0),
+            onnx.helper.make_node("Expand", [self.additive_bias, target], [expanded], name=out.name(expanded)),
+        ]
+        return nodes, expanded
+
     def _rows_seeing_a_key(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
         """[B, S or 1, 1] bool: the (batch, query) rows that keep at least one key."""
         hint = self.name_hint + "_rows"
@@ -307,6 +358,7 @@ class _Scores:
     nodes: set
     scale: float
     bias: str | None  # the mask bias added to the scores
+    post_scale: float = 1.0  # a factor applied after the bias is added: (Q·Kᵀ·s + bias)·post_scale
 
 
 def _scalar_factor(view: GraphView, i: int, t: str) -> tuple[str, float] | None:
@@ -341,23 +393,27 @@ def _scores(view: GraphView, t: str) -> _Scores | None:
     """The scores feeding a Softmax: [mask Add ∘] scale ∘ MatMul, or None if there is no MatMul."""
     nodes: set = set()
     bias = None
-    i = view.producer.get(t)
+    outer: set = set()
+    added, post_scale = _strip_scale(view, t, outer)
+    i = view.producer.get(added)
     if i is not None and is_op(view.nodes[i], "Add") and len(view.nodes[i].input) == 2:
         for a, b in ((view.nodes[i].input[0], view.nodes[i].input[1]), (view.nodes[i].input[1], view.nodes[i].input[0])):
             inner, _ = _strip_scale(view, a, set())
             j = view.producer.get(inner)
             if j is not None and is_op(view.nodes[j], "MatMul"):
-                nodes.add(i)
+                nodes |= outer | {i}
                 t, bias = a, b
                 break
         else:
             return None
+    else:
+        post_scale = 1.0  # no bias: the factors are the scores' own, taken below
     t, scale = _strip_scale(view, t, nodes)
     j = view.producer.get(t)
     if j is None or not is_op(view.nodes[j], "MatMul"):
         return None
     nodes.add(j)
-    return _Scores(j, nodes, scale, bias)
+    return _Scores(j, nodes, scale, bias, post_scale)
 
 
 def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
@@ -367,6 +423,9 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     axis = attr(node, "axis", -1)
     if axis not in (-1, rank - 1):
         raise _Refused(f"Softmax over axis {axis}: attention normalises over the key axis (the last)")
+    if sc.post_scale != 1.0:
+        raise _Refused(f"the scores are scaled by {sc.post_scale:g} after the bias is added: MultiHeadAttention "
+                       "adds attention_bias to the scaled product, unscaled")
     nodes = set(sc.nodes) | {softmax}
     qk = view.nodes[sc.matmul]
 
@@ -438,7 +497,8 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         padding_is_bool=padded and view.dtype(mask.tensor) == T.BOOL, fill=mask.fill,
         hidden_rows=hidden_rows, causal=mask.causal and not padded, num_heads=q.heads,
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
-        self_attention=ev.dim(q.projected, 1) == ev.dim(k.projected, 1), flat_shape=flat_shape)
+        self_attention=ev.dim(q.projected, 1) == ev.dim(k.projected, 1), flat_shape=flat_shape,
+        additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full)
 
 
 # --- heads -------------------------------------------------------------------------------------------
@@ -678,12 +738,49 @@ class _Mask:
     keep: str | None = None  # the Where's condition
     rank: int = 4  # the mask's rank (it broadcasts from the right onto the scores)
     has_query_axis: bool = True  # the mask has a query axis of its own (not broadcast over the rows)
+    bias: str | None = None  # an additive bias fed as it is (kind "additive bias")
+    full: bool = False  # ... whose query and key axes are the scores' own (no Expand needed)
 
 
 _NO_MASK = _Mask("")
 
 
 def _classify_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads, dtype: int) -> _Mask:
+    """The mask proved to be padding and/or causal (rebuilt from the padding tensor, or MHA's causal
+    mode), else the graph's bias itself when it is a finite tensor of the scores' type that broadcasts
+    onto them."""
+    try:
+        return _proved_mask(view, ev, bias, q, k, dtype)
+    except _Refused as why:
+        return _additive_bias(view, ev, bias, q, k, dtype, str(why))
+
+
+def _additive_bias(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads, dtype: int,
+                   unproved: str) -> _Mask:
+    """Any tensor the graph adds to the scaled scores is MHA's attention_bias exactly (MHA adds it at
+    the same place), given the scores' type, a shape that broadcasts onto [B, N, S, T] without
+    broadcasting the scores up, and finite values (module docstring)."""
+    def refuse(reason: str):
+        raise _Refused(f"{unproved}; as attention_bias, {reason}")
+
+    if ev.dtype(bias) != dtype:
+        refuse(f"the bias is {dtype_name(ev.dtype(bias))}, the scores {dtype_name(dtype)}")
+    rank = ev.rank(bias)
+    if rank is None or rank > 4:
+        refuse("the bias's rank is not known to be at most 4")
+    dims = (Dim(1),) * (4 - rank) + tuple(ev.dim(bias, j) for j in range(rank))
+    scores = (ev.dim(q.projected, 0), Dim(q.heads), ev.dim(q.projected, 1), ev.dim(k.projected, 1))
+    for j, (d, s) in enumerate(zip(dims, scores)):
+        if d != Dim(1) and d != s:
+            refuse(f"the bias's dimension {j} ({d}) is not shown to be 1 or the scores' ({s})")
+    if not is_finite(view, bias):
+        refuse("the bias is not shown to be finite (a row it hides entirely with -inf, or an infinite "
+               "entry, is NaN in the graph and the kernel's own choice in the fused op)")
+    return _Mask("additive bias", rank=rank, has_query_axis=dims[2] != Dim(1), bias=bias,
+                 full=dims[2] == scores[2] and dims[3] == scores[3])
+
+
+def _proved_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads, dtype: int) -> _Mask:
     wi = view.producer.get(bias)
     w = view.nodes[wi] if wi is not None else None
     if w is None or not is_op(w, "Where") or len(w.input) != 3:

@@ -43,6 +43,8 @@ _SAME_SHAPE_OPS = {"Softmax", "Cast", "IsNaN", "Identity", "Relu", "Tanh", "Erf"
 _NORMALIZATIONS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                    "SkipSimplifiedLayerNormalization"}
 _CONTRIB_TYPED = {"SkipLayerNormalization", "FastGelu", "BiasGelu", "QuickGelu", "Gelu"}  # com.microsoft, T→T
+# Elementwise ops of one operand, followed by the forward pass only (their values are not modelled).
+_UNARY_OPS = {"Abs", "Log", "Exp", "Floor", "Ceil", "Round", "Reciprocal", "Sign"}
 _BROADCAST_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "And", "Or", "Equal", "Less", "LessOrEqual",
                   "Greater", "GreaterOrEqual", "Max", "Min"}
 
@@ -300,6 +302,29 @@ class Evaluator:
             return x0
         if node.domain not in ("", "ai.onnx"):
             return None
+        if op in _UNARY_OPS:
+            return x0
+        if op == "Unsqueeze" and x0 is not None:
+            axes = attr(node, "axes", None)
+            try:
+                axes = [int(a) for a in axes] if axes is not None else [d.coef for d in self.vec(node.input[1]).items]
+            except NotSymbolic:
+                return None
+            rank = len(x0) + len(axes)
+            axes = {a % rank for a in axes}
+            rest = iter(x0)
+            return tuple(Dim(1) if a in axes else next(rest) for a in range(rank)) if len(axes) == len(set(axes)) else None
+        if op in ("Expand", "ConstantOfShape", "Range"):
+            try:
+                if op == "Range":  # Range(0, n, 1) has n elements
+                    start, limit, delta = (self.vec(x).items for x in node.input[:3])
+                    return (limit[0],) if start == (Dim(0),) and delta == (Dim(1),) else None
+                target = self.vec(node.input[1 if op == "Expand" else 0]).items
+            except NotSymbolic:
+                return None
+            if op == "ConstantOfShape":
+                return tuple(target)
+            return _broadcast_dims([x0, tuple(target)]) if x0 is not None else None
         if op == "Transpose" and x0 is not None:
             perm = attr(node, "perm", None) or list(range(len(x0)))[::-1]
             return tuple(x0[p] for p in perm) if len(perm) == len(x0) else None
