@@ -103,19 +103,15 @@ def _rules_by_anchor(rules: tuple[FusionRule, ...]) -> dict[tuple[str, str], lis
 def _closed(view: GraphView, plan: Plan) -> Plan | Refusal:
     """The block may only be replaced if nothing outside it sees its intermediates: every tensor its nodes
     make, except the block's own outputs (which the emitted nodes write), is read inside it alone."""
-    outputs = set(plan.outputs)
-    for i in sorted(plan.nodes):
-        for out in view.nodes[i].output:
-            if not out or out in outputs:
-                continue
-            if out in view.graph_outputs:
-                return Refusal("single-use", f"intermediate '{out}' is a graph output",
-                               (view.node_name(i),))
-            for c in view.consumers_of(out):
-                if c not in plan.nodes:
-                    return Refusal("single-use", f"intermediate '{out}' is also read by {view.node_name(c)}",
-                                   (view.node_name(i), view.node_name(c)))
-    return plan
+    escape = view.escaping_intermediate(plan.nodes, plan.outputs)
+    if escape is None:
+        return plan
+    out, reader = escape
+    maker = view.node_name(view.producer[out])
+    if reader is None:
+        return Refusal("single-use", f"intermediate '{out}' is a graph output", (maker,))
+    return Refusal("single-use", f"intermediate '{out}' is also read by {view.node_name(reader)}",
+                   (maker, view.node_name(reader)))
 
 
 def find_blocks(view: GraphView, rules: tuple[FusionRule, ...] | None = None,

@@ -17,7 +17,6 @@ import sys
 
 import ml_dtypes
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

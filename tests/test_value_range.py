@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 

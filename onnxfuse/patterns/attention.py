@@ -347,9 +347,18 @@ class Attention:
         if scores is None:
             return None  # not fed by a Q·Kᵀ product: some other Softmax
         try:
-            return _plan(view, i, scores)
+            plan = _plan(view, i, scores)
         except _Refused as why:
             return Refusal(RULE, str(why), (view.node_name(i),))
+        # An attention whose heads or scores are read elsewhere (T5's first layers return the key heads as
+        # the cache; its decoder's position bias reads the query heads' shape) stays, with this rule's reason.
+        escape = view.escaping_intermediate(plan.nodes, plan.outputs)
+        if escape is not None:
+            out, reader = escape
+            where = "is a graph output" if reader is None else f"is also read by {view.node_name(reader)}"
+            return Refusal(RULE, f"the attention's intermediate '{out}' {where} (a cache output or a shape "
+                                 "read outside the attention)", (view.node_name(i),))
+        return plan
 
 
 @dataclass

@@ -187,6 +187,21 @@ class GraphView:
     def consumers_of(self, name: str) -> list[int]:
         return self.consumers.get(name, [])
 
+    def escaping_intermediate(self, nodes, outputs) -> tuple[str, int | None] | None:
+        """The first tensor that the nodes ``nodes`` make, other than ``outputs``, that something outside them
+        sees: (tensor, reading node index), the index None for a graph output; None when the block is closed."""
+        outputs = set(outputs)
+        for i in sorted(nodes):
+            for out in self.nodes[i].output:
+                if not out or out in outputs:
+                    continue
+                if out in self.graph_outputs:
+                    return out, None
+                for c in self.consumers_of(out):
+                    if c not in nodes:
+                        return out, c
+        return None
+
     def single_consumer(self, name: str) -> int | None:
         """The index of the only node reading ``name``, if exactly one does and it is not a graph output."""
         users = self.consumers_of(name)
