@@ -181,10 +181,10 @@ class FusedLinearGeluCudaKernel {
     args.act = attrs_.activation;
     args.alpha = attrs_.alpha;
     args.trans_b = attrs_.trans_b;
-    // TF32 where ORT's own MatMul gets it: cuBLAS takes its TF32 Tensor-Core kernels only for 16-byte aligned
-    // rows (K and N multiples of 4 floats) and otherwise computes in full fp32. Matching that keeps the fused
-    // node at least as accurate as the graph it replaced on every shape (measured on H200: K=100, N=70 gave
-    // rel-L2 2e-7 in ORT against 3e-4 with TF32); such shapes run the slower any-alignment kernels anyway.
+    // The fused path's TF32 tactics need 16-byte aligned rows (K and N multiples of 4 floats); other shapes
+    // would run its strict any-alignment kernel, so the built-in rule sends them to the fallback, where cuBLAS
+    // decides TF32 per shape exactly as for ORT's MatMul (RunFallback). ORT's own choice varies with the shape:
+    // on the H200 K=100, N=70 ran in full fp32 (rel-L2 2e-7) while 770x3074 ran TF32 (3e-4).
     args.allow_tf32 = !strict_fp32_ && s.K % 4 == 0 && s.N % 4 == 0;
     args.M = s.M;
     args.N = s.N;
