@@ -278,16 +278,18 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
     return True
 
 
-def check_file(path: str) -> None:
-    """``onnx.checker`` with shape inference; where shape inference needs the value of an external tensor
-    (a Reshape's target shape saved as external data) it cannot read it, and the structure is checked
-    without it."""
+def check_file(target) -> None:
+    """``onnx.checker`` with shape inference on a model file or proto; where shape inference needs the value
+    of an external tensor (a Reshape's target shape saved as external data) it cannot read it, and the
+    structure is checked without it."""
+    if not isinstance(target, onnx.ModelProto):
+        target = os.fspath(target)
     try:
-        onnx.checker.check_model(path, full_check=True)
+        onnx.checker.check_model(target, full_check=True)
     except onnx.shape_inference.InferenceError as e:
         if "external tensors" not in str(e):
             raise
-        onnx.checker.check_model(path)
+        onnx.checker.check_model(target)
 
 
 def checkable(model: onnx.ModelProto) -> bool:
@@ -304,15 +306,7 @@ def checker_error(target) -> str | None:
     """``onnx.checker``'s verdict (full check, as :func:`check_file`) on a model file or proto: None if it
     passes, else the first line of its error."""
     try:
-        if isinstance(target, onnx.ModelProto):
-            try:
-                onnx.checker.check_model(target, full_check=True)
-            except onnx.shape_inference.InferenceError as e:
-                if "external tensors" not in str(e):
-                    raise
-                onnx.checker.check_model(target)
-        else:
-            check_file(os.fspath(target))
+        check_file(target)
     except _CHECKER_ERRORS as e:
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     except UnicodeDecodeError:  # the checker's message quotes a name that is not UTF-8
