@@ -461,14 +461,17 @@ def test_bad_shapes_are_errors_not_crashes(library):
     assert y.shape == (4, 8)
 
 
-# --- the path choice: fused, fallback (cuBLASLt GEMM + bias, then the activation in place), auto ------------
+# --- the path choice: fused, fallback (cuBLASLt GEMM + bias, then the activation in place), gemv (few rows),
+# auto -------------------------------------------------------------------------------------------------------
 
-PATHS = ("fused", "fallback", "auto")
+PATHS = ("fused", "fallback", "gemv", "auto")
+GEMV_MAX_ROWS = 16
 # (K, N) off multiples of 8 (and of 4 for 770 x 3074, so fp32 runs strict there), with few to some rows.
 PATH_SHAPES = [(770, 3074), (1000, 3000), (4095, 1023)]
 PATH_ROWS = (1, 2, 4, 8, 16, 64)
 # the fallback's second kernel (activation_inplace.cu): float32 in place, 16-bit from cuBLASLt's fp32 product
 _FALLBACK_KERNELS = ("activation_inplace_kernel", "bias_activation_from_fp32_kernel")
+_GEMV_KERNELS = ("gemv_nn_kernel", "gemv_tn_kernel")
 
 
 def with_attributes(model: bytes, **attrs) -> bytes:
@@ -496,7 +499,8 @@ def unfused_session(library, dtype, k, w_nk, b, approximate):
 @pytest.mark.parametrize("approximate", ACTIVATIONS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_path_matches_float64_within_ort_error(library, dtype, approximate, trans_b):
-    """Forced fused, forced fallback and auto on odd K/N with 1-64 rows: each within ORT's own error."""
+    """Forced fused, fallback, gemv (up to its 16 rows) and auto on odd K/N with 1-64 rows: each within ORT's
+    own error."""
     rng = np.random.default_rng(zlib.crc32(f"paths/{dtype}/{approximate}/{trans_b}".encode()))
     for k, n in PATH_SHAPES:
         x_all, w_nk, b = make_inputs(rng, (max(PATH_ROWS), k), n, dtype, trans_b, True)
@@ -508,6 +512,8 @@ def test_every_path_matches_float64_within_ort_error(library, dtype, approximate
             ref = reference(x, w_nk, b, approximate)
             (y_unfused,) = unfused.run(None, {"X": x})
             for p, sess in sessions.items():
+                if p == "gemv" and m > GEMV_MAX_ROWS:
+                    continue
                 (y,) = sess.run(None, {"X": x})
                 check_against_ort(dtype, y, y_unfused, ref, f"{p}: {dtype} {approximate} transB={trans_b} M={m} K={k} N={n}")
 
@@ -527,8 +533,11 @@ def _kernels_of(run) -> set[str]:
 
 def _path_ran(sess, x) -> str:
     names = _kernels_of(lambda: sess.run(None, {"X": x}))
-    ours = {n for n in names if any(k in n for k in _FALLBACK_KERNELS)}
-    return "fallback" if ours else "fused"
+    if any(k in n for n in names for k in _GEMV_KERNELS):
+        kernels = [n for n in names if not n.startswith("Memcpy")]  # the input's copy to the GPU is no kernel
+        assert len(kernels) == 1, f"the gemv path is one kernel, ran {sorted(kernels)}"
+        return "gemv"
+    return "fallback" if any(k in n for n in names for k in _FALLBACK_KERNELS) else "fused"
 
 
 def device_signature(library: str) -> str:
@@ -558,16 +567,28 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             sess = cuda_session(path_model("float16", k, w_nk, b, "none", 1, cuda_path=forced), library)
             expect = auto_path if forced == "auto" else forced
             assert _path_ran(sess, x) == expect, f"cuda_path={forced} K={k} N={n}"
-    # 16-bit with a few rows of a large W (reading W bounds it): the fallback.
-    x, w_nk, b = make_inputs(rng, (8, 4096), 16384, "float16", 1, True)
-    assert _path_ran(cuda_session(path_model("float16", 4096, w_nk, b, "none", 1), library), x) == "fallback"
-    # float32 with few rows, and strict fp32: the fallback.
-    x, w_nk, b = make_inputs(rng, (8, 768), 3072, "float32", 1, True)
-    assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fallback"
+    # A few rows: the gemv kernel, forced in every dtype and layout; built in for transB = 1 (where it was
+    # measured) up to 4 rows in 16-bit and 16 in float32.
+    for dtype in DTYPES:
+        for trans_b in (1, 0):
+            x, w_nk, b = make_inputs(rng, (16, 768), 3072, dtype, trans_b, True)
+            w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+            forced = cuda_session(path_model(dtype, 768, w, b, "none", trans_b, cuda_path="gemv"), library)
+            assert _path_ran(forced, x) == "gemv", f"cuda_path=gemv {dtype} transB={trans_b}"
+            auto = cuda_session(path_model(dtype, 768, w, b, "none", trans_b), library)
+            rows = 16 if dtype == "float32" else 4
+            expect = "gemv" if trans_b else ("fallback" if dtype == "float32" else "fused")
+            assert _path_ran(auto, x[:rows]) == expect, f"auto {dtype} transB={trans_b} M={rows}"
+    # 16-bit with 2-16 rows of a large W (reading W bounds it): the fallback; one row: gemv.
+    x, w_nk, b = make_inputs(rng, (16, 4096), 16384, "float16", 1, True)
+    large = cuda_session(path_model("float16", 4096, w_nk, b, "none", 1), library)
+    assert [_path_ran(large, x[:m]) for m in (1, 2, 16)] == ["gemv", "fallback", "fallback"]
+    # float32 beyond 16 rows: TF32 in the fused kernel, or the fallback in strict fp32.
     x, w_nk, b = make_inputs(rng, (512, 768), 3072, "float32", 1, True)
     assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fused"
     strict = cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library, config={"onnxfuse.strict_fp32": "1"})
     assert _path_ran(strict, x) == "fallback"
+    assert _path_ran(strict, x[:16]) == "gemv"
 
 
 def test_tuned_table_selects_the_path_on_its_device_only(library):
@@ -584,10 +605,15 @@ def test_tuned_table_selects_the_path_on_its_device_only(library):
     beyond = cuda_session(path_model("float16", 768, w_nk, b, "none", 1, tuned_device=device_signature(library),
                                      tuned_max_rows=[16], tuned_paths=["fallback"]), library)
     assert _path_ran(beyond, x_all[:300]) == "fallback"
-    # Measured elsewhere (another GPU, CUDA or library version): the built-in rule (fused for 768 x 3072 fp16).
+    # gemv for the first rows only (the contract keeps it within 16), then the fallback and the fused kernel.
+    three = cuda_session(path_model("float16", 768, w_nk, b, "none", 1, tuned_device=device_signature(library),
+                                    tuned_max_rows=[4, 16], tuned_paths=["gemv", "fallback"]), library)
+    assert [_path_ran(three, x_all[:m]) for m in (1, 4, 5, 16, 17)] == ["gemv"] * 2 + ["fallback"] * 3
+    # Measured elsewhere (another GPU, CUDA or library version): the built-in rule (fused for 300 x 768 x 3072
+    # fp16).
     elsewhere = cuda_session(path_model("float16", 768, w_nk, b, "none", 1, tuned_device="Other GPU|sm_80|cuda 12.0|onnxfuse 0.0.1",
                                         **table), library)
-    assert _path_ran(elsewhere, x_all[:1]) == "fused"
+    assert _path_ran(elsewhere, x_all) == "fused"
 
 
 @pytest.mark.parametrize("attrs,message", [
@@ -597,6 +623,8 @@ def test_tuned_table_selects_the_path_on_its_device_only(library):
     ({"tuned_device": "X", "tuned_max_rows": [0], "tuned_paths": ["fused"]}, "must be > 0"),
     ({"tuned_device": "X", "tuned_max_rows": [16], "tuned_paths": ["auto"]}, "tuned_paths\\[0\\]='auto'"),
     ({"tuned_device": "X"}, "needs at least one entry"),
+    ({"tuned_device": "X", "tuned_max_rows": [32, 64], "tuned_paths": ["gemv", "fused"]}, "runs at most 16"),
+    ({"tuned_device": "X", "tuned_max_rows": [8], "tuned_paths": ["gemv"]}, "the last entry"),
 ])
 def test_malformed_path_attributes_fail_session_creation(library, attrs, message):
     rng = np.random.default_rng(23)
@@ -605,14 +633,16 @@ def test_malformed_path_attributes_fail_session_creation(library, attrs, message
         cuda_session(path_model("float16", 64, w_nk, b, "none", 1, **attrs), library)
 
 
-def test_fallback_under_cuda_graph_replay(library):
-    """The fallback's two kernels are captured and replayed like the fused one (no sync, no host allocation)."""
+@pytest.mark.parametrize("path,rows", [("fallback", 256), ("gemv", 12)])
+def test_path_under_cuda_graph_replay(library, path, rows):
+    """The fallback's two kernels and the gemv kernel are captured and replayed like the fused one (no sync, no
+    host allocation)."""
     rng = np.random.default_rng(24)
-    x, w_nk, b = make_inputs(rng, (256, 770), 3074, "float16", 1, True)
-    model = path_model("float16", 770, w_nk, b, "tanh", 1, cuda_path="fallback")
+    x, w_nk, b = make_inputs(rng, (rows, 770), 3074, "float16", 1, True)
+    model = path_model("float16", 770, w_nk, b, "tanh", 1, cuda_path=path)
     sess = cuda_session(model, library, cuda_graph=True)
     x_dev = _gpu_value(x)
-    y_dev = _gpu_value(np.zeros((256, 3074), np.float16))
+    y_dev = _gpu_value(np.zeros((rows, 3074), np.float16))
     binding = sess.io_binding()
     binding.bind_ortvalue_input("X", x_dev)
     binding.bind_ortvalue_output("Y", y_dev)
@@ -634,3 +664,50 @@ def test_forced_fallback_with_k_zero_takes_the_fused_path(library):
     (y,) = sess.run(None, {"X": np.zeros((5, 0), np.float16)})
     np.testing.assert_allclose(y.astype(np.float64), np.broadcast_to(activation64(b.astype(np.float64), "none"), (5, 24)),
                                rtol=_ROUNDOFF["float16"] * 2, atol=1e-6)
+
+
+# --- the gemv path on its own: every row count up to 16, edges of its strips, exact fp32 ---------------------
+
+# (K, N): aligned (16-byte vectors), odd (element loads), N narrower than one strip or warp, K = 1, long K.
+GEMV_SHAPES = [(768, 3072), (1000, 3000), (770, 3074), (37, 5), (1, 40), (4096, 1024)]
+
+
+@pytest.mark.parametrize("trans_b", [1, 0], ids=["transB1", "transB0"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemv_every_row_count_matches_float64(library, dtype, trans_b):
+    """Every M from 1 to 16 (the rows beyond M in the kernel's power-of-two row tile are computed from row M-1
+    and never stored), with and without bias, each within ORT's own error and within the fp32 accumulation
+    bound of float64."""
+    rng = np.random.default_rng(zlib.crc32(f"gemv/{dtype}/{trans_b}".encode()))
+    for k, n in GEMV_SHAPES:
+        for bias in (True, False):
+            x_all, w_nk, b = make_inputs(rng, (GEMV_MAX_ROWS, k), n, dtype, trans_b, bias)
+            w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+            sess = cuda_session(path_model(dtype, k, w, b, "none", trans_b, cuda_path="gemv"), library)
+            unfused = unfused_session(library, dtype, k, w_nk, b, "none")
+            for m in range(1, GEMV_MAX_ROWS + 1):
+                x = x_all[:m]
+                ref = reference(x, w_nk, b, "none")
+                (y,) = sess.run(None, {"X": x})
+                (y_unfused,) = unfused.run(None, {"X": x})
+                check_against_ort(dtype, y, y_unfused, ref, f"gemv {dtype} transB={trans_b} M={m} K={k} N={n} bias={bias}")
+
+
+def test_gemv_float32_is_exact_fp32(library):
+    """fp32 products and sums, no TF32: at K = 4096 the error is float32 round-off (TF32's 10-bit mantissas give
+    ~3e-4)."""
+    rng = np.random.default_rng(31)
+    for trans_b in (1, 0):
+        x, w_nk, b = make_inputs(rng, (7, 4096), 2048, "float32", trans_b, True)
+        w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+        (y,) = cuda_session(path_model("float32", 4096, w, b, "none", trans_b, cuda_path="gemv"), library).run(None, {"X": x})
+        assert rel_l2(y, reference(x, w_nk, b, "none")) < 1e-5, f"transB={trans_b}"
+
+
+def test_forced_gemv_beyond_its_rows_is_an_error(library):
+    rng = np.random.default_rng(32)
+    x, w_nk, b = make_inputs(rng, (17, 64), 32, "float16", 1, True)
+    sess = cuda_session(path_model("float16", 64, w_nk, b, "none", 1, cuda_path="gemv"), library)
+    sess.run(None, {"X": x[:16]})
+    with pytest.raises(Exception, match="cuda_path='gemv' runs at most 16 rows; this call has M=17"):
+        sess.run(None, {"X": x})

@@ -130,6 +130,7 @@ const char* CudaPathName(CudaPath path) {
     case CudaPath::kAuto: return "auto";
     case CudaPath::kFused: return "fused";
     case CudaPath::kFallback: return "fallback";
+    case CudaPath::kGemv: return "gemv";
   }
   return "?";
 }
@@ -141,7 +142,8 @@ CudaPathAttributes ReadCudaPathAttributes(const OrtKernelInfo* info) {
     if (path == "auto") attrs.path = CudaPath::kAuto;
     else if (path == "fused") attrs.path = CudaPath::kFused;
     else if (path == "fallback") attrs.path = CudaPath::kFallback;
-    else Invalid("attribute cuda_path='" + path + "' is not one of 'auto', 'fused', 'fallback'");
+    else if (path == "gemv") attrs.path = CudaPath::kGemv;
+    else Invalid("attribute cuda_path='" + path + "' is not one of 'auto', 'fused', 'fallback', 'gemv'");
   }
   TryGetString(info, "tuned_device", &attrs.tuned_device);
   std::vector<std::string> paths;
@@ -160,7 +162,14 @@ CudaPathAttributes ReadCudaPathAttributes(const OrtKernelInfo* info) {
     }
     if (paths[i] == "fused") attrs.tuned_paths.push_back(CudaPath::kFused);
     else if (paths[i] == "fallback") attrs.tuned_paths.push_back(CudaPath::kFallback);
-    else Invalid("attribute tuned_paths[" + std::to_string(i) + "]='" + paths[i] + "' is not 'fused' or 'fallback'");
+    else if (paths[i] == "gemv") attrs.tuned_paths.push_back(CudaPath::kGemv);
+    else Invalid("attribute tuned_paths[" + std::to_string(i) + "]='" + paths[i] + "' is not 'fused', 'fallback' or 'gemv'");
+    if (attrs.tuned_paths.back() == CudaPath::kGemv && (rows[i] > kGemvMaxRows || i + 1 == rows.size())) {
+      Invalid("attribute tuned_paths[" + std::to_string(i) + "]='gemv' would run " +
+              (i + 1 == rows.size() ? std::string("every row count beyond ") + std::to_string(rows[i]) + " (the last entry)"
+                                    : "up to " + std::to_string(rows[i]) + " rows") +
+              ", but the gemv path runs at most " + std::to_string(kGemvMaxRows));
+    }
   }
   if (!attrs.tuned_device.empty() && rows.empty()) {
     Invalid("attribute tuned_device='" + attrs.tuned_device + "' names a device but tuned_max_rows/tuned_paths are "

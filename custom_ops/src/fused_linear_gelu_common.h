@@ -24,22 +24,28 @@ struct FusedLinearGeluAttributes {
   bool trans_b = true;   // true: W is [N, K]; false: W is [K, N]
 };
 
-// Which CUDA path a call takes (src/cuda/fused_linear_gelu_cuda.cc): the one-kernel GEMM+bias+activation, or
-// cuBLASLt's GEMM with its bias epilogue followed by the activation in place.
-enum class CudaPath : int { kAuto = 0, kFused = 1, kFallback = 2 };
+// Which CUDA path a call takes (src/cuda/fused_linear_gelu_cuda.cc): the one-kernel GEMM+bias+activation,
+// cuBLASLt's GEMM with its bias epilogue followed by the activation in place, or the few-rows kernel
+// (src/cuda/gemv_gelu.h) for calls with at most kGemvMaxRows rows.
+enum class CudaPath : int { kAuto = 0, kFused = 1, kFallback = 2, kGemv = 3 };
+
+// The "gemv" path's row limit, part of the attribute contract below (the CUDA side asserts it is its own).
+inline constexpr int64_t kGemvMaxRows = 16;
 
 // The node's optional path attributes (the contract both the CUDA kernel and `onnxfuse tune` follow):
-//   cuda_path       "auto" (default) | "fused" | "fallback": "fused"/"fallback" force that path;
+//   cuda_path       "auto" (default) | "fused" | "fallback" | "gemv": the last three force that path ("gemv"
+//                   fails a call with more than kGemvMaxRows rows);
 //   tuned_device    the device signature the table below was measured on ("" = no table);
 //   tuned_max_rows  ascending row bounds (> 0), and
-//   tuned_paths     one "fused"|"fallback" per bound: a call with M rows takes the path of the first bound
-//                   M <= tuned_max_rows[i], and the last path beyond the last bound.
+//   tuned_paths     one "fused"|"fallback"|"gemv" per bound: a call with M rows takes the path of the first
+//                   bound M <= tuned_max_rows[i], and the last path beyond the last bound. "gemv" only where
+//                   its entry covers at most kGemvMaxRows rows: a bound <= kGemvMaxRows, never the last entry.
 // The CPU kernel never reads them (it has one path).
 struct CudaPathAttributes {
   CudaPath path = CudaPath::kAuto;
   std::string tuned_device;
   std::vector<int64_t> tuned_max_rows;
-  std::vector<CudaPath> tuned_paths;  // kFused or kFallback, one per bound
+  std::vector<CudaPath> tuned_paths;  // kFused, kFallback or kGemv, one per bound
 };
 
 // X [..., K] · W(ᵀ) → Y [..., N], seen as one [M, K] x [K, N] GEMM (M = product of X's leading dims).
@@ -54,7 +60,8 @@ FusedLinearGeluAttributes ReadAttributes(const OrtKernelInfo* info);
 
 // Reads cuda_path, tuned_device, tuned_max_rows and tuned_paths; absent attributes take the defaults above.
 // Throws Ort::Exception(ORT_INVALID_ARGUMENT) on an unknown path name or a malformed table (lengths differ,
-// bounds not strictly ascending or not positive, tuned_device set without a table).
+// bounds not strictly ascending or not positive, "gemv" where it would cover more than kGemvMaxRows rows,
+// tuned_device set without a table).
 CudaPathAttributes ReadCudaPathAttributes(const OrtKernelInfo* info);
 const char* CudaPathName(CudaPath path);
 

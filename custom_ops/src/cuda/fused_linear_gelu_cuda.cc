@@ -3,7 +3,8 @@
 //   "fused":    launch_gemm_gelu (gemm_gelu.h), one GEMM+bias+activation kernel;
 //   "fallback": cuBLASLt's GEMM with its bias epilogue (cublaslt_gemm_bias.h), then the activation in place
 //               (activation_inplace.h): ORT's own two kernels, for the shapes where the fused path has only
-//               its any-alignment kernel and would run slower than the graph it replaced.
+//               its any-alignment kernel and would run slower than the graph it replaced;
+//   "gemv":     launch_gemv_gelu (gemv_gelu.h), one kernel for calls with at most 16 rows, bound by reading W.
 // The node's cuda_path / tuned_* attributes (fused_linear_gelu_common.h) steer the choice (ChoosePath).
 //
 // Thread safety: ORT may call Compute on one kernel instance from several threads at once (concurrent
@@ -25,9 +26,12 @@
 #include "cublaslt_gemm_bias.h"
 #include "device_signature.h"
 #include "gemm_gelu.h"
+#include "gemv_gelu.h"
 
 namespace onnxfuse {
 namespace {
+
+static_assert(kGemvMaxRows == cuda::kGemvMaxRows, "the attribute contract's gemv row limit is the kernel's");
 
 constexpr const char* kCudaProvider = "CUDAExecutionProvider";
 
@@ -65,27 +69,45 @@ bool ReadStrictFp32(const OrtKernelInfo* info) {
 }
 
 // float32 with at most this many rows: the fused dispatch runs it in strict fp32 (kStrictF32MaxRows in
-// gemm_gelu_dispatch.cu), 5-7x slower than ORT there; the fallback takes it.
+// gemm_gelu_dispatch.cu), 5-7x slower than ORT there; the gemv kernel or the fallback takes it.
 constexpr int64_t kStrictF32MaxRows = 16;
 // 16-bit problems with at most this many rows and at least this many weights are bound by reading W, where
 // cuBLASLt's GEMV-like kernels read it faster than the fused kernel's tiles.
 constexpr int64_t kWeightBoundMaxRows = 16;
 constexpr int64_t kWeightBoundMinWeights = int64_t{1} << 25;
+// The gemv kernel's measured reach (transB = 1, the layout the optimizer writes for constant weights): 16-bit
+// with up to 4 rows below kWeightBoundMinWeights weights, or one row of any W; float32 with up to 16 rows
+// below that size, or up to 4 rows of any W, where W is at least as wide as it is deep (N >= K: the
+// up-projections this op fuses; a narrow, deep W leaves too few columns to spread over the SMs).
+constexpr int64_t kGemv16BitMaxRows = 4;
+constexpr int64_t kGemvLargeWeightMaxRows = 4;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The built-in choice, where neither cuda_path nor a tuning table for this device decides. Measured on H200
-// (bench/results/cuda_kernel_never_slower_h200.json: `bench/cuda_kernel.py --grid never-slower --paths`, wall
-// µs of CUDA-graph replays, fused / fallback / ORT's unfused MatMul+Add+Gelu):
+// (bench/results/cuda_kernel_gemv_h200.json and cuda_kernel_never_slower_h200.json: `bench/cuda_kernel.py
+// --grid never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
+//  - few rows, transB = 1: the gemv kernel: fp16 1x768x3072 5.1 / 4.5 / 2.5 / 5.5, 4x1024x4096 6.6 / 4.9 /
+//    4.3 / 6.3, 1x4096x16384 39.2 / 34.9 / 32.7 / 35.4; fp32 8x768x3072 106 / 8.5 / 5.6 / 9.8, 4x4096x16384
+//    491 / 86.5 / 71.5 / 70.2 (wall 88.6 µs against ORT's 92.8);
 //  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
 //    reach only the fused path's any-alignment WMMA kernel: 4096x770x3074 606 / 146 / 223, 16384x4095x1023
-//    4730 / 1063 / 1084: fallback;
-//  - fp16/bf16 with few rows and a large W: 1x4096x16384 bf16 52.0 / 46.5 / 49.5: fallback;
+//    4730 / 1063 / 1084 (wall): fallback;
+//  - fp16/bf16 with up to 16 rows and a large W: 8x4096x16384 fp16 39.0 / 35.0 / 63.1 / 35.6: fallback;
 //  - float32 without TF32 in the fused path (onnxfuse.strict_fp32, or K or N not a multiple of 4) or with
-//    at most kStrictF32MaxRows rows (which it runs strictly): 1x768x3072 116 / 16 / 19: fallback;
-//  - everywhere else the fused path, 1.1-3.3x faster than ORT (4096x768x3072 fp16 48 / 53 / 134).
+//    at most kStrictF32MaxRows rows (which it runs strictly): 1x4095x1023 1178 / 9.3 / 30.0 / 11.8: fallback;
+//  - everywhere else the fused path, 1.1-3.3x faster than ORT (4096x768x3072 fp16 48 / 53 / 134 wall).
 // `onnxfuse tune` writes per-node tables that override this on the measured device.
+bool GemvReaches(const cuda::GemmGeluArgs& a) {
+  if (!a.trans_b || a.M > kGemvMaxRows) return false;
+  const bool large_w = a.K * a.N >= kWeightBoundMinWeights;
+  if (a.dtype == cuda::DType::kFloat32) return a.N >= a.K && (!large_w || a.M <= kGemvLargeWeightMaxRows);
+  const bool vectors = a.K % 8 == 0 && Aligned16(a.x) && Aligned16(a.w);
+  return vectors && (a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w));
+}
+
 CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {
+  if (GemvReaches(a)) return CudaPath::kGemv;
   if (a.dtype == cuda::DType::kFloat32) {
     return !a.allow_tf32 || a.M <= kStrictF32MaxRows ? CudaPath::kFallback : CudaPath::kFused;
   }
@@ -145,19 +167,23 @@ class FusedLinearGeluCudaKernel {
 
  private:
   // The path of one call: forced by cuda_path, else the tuning table where it applies, else BuiltInPath. K = 0
-  // (Y = act(B), no GEMM at all) always takes the fused path, the only one that handles it; "auto" without
-  // cuBLASLt too.
+  // (Y = act(B), no GEMM at all) always takes the fused path, the only one that handles it; "auto" where
+  // cuBLASLt is missing takes the fused path instead of the fallback.
   CudaPath ChoosePath(const cuda::GemmGeluArgs& a) const {
     if (a.K == 0) return CudaPath::kFused;
     if (path_attrs_.path != CudaPath::kAuto) return path_attrs_.path;
-    if (gemm_bias_ == nullptr) return CudaPath::kFused;
+    CudaPath chosen = BuiltInPath(a);
     if (table_applies_) {
       const std::vector<int64_t>& rows = path_attrs_.tuned_max_rows;
-      for (size_t i = 0; i < rows.size(); ++i)
-        if (a.M <= rows[i]) return path_attrs_.tuned_paths[i];
-      return path_attrs_.tuned_paths.back();
+      chosen = path_attrs_.tuned_paths.back();
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (a.M <= rows[i]) {
+          chosen = path_attrs_.tuned_paths[i];
+          break;
+        }
+      }
     }
-    return BuiltInPath(a);
+    return chosen == CudaPath::kFallback && gemm_bias_ == nullptr ? CudaPath::kFused : chosen;
   }
 
   std::string Describe(const LinearShape& s) const {
@@ -199,9 +225,10 @@ class FusedLinearGeluCudaKernel {
       Fail(ORT_FAIL, "ORT gave no CUDA compute stream: the node is not running under CUDAExecutionProvider");
     }
 
-    if (ChoosePath(args) == CudaPath::kFallback) {
-      RunFallback(ctx, args, s, stream);
-      return;
+    switch (ChoosePath(args)) {
+      case CudaPath::kFallback: RunFallback(ctx, args, s, stream); return;
+      case CudaPath::kGemv: RunGemv(args, s, stream); return;
+      default: break;
     }
 
     // Scratch, if the chosen tactic needs any (Workspace).
@@ -255,6 +282,18 @@ class FusedLinearGeluCudaKernel {
     if (e != cudaSuccess) {
       Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " activation kernel launch failed for " + Describe(s) +
                          ": " + CudaErrorText(e));
+    }
+  }
+
+  // One kernel; the table's contract keeps "auto" within its rows, a forced "gemv" may not be.
+  void RunGemv(const cuda::GemmGeluArgs& args, const LinearShape& s, cudaStream_t stream) const {
+    if (args.M > cuda::kGemvMaxRows) {
+      Fail(ORT_INVALID_ARGUMENT, "cuda_path='gemv' runs at most " + std::to_string(cuda::kGemvMaxRows) +
+                                     " rows; this call has M=" + std::to_string(args.M) + " (" + Describe(s) + ")");
+    }
+    const cudaError_t e = cuda::launch_gemv_gelu(args, dev_, stream);
+    if (e != cudaSuccess) {
+      Fail(ORT_FAIL, std::string(cuda::kGemvPathName) + " kernel launch failed for " + Describe(s) + ": " + CudaErrorText(e));
     }
   }
 

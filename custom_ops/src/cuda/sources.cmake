@@ -1,10 +1,11 @@
 # The CUDA kernel sources (relative to src/cuda/), included by cmake/cuda.cmake. The sm90_* files hold
 # Hopper-only (sm_90a) CUTLASS 3 kernels (their sm_80 pass compiles to empty guarded bodies that are never
-# launched); the others are the portable sm_80+ tactics, the dispatch table and the fallback path's in-place
-# activation. One file per (dtype, layout[, tile group]) so that a parallel build compiles the long CUTLASS
+# launched); the others are the portable sm_80+ tactics, the dispatch table, the few-rows (gemv) kernel and
+# the fallback path's in-place activation. One file per (dtype, layout[, tile group]) so that a parallel build compiles the long CUTLASS
 # instantiations side by side.
 set(ONNXFUSE_CUDA_KERNEL_SOURCES
   gemm_gelu_dispatch.cu
+  gemv_gelu.cu
   sm90_f16_tn_large.cu
   sm90_f16_tn_small.cu
   sm90_f16_nn_large.cu

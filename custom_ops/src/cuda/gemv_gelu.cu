@@ -1,0 +1,321 @@
+// The few-rows kernel (gemv_gelu.h): W read once, every row's products in fp32 registers, the bias and the
+// activation applied before the one store of Y.
+//
+// Two layouts, two ways of walking W so that each warp's loads stay contiguous:
+//
+//  transB = 0, W [K, N] (N contiguous): a block owns a strip of 32 bytes of columns (one DRAM sector per row
+//    of W: 16 fp16/bf16 or 8 fp32 columns) and its 128 threads split K: each thread reads a 16-byte piece of
+//    a row, kSlicesK rows apart. The strip's partial sums meet in registers (shuffles across the lanes that
+//    share columns) and then in shared memory (across the block's warps).
+//  transB = 1, W [N, K] (K contiguous): one to four warps own kTnCols columns and their 32 lanes walk K side
+//    by side, 16 bytes each, reading X's rows the same way; a butterfly of shuffles sums the lanes, shared
+//    memory the warps.
+//
+// Thin strips keep every SM busy at the N of real layers (3072 fp16 columns are 192 blocks). Rows up to the
+// next power of two are computed (a template parameter: the accumulators must be registers), the rows beyond
+// M read row M-1 again and are never stored.
+//
+// Precision: fp32 FMAs of exact products, summed in a fixed order (the result does not depend on timing);
+// the epilogue's math is the other paths' (activation_math.cuh), precise for fp32 and fast for 16-bit
+// outputs, rounded once.
+#include "gemv_gelu.h"
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "activation_math.cuh"
+#include "float_convert.cuh"
+#include "tactics.cuh"
+
+namespace onnxfuse::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kSectorBytes = 32;
+constexpr int kVectorBytes = 16;
+// Rows of W each thread loads before the FMAs that use them (transB = 0): with 4 warps per block and several
+// blocks per SM, enough bytes in flight to cover DRAM latency.
+constexpr int kNnUnroll = 4;
+// Columns per warp (transB = 1): each X vector loaded is used for this many columns of W.
+constexpr int kTnCols = 4;
+
+template <class T>
+constexpr int kPerVector = kVectorBytes / static_cast<int>(sizeof(T));
+
+template <class T>
+constexpr bool kPrecise = std::is_same_v<T, float>;
+
+// kVec consecutive elements from p as floats: one 16-byte load when kVec fills it (p 16-byte aligned), else
+// element loads.
+template <class T, int kVec>
+__device__ __forceinline__ void load_floats(const T* __restrict__ p, float (&f)[kVec]) {
+  if constexpr (kVec * sizeof(T) == kVectorBytes) {
+    union {
+      uint4 bits;
+      T v[kVec];
+    } u;
+    u.bits = __ldg(reinterpret_cast<const uint4*>(p));
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = to_float(u.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = to_float(__ldg(p + j));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ float epilogue(float s, const T* __restrict__ bias, int64_t n, const ActivationParams& act) {
+  if (bias != nullptr) s += to_float(__ldg(bias + n));
+  return apply_activation<kPrecise<T>>(s, act);
+}
+
+// transB = 0. Block b owns columns [b·kTileN, (b+1)·kTileN); thread (tx, ty) reads columns tx·kVec.. of rows
+// ty, ty + kSlicesK, ...
+template <class T, int kRows, int kVec>
+__global__ void __launch_bounds__(kThreads) gemv_nn_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                           const T* __restrict__ bias, T* __restrict__ y, int M,
+                                                           int64_t K, int64_t N, ActivationParams act) {
+  constexpr int kTileN = kSectorBytes / static_cast<int>(sizeof(T));
+  constexpr int kLanesN = kTileN / kVec;  // threads side by side across the strip
+  constexpr int kSlicesK = kThreads / kLanesN;
+  static_assert(kLanesN <= 32 && (kLanesN & (kLanesN - 1)) == 0, "a warp must hold whole rows of the strip");
+  const int tx = threadIdx.x % kLanesN;
+  const int ty = threadIdx.x / kLanesN;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kTileN + tx * kVec;
+
+  float acc[kRows][kVec];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) acc[r][v] = 0.0f;
+
+  // With kVec > 1, N is a multiple of kVec: a thread's columns are all inside Y or all beyond it.
+  if (col < N) {
+    const T* xr[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) xr[r] = x + static_cast<int64_t>(r < M ? r : M - 1) * K;
+    const T* wc = w + col;
+    int64_t k = ty;
+    for (; k + (kNnUnroll - 1) * kSlicesK < K; k += kNnUnroll * kSlicesK) {
+      float wv[kNnUnroll][kVec];
+#pragma unroll
+      for (int u = 0; u < kNnUnroll; ++u) load_floats<T, kVec>(wc + (k + u * kSlicesK) * N, wv[u]);
+#pragma unroll
+      for (int u = 0; u < kNnUnroll; ++u) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const float xv = to_float(__ldg(xr[r] + k + u * kSlicesK));
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) acc[r][v] = fmaf(xv, wv[u][v], acc[r][v]);
+        }
+      }
+    }
+    for (; k < K; k += kSlicesK) {
+      float wv[kVec];
+      load_floats<T, kVec>(wc + k * N, wv);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float xv = to_float(__ldg(xr[r] + k));
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[r][v] = fmaf(xv, wv[v], acc[r][v]);
+      }
+    }
+  }
+
+  // The K slices of one column: first the warp's lanes that share it (the lane bits above kLanesN), then
+  // the warps, in shared memory, in warp order.
+#pragma unroll
+  for (int offset = kLanesN; offset < 32; offset <<= 1)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) acc[r][v] += __shfl_xor_sync(0xffffffffu, acc[r][v], offset);
+
+  __shared__ float partial[kWarps][kRows][kTileN];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  if (lane < kLanesN) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) partial[warp][r][tx * kVec + v] = acc[r][v];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kRows * kTileN; i += kThreads) {
+    const int r = i / kTileN;
+    const int c = i % kTileN;
+    const int64_t n = static_cast<int64_t>(blockIdx.x) * kTileN + c;
+    if (r >= M || n >= N) continue;
+    float s = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) s += partial[wi][r][c];
+    y[static_cast<int64_t>(r) * N + n] = from_float<T>(epilogue(s, bias, n, act));
+  }
+}
+
+// transB = 1. Each group of kTnCols columns belongs to k_split warps of one block (1, 2 or kWarps: more warps
+// where N alone gives too few to cover DRAM latency); warp `slice` of a group walks steps slice, slice +
+// k_split, ... of K, lane l reading elements l·kVec.. of each step's 32·kVec, of the group's rows of W and of
+// every row of X.
+template <class T, int kRows, int kVec>
+__global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                           const T* __restrict__ bias, T* __restrict__ y, int M,
+                                                           int64_t K, int64_t N, int k_split, ActivationParams act) {
+  constexpr int kOutputs = kRows * kTnCols;
+  constexpr int kSlots = (kOutputs + 31) / 32;  // outputs per lane in the epilogue
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int slice = warp % k_split;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / k_split) + warp / k_split) * kTnCols;
+  const bool active = n0 < N;  // a whole warp past Y still takes part in the block's reduction
+
+  float acc[kRows][kTnCols];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int c = 0; c < kTnCols; ++c) acc[r][c] = 0.0f;
+
+  if (active) {
+    const T* wr[kTnCols];
+#pragma unroll
+    for (int c = 0; c < kTnCols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;  // past N: never stored
+    const T* xr[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) xr[r] = x + static_cast<int64_t>(r < M ? r : M - 1) * K;
+    const int64_t stride = static_cast<int64_t>(32) * kVec * k_split;
+#pragma unroll 2
+    for (int64_t k = (static_cast<int64_t>(slice) * 32 + lane) * kVec; k < K; k += stride) {
+      float wv[kTnCols][kVec];
+#pragma unroll
+      for (int c = 0; c < kTnCols; ++c) load_floats<T, kVec>(wr[c] + k, wv[c]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float xv[kVec];
+        load_floats<T, kVec>(xr[r] + k, xv);
+#pragma unroll
+        for (int c = 0; c < kTnCols; ++c)
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) acc[r][c] = fmaf(xv[v], wv[c][v], acc[r][c]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kTnCols; ++c) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], offset);
+
+  // Every lane now holds every sum of its warp; lane l takes outputs l, l + 32, ... (row-major over rows x
+  // columns).
+  float mine[kSlots] = {};
+#pragma unroll
+  for (int j = 0; j < kOutputs; ++j)
+    if (j % 32 == lane) mine[j / 32] = acc[j / kTnCols][j % kTnCols];
+
+  if (k_split > 1) {  // the group's slices meet in shared memory; its first warp sums them in slice order
+    __shared__ float partial[kWarps][kOutputs];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s)
+      if (s * 32 + lane < kOutputs) partial[warp][s * 32 + lane] = mine[s];
+    __syncthreads();
+    if (slice != 0) return;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      if (s * 32 + lane >= kOutputs) continue;
+      float sum = 0.0f;
+      for (int t = 0; t < k_split; ++t) sum += partial[warp + t][s * 32 + lane];
+      mine[s] = sum;
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int j = s * 32 + lane;
+    const int r = j / kTnCols;
+    const int64_t n = n0 + j % kTnCols;
+    if (j < kOutputs && r < M && n < N) y[static_cast<int64_t>(r) * N + n] = from_float<T>(epilogue(mine[s], bias, n, act));
+  }
+}
+
+// Warps per SM the transB = 1 kernel aims for before it splits K among more warps: the measured small cases
+// (768 x 3072 with 1-8 rows: 768 column groups, 6 per SM) were bound by the latency of each warp's few steps.
+constexpr int64_t kTnWarpsPerSm = 16;
+
+// 1, 2 or kWarps: the fewest warps per column group that give every SM kTnWarpsPerSm warps, while each warp
+// keeps at least one step of K.
+int tn_k_split(int64_t K, int64_t N, int vec, const DeviceInfo& dev) {
+  const int64_t groups = (N + kTnCols - 1) / kTnCols;
+  const int64_t steps = (K + 32 * vec - 1) / (32 * vec);
+  const int64_t target = kTnWarpsPerSm * (dev.sm_count > 0 ? dev.sm_count : 1);
+  int split = 1;
+  while (split < kWarps && groups * split < target && steps >= 2 * split) split *= 2;
+  return split;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0; }
+
+template <class T, int kRows>
+cudaError_t launch_rows(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
+  constexpr int kVec = kPerVector<T>;
+  const T* x = static_cast<const T*>(a.x);
+  const T* w = static_cast<const T*>(a.w);
+  const T* bias = static_cast<const T*>(a.bias);
+  T* y = static_cast<T*>(a.y);
+  const int m = static_cast<int>(a.M);
+  const ActivationParams act = activation_params(a);
+  if (!a.trans_b) {
+    constexpr int64_t kTileN = kSectorBytes / sizeof(T);
+    const unsigned blocks = static_cast<unsigned>((a.N + kTileN - 1) / kTileN);
+    if (a.N % kVec == 0 && aligned16(w)) {
+      gemv_nn_kernel<T, kRows, kVec><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, act);
+    } else {
+      gemv_nn_kernel<T, kRows, 1><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, act);
+    }
+  } else {
+    const bool vec = a.K % kVec == 0 && aligned16(w) && aligned16(x);
+    const int k_split = tn_k_split(a.K, a.N, vec ? kVec : 1, dev);
+    const int64_t block_cols = static_cast<int64_t>(kWarps / k_split) * kTnCols;
+    const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
+    if (vec) {
+      gemv_tn_kernel<T, kRows, kVec><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, k_split, act);
+    } else {
+      gemv_tn_kernel<T, kRows, 1><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, k_split, act);
+    }
+  }
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_typed(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
+  if (a.M <= 1) return launch_rows<T, 1>(a, dev, stream);
+  if (a.M <= 2) return launch_rows<T, 2>(a, dev, stream);
+  if (a.M <= 4) return launch_rows<T, 4>(a, dev, stream);
+  if (a.M <= 8) return launch_rows<T, 8>(a, dev, stream);
+  return launch_rows<T, 16>(a, dev, stream);
+}
+static_assert(kGemvMaxRows == 16, "launch_typed instantiates row counts up to kGemvMaxRows");
+
+}  // namespace
+
+cudaError_t launch_gemv_gelu(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
+  if (a.M < 1 || a.M > kGemvMaxRows || a.N < 0 || a.K < 0) return cudaErrorInvalidValue;
+  if (a.N == 0) return cudaSuccess;
+  const size_t elem = dtype_bytes(a.dtype);
+  for (const void* p : {a.x, a.w, a.bias, static_cast<const void*>(a.y)}) {
+    if (reinterpret_cast<uintptr_t>(p) % elem != 0) return cudaErrorMisalignedAddress;
+  }
+  switch (a.dtype) {
+    case DType::kFloat16: return launch_typed<__half>(a, dev, stream);
+    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(a, dev, stream);
+    case DType::kFloat32: return launch_typed<float>(a, dev, stream);
+  }
+  return cudaErrorNotSupported;
+}
+
+}  // namespace onnxfuse::cuda

@@ -1,0 +1,29 @@
+// The "gemv" path of the CUDA FusedLinearGelu kernel: Y = act(X·W(ᵀ) + B) in one kernel for calls with at
+// most kGemvMaxRows rows (batch-1 decoding, single requests, small batches of vectors).
+//
+// With so few rows the problem is bound by reading W once: a GEMM kernel's tiles (64-128 rows of X) are
+// mostly empty, and cuBLAS(Lt) answers with its own GEMV-like kernels plus, in ORT's graph, a second kernel
+// for the bias and activation. This kernel reads W with 16-byte vector loads spread over every SM, keeps the
+// products of all rows in fp32 registers (exact fp32 FMAs on CUDA cores: no TF32 rounding of the inputs, and
+// 16-bit inputs widened exactly), sums the K slices in registers and shared memory, and applies the bias and
+// the activation before the one store of Y: the pre-activation never reaches memory.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "gemm_gelu.h"
+
+namespace onnxfuse::cuda {
+
+// The most rows one call may have (the accumulators of every row live in each thread's registers).
+inline constexpr int64_t kGemvMaxRows = 16;
+inline constexpr const char* kGemvPathName = "gemv_gelu";
+
+// Enqueues exactly one kernel on `stream` (nothing for an empty Y); never synchronizes. Any K (0 gives
+// Y = act(B)), N, transB and element-aligned pointers: 16-byte vector loads where W's rows (and, for transB,
+// X's) allow them, element loads otherwise. Returns cudaErrorInvalidValue unless 1 <= M <= kGemvMaxRows.
+cudaError_t launch_gemv_gelu(const GemmGeluArgs& args, const DeviceInfo& dev, cudaStream_t stream);
+
+}  // namespace onnxfuse::cuda
