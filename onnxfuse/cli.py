@@ -241,7 +241,7 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
               help="Timed runs per path and row count at least (more until the median is stable).")
 @click.option("--approximate", default="none", show_default=True, metavar="none|auto",
               help="none: every node keeps its model's GELU form. auto: an exact (erf) GELU node switches to an "
-                   "approximate form (--approximate-forms) where that form's faster path is at least 2 % faster at "
+                   "approximate form (--approximate-forms) where that form's fastest path is at least 2 % faster at "
                    "the node's largest row count (twice the timing loop's 1 % stability bound) and not 2 % slower "
                    "at any other, as far as the model's error stays within --budget; the nodes switched carry "
                    "approximate=FORM, and the report and metadata each node's times and the measured error.")

@@ -1,4 +1,4 @@
-"""Per-node CUDA path tuning of ``FusedLinearGelu``: the rows each node will see, the faster path at each,
+"""Per-node CUDA path tuning of ``FusedLinearGelu``: the rows each node will see, the fastest path at each,
 and the model that records the choice.
 
 The CUDA kernel has three paths for one call, "fused" (one GEMM+bias+GELU kernel), "fallback" (cuBLASLt's

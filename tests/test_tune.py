@@ -393,6 +393,7 @@ def test_tune_with_gemv_measured_writes_it_within_its_rows(tmp_path, fused_model
     onnx.checker.check_model(tuned, full_check=True)
     meta = json.loads({p.key: p.value for p in tuned.metadata_props}[tuning.METADATA_KEY])
     assert meta["schema"] == "onnxfuse.tuning/2" and meta["nodes"] == report["nodes"]
+    assert meta["settings"] == report["settings"] == {"reps": 30, "provider": "cuda", "gemv_max_rows": 16}
     for node in (n for n in tuned.graph.node if n.op_type == OP_TYPE):
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         assert (attrs["tuned_max_rows"], attrs["tuned_paths"]) == ([4, 16], [b"gemv", b"fallback"])
