@@ -20,11 +20,13 @@ present for device queries and event timing.
 
     python3 bench/cuda_kernel.py --library build/libonnxfuse_ops.so --json $OUT/cuda_kernel.json
 
-``--paths`` also measures the fused node forced to each of its CUDA paths (``cuda_path`` = fused, fallback)
-beside its default (auto). ``--grid never-slower`` runs the "never slower" grid instead (GRID_ROWS x GRID_KN x
---dtypes x --forms, every path): one session per (dtype, K, N, form, path) with a symbolic row count, GPU time
+``--paths`` also measures the fused node forced to each of its CUDA paths (``cuda_path`` = fused, fallback, and
+gemv where M <= 16: it runs no more rows, so above it is skipped and says so) beside its default (auto).
+``--grid never-slower`` runs the "never slower" grid instead (GRID_ROWS x GRID_KN x --dtypes x --forms, every
+path, gemv at its row counts): one session per (dtype, K, N, form, path) with a symbolic row count, GPU time
 read by CUPTI for a whole group of cells in one profiler window, wall time from one CUDA graph per row count
 (``gpu_graph_id``), and the verdicts: auto's GPU time <= ORT's unfused, auto's wall >= 1.00x ORT's, error <= ORT's.
+The forced paths are measured, never judged: the verdicts hold what a model gets, the node at auto.
 
     python3 bench/cuda_kernel.py --grid never-slower --forms none tanh sigmoid --json $OUT/never_slower.json
 """
@@ -55,7 +57,10 @@ DTYPES = ("fp16", "bf16", "fp32")
 FORMS = ("none", "tanh", "sigmoid")
 SIGMOID_ALPHA = 1.702
 DOMAIN = "ai.onnxfuse"
-CUDA_PATHS = ("fused", "fallback")  # the forced paths; "auto" is the node without a cuda_path attribute
+CUDA_PATHS = ("fused", "fallback", "gemv")  # the forced paths; "auto" is the node without a cuda_path attribute
+# The most rows cuda_path="gemv" runs (onnxfuse.domain.GEMV_MAX_ROWS, kGemvMaxRows in the library): a call with
+# more fails, so the bench skips gemv there rather than record the failure as a result.
+GEMV_MAX_ROWS = 16
 # The "never slower" grid: rows from one token to a large batch, BERT/GPT-like (K, N) and odd ones (K or N off
 # multiples of 8, where the fused path has only its any-alignment kernel).
 GRID_ROWS = (1, 2, 4, 8, 16, 64, 128, 1024, 4096, 16384)
@@ -183,6 +188,13 @@ def build_model(kind, M, K, N, dt, W_nk, B, approximate="none", cuda_path=None) 
     return model.SerializeToString()
 
 
+def path_skip_reason(path: str, M: int) -> str | None:
+    """Why a forced path is not measured at M rows (None: it is): gemv runs at most GEMV_MAX_ROWS rows."""
+    if path == "gemv" and M > GEMV_MAX_ROWS:
+        return f"not applicable: gemv runs at most {GEMV_MAX_ROWS} rows (M={M})"
+    return None
+
+
 # --- measuring ---------------------------------------------------------------------------------------
 
 class Bench:
@@ -281,6 +293,10 @@ def run_case(bench: Bench, dt, M, K, N, approximate="none", paths=()) -> dict:
         r["fused_error"] = f"{type(e).__name__}: {e}"[:400]
 
     for path in paths:  # the same node forced to each CUDA path
+        skip = path_skip_reason(path, M)
+        if skip:
+            r[f"path_{path}_skipped"] = skip
+            continue
         y.zero_()
         try:
             m = bench.ort_measure(build_model("fused", M, K, N, dt, W, B, approximate, cuda_path=path), x, y, wall=True)
@@ -343,7 +359,8 @@ def _segment_gpu_us(prof_events, labels, calls) -> list[float]:
 def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
     """Every row count of one (dtype, K, N, form): one session per variant with a symbolic row count, serving
     every M (``x[:M]`` views of one input), GPU time of all cells in one CUPTI window, wall time from one CUDA
-    graph per row count. variants: "auto", the forced CUDA paths, and "unfused" (ORT's own graph)."""
+    graph per row count. variants: "auto", the forced CUDA paths, and "unfused" (ORT's own graph); a forced
+    path is run only at the row counts it takes (gemv: M <= GEMV_MAX_ROWS), the others' cells say why not."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -357,11 +374,16 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
                              cuda_path=v if v in CUDA_PATHS else None) for v in variants}
     ys = {v: torch.empty(m_max, N, device="cuda", dtype=tt) for v in variants}
     cells = {M: {"dtype": dt, "M": M, "K": K, "N": N, "approximate": form} for M in rows}
+    runs = {v: [M for M in rows if not path_skip_reason(v, M)] for v in variants}  # the row counts each variant runs
+    for v in variants:
+        for M in rows:
+            if skip := path_skip_reason(v, M):
+                cells[M][f"{v}_skipped"] = skip
 
     # GPU time: warm-up runs outside the window (the first call of a shape plans and, for the fallback, asks
     # cuBLASLt's heuristic), then every (M, variant) segment inside one profiler window.
     plain = {v: bench.session(models[v], cuda_graph=False) for v in variants}
-    binds = {(v, M): bench.bind(plain[v], x_all[:M], ys[v][:M]) for v in variants for M in rows}
+    binds = {(v, M): bench.bind(plain[v], x_all[:M], ys[v][:M]) for v in variants for M in runs[v]}
     for (v, M), b in binds.items():
         for _ in range(bench.warmup):
             plain[v].run_with_iobinding(b)
@@ -381,7 +403,7 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
     for M in rows:
         r = min(M, _GRID_REF_ROWS)
         ref = activation64(x_all[:r].double() @ W.double().t() + B.double(), form)
-        for v in variants:
+        for v in (v for v in variants if M in runs[v]):
             cells[M][f"{v}_relerr"] = rel_l2(ys[v][:r], ref)
             cells[M][f"{v}_finite"] = bool(torch.isfinite(ys[v][:M]).all())
     del binds, plain
@@ -389,7 +411,7 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
     # Wall: one CUDA-graph session per variant, one captured graph per row count (gpu_graph_id).
     for v in variants:
         sess = bench.session(models[v], cuda_graph=True)
-        for gid, M in enumerate(rows):
+        for gid, M in enumerate(runs[v]):
             b = bench.bind(sess, x_all[:M], ys[v][:M])
             ro = bench.ort.RunOptions()
             ro.add_run_config_entry("gpu_graph_id", str(gid))
@@ -425,18 +447,23 @@ def grid_verdicts(r) -> list[str]:
     return miss
 
 
+def _us_cell(r, key) -> str:
+    """An 8-wide µs cell: the time, "-" where the path was not run (skipped or not asked for)."""
+    return f"{r[key]:8.1f}" if key in r else f"{'-':>8}"
+
+
 def grid_table(rows, worst=5) -> str:
     """The five cells where auto is slowest against ORT's unfused GPU time, with every path's time."""
     ok = [r for r in rows if "error" not in r]
     ok.sort(key=lambda r: r["auto_gpu_us"] / r["unfused_gpu_us"], reverse=True)
-    head = (f"{'dtype':5} {'form':7} {'M':>6} {'K':>5} {'N':>6} | {'auto':>8} {'fused':>8} {'fallbk':>8} {'ORTunf':>8} "
-            f"{'a/unf':>6} | {'wall x':>6} | {'err a/u':>7}")
+    head = (f"{'dtype':5} {'form':7} {'M':>6} {'K':>5} {'N':>6} | {'auto':>8} {'fused':>8} {'fallbk':>8} {'gemv':>8} "
+            f"{'ORTunf':>8} {'a/unf':>6} | {'wall x':>6} | {'err a/u':>7}")
     lines = [f"the {worst} worst cells (auto GPU / ORT unfused GPU; GPU us by CUPTI, wall by CUDA-graph replay)", head,
              "-" * len(head)]
     for r in ok[:worst]:
         lines.append(
             f"{r['dtype']:5} {r['approximate']:7} {r['M']:6} {r['K']:5} {r['N']:6} | {r['auto_gpu_us']:8.1f} "
-            f"{r.get('fused_gpu_us', float('nan')):8.1f} {r.get('fallback_gpu_us', float('nan')):8.1f} "
+            f"{_us_cell(r, 'fused_gpu_us')} {_us_cell(r, 'fallback_gpu_us')} {_us_cell(r, 'gemv_gpu_us')} "
             f"{r['unfused_gpu_us']:8.1f} {r['auto_gpu_us'] / r['unfused_gpu_us']:6.2f} | "
             f"{r['unfused_wall_us'] / r['auto_wall_us']:6.2f} | {r['auto_relerr'] / r['unfused_relerr']:7.2f}")
     return "\n".join(lines)
@@ -498,6 +525,21 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def paths_table(rows) -> str:
+    """--paths: each forced path's GPU and wall time beside auto's (the fused node's default), "-" where a
+    path was skipped (gemv above GEMV_MAX_ROWS) or failed (its error is in the JSON row)."""
+    head = (f"{'dtype':5} {'M':>6} {'K':>5} {'N':>6} | {'autoGPU':>8} " + " ".join(f"{p + 'GPU':>11}" for p in CUDA_PATHS)
+            + f" | {'autoWall':>8} " + " ".join(f"{p + 'Wall':>12}" for p in CUDA_PATHS))
+    lines = ["each CUDA path forced (cuda_path), GPU = CUPTI kernel time, wall = CUDA-graph replay (us)", head,
+             "-" * len(head)]
+    for r in rows:
+        gpu = " ".join(f"{_us_cell(r, f'path_{p}_gpu_us'):>11}" for p in CUDA_PATHS)
+        wall = " ".join(f"{_us_cell(r, f'path_{p}_wall_us'):>12}" for p in CUDA_PATHS)
+        lines.append(f"{r['dtype']:5} {r['M']:6} {r['K']:5} {r['N']:6} | {_us_cell(r, 'fused_gpu_us')} {gpu} | "
+                     f"{_us_cell(r, 'fused_wall_us')} {wall}")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--library", default=os.environ.get("ONNXFUSE_LIBRARY"),
@@ -509,11 +551,13 @@ def main(argv=None) -> int:
                          "the shape grid's goals are set for)")
     ap.add_argument("--approximate", default=None, choices=FORMS, help="one form (the same as --forms FORM)")
     ap.add_argument("--paths", action="store_true",
-                    help="also measure the fused node forced to each CUDA path (cuda_path=fused, fallback)")
+                    help="also measure the fused node forced to each CUDA path (cuda_path=fused, fallback, and gemv "
+                         f"at M <= {GEMV_MAX_ROWS}, skipped above)")
     ap.add_argument("--grid", default=None, choices=("never-slower",),
                     help="never-slower: GRID_ROWS x GRID_KN x dtypes x forms, every path, with its verdicts "
                          "(replaces --shapes; cut --reps/--prof-reps keep it within minutes)")
-    # Defaults: 5 / 50 / 20 per shape; 2 / 10 / 5 per cell with --grid (630 cells x 4 variants in ~6 minutes).
+    # Defaults: 5 / 50 / 20 per shape; 2 / 10 / 5 per cell with --grid (630 cells x 4 variants took ~6 minutes,
+    # before gemv added a fifth at the 315 cells of at most 16 rows).
     ap.add_argument("--warmup", type=int, default=None, help="unmeasured calls first (default 5; --grid 2)")
     ap.add_argument("--reps", type=int, default=None,
                     help="timed CUDA-graph replays per session (median; default 50, --grid 10)")
@@ -603,6 +647,9 @@ def main(argv=None) -> int:
     pyc.close()
     print()
     print(grid_table(rows) if args.grid else table(rows))
+    if args.paths and not args.grid:
+        print()
+        print(paths_table(rows))
     print("\nGOALS:", "all met" if not misses else f"{len(misses)} missed")
     for m in misses:
         print("  -", m)

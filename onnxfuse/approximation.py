@@ -6,8 +6,8 @@ The steps, each a pure function of measurements (``tune.py`` measures; tests inj
 1. :func:`variants`: the nodes that may switch (those computing exact GELU: a node whose model already
    computes an approximation keeps the model's own math, there being no exact reference to hold it to), in
    each form asked for, to be timed like the exact nodes (``bench.path_bench`` times any form);
-2. :func:`node_forms`: per node, the forms that pay. A form pays where its faster CUDA path is at least
-   ``MIN_GAIN`` (2 %) faster than the exact form's faster path at the node's largest row count, and not more
+2. :func:`node_forms`: per node, the forms that pay. A form pays where its fastest CUDA path is at least
+   ``MIN_GAIN`` (2 %) faster than the exact form's fastest path at the node's largest row count, and not more
    than ``MIN_GAIN`` slower at any other row count measured. 2 % is twice the timing loop's own stability
    bound (``TimingPolicy.rel_tol``: the two halves of the runs agree within 1 % before a median is taken):
    a difference below it is not told apart from noise. A form that is less accurate and not faster than a
@@ -72,8 +72,8 @@ def variants(nodes: Sequence[TunableNode], forms: Sequence[str]) -> dict[str, li
 
 
 def best_us(times: PathTimes) -> float:
-    """The time of the path the node takes at this M (the faster of the two)."""
-    return min(times.fused_us, math.inf if times.fallback_us is None else times.fallback_us)
+    """The time of the path the node takes at this M (the fastest that ran there, gemv included)."""
+    return times.best_us
 
 
 # --- what pays, per node -------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ class NodeForms:
     name: str
     model_form: str
     largest_m: int
-    best: dict[str, dict[int, float]]  # form -> M -> µs of its faster path
+    best: dict[str, dict[int, float]]  # form -> M -> µs of its fastest path
     options: tuple[FormOption, ...] = ()
     rejected: dict[str, str] = field(default_factory=dict)
 

@@ -230,7 +230,7 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
 @click.argument("model")
 @click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the tuned model.")
 @click.option("--provider", type=click.Choice(["cuda"]), default="cuda", show_default=True,
-              help="Execution provider to tune for (the CUDA kernel's two paths are what is chosen).")
+              help="Execution provider to tune for (the CUDA kernel's paths are what is chosen).")
 @click.option("--batch", "batch_list", metavar="B1,B2,...",
               help="Batch sizes the model will run at (axis 0 of every input whose axis 0 is dynamic); "
                    "default 1,8,32 where axis 0 is dynamic, else the model's fixed shape.")
@@ -241,7 +241,7 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
               help="Timed runs per path and row count at least (more until the median is stable).")
 @click.option("--approximate", default="none", show_default=True, metavar="none|auto",
               help="none: every node keeps its model's GELU form. auto: an exact (erf) GELU node switches to an "
-                   "approximate form (--approximate-forms) where that form's faster path is at least 2 % faster at "
+                   "approximate form (--approximate-forms) where that form's fastest path is at least 2 % faster at "
                    "the node's largest row count (twice the timing loop's 1 % stability bound) and not 2 % slower "
                    "at any other, as far as the model's error stays within --budget; the nodes switched carry "
                    "approximate=FORM, and the report and metadata each node's times and the measured error.")
@@ -265,10 +265,12 @@ def tune_command(model, output, provider, batch_list, shape_options, reps, appro
 
     For each node (nodes of equal K, N, dtype, transB and activation share one measurement) and each row
     count M its input has at the given batch sizes: the one-kernel path (cuda_path=fused), the
-    cuBLASLt + activation path (cuda_path=fallback) and ORT's own MatMul+Add+Gelu, interleaved with IO
-    binding. The faster path per M goes into the node's tuned_max_rows / tuned_paths, with tuned_device =
-    this GPU's and library's signature (on another device the node ignores the table), and every number
-    into metadata_props["onnxfuse.tuning"]. The input is never modified; OUT is written atomically.
+    cuBLASLt + activation path (cuda_path=fallback), at M <= 16 the few-rows path (cuda_path=gemv), and
+    ORT's own MatMul+Add+Gelu, interleaved with IO binding. The fastest path per M goes into the node's
+    tuned_max_rows / tuned_paths (gemv never as the last entry, which also rules the rows beyond it), with
+    tuned_device = this GPU's and library's signature (on another device the node ignores the table), and
+    every number into metadata_props["onnxfuse.tuning"]. The input is never modified; OUT is written
+    atomically.
 
     A node that an earlier `tune --approximate auto` switched is put back at exact GELU first: tuning a
     tuned model gives what tuning the model did, and without --approximate auto exact comes back.
@@ -307,8 +309,8 @@ def _render_tune(report) -> None:
     console.print(f"measured on {d.gpu} (sm {d.compute_capability}, driver CUDA {d.driver or '?'}), "
                   f"signature [bold]{d.signature}[/]", highlight=False)
     table = Table(title="choices (median µs per call)", title_justify="left")
-    for column in ("nodes", "shape", "M", "fused", "fallback", "ORT unfused", "choice", "why"):
-        table.add_column(column, justify="right" if column in ("M", "fused", "fallback", "ORT unfused") else "left")
+    for column in ("nodes", "shape", "M", "fused", "fallback", "gemv", "ORT unfused", "choice", "why"):
+        table.add_column(column, justify="right" if column in ("M", "fused", "fallback", "gemv", "ORT unfused") else "left")
     groups: dict = {}
     for t in report.tunings:
         groups.setdefault(t.node.shape, []).append(t)
@@ -316,7 +318,7 @@ def _render_tune(report) -> None:
         names, described = ", ".join(t.node.name for t in members), shape.describe()
         for m, times in sorted({m: t for member in members for m, t in member.times.items()}.items()):
             table.add_row(names, described, str(m), f"{times.fused_us:.1f}", _us(times.fallback_us),
-                          _us(times.ort_unfused_us), times.choice, _why(times))
+                          _us(times.gemv_us), _us(times.ort_unfused_us), times.choice, _why(times, m))
             names = described = ""  # one measurement serves every node of the group
     console.print(table)
     for t in report.tunings:
@@ -324,9 +326,9 @@ def _render_tune(report) -> None:
         console.print(f"{t.node.name}: " + (bounds + f", beyond: {t.paths[-1]}" if bounds else f"every M: {t.paths[-1]}"),
                       highlight=False)
     behind = sorted({(t.node.shape.describe(), m) for t in report.tunings for m, x in t.times.items()
-                     if x.ort_unfused_us is not None and x.ort_unfused_us < min(x.fused_us, x.fallback_us or x.fused_us)})
+                     if x.ort_unfused_us is not None and x.ort_unfused_us < x.best_us})
     for shape, m in behind:
-        console.print(f"[yellow]note[/]: {shape} at M={m}: ORT's unfused ops were faster than both paths",
+        console.print(f"[yellow]note[/]: {shape} at M={m}: ORT's unfused ops were faster than every path",
                       highlight=False)
     if report.forced:
         console.print(f"[yellow]note[/]: {', '.join(report.forced)} force a path with cuda_path: their tables are "
@@ -375,18 +377,33 @@ def _us(value) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
-def _why(times) -> str:
-    """The choice in words: by how much it won, and how it stands against ORT's unfused ops."""
+def _why(times, m: int) -> str:
+    """The choice in words: by how much it beat the next fastest path, the paths that could not run (gemv
+    only where M allowed it: above, its column says n/a), and how it stands against ORT's unfused ops."""
+    from .domain import GEMV_MAX_ROWS
+
+    us, chosen = times.path_us(), times.choice
+    parts = []
+    runner = min((p for p in us if p != chosen), key=us.__getitem__, default=None)  # ties: PATHS order
+    if runner is not None:
+        slow, fast = us[runner], us[chosen]
+        tie = "tie: the one-kernel path" if chosen == "fused" else f"tie with {runner}: {chosen} goes first"
+        parts.append(f"{slow / fast:.2f}× faster than {runner}" if slow != fast else tie)
     if times.fallback_us is None:
-        text = f"fallback unavailable ({times.fallback_note})"
-    else:
-        slow, fast = sorted((times.fused_us, times.fallback_us), reverse=True)
-        other = "fallback" if times.choice == "fused" else "fused"
-        text = f"{slow / fast:.2f}× faster than {other}" if slow != fast else "tie: the one-kernel path"
-    best = min(times.fused_us, times.fallback_us or float("inf"))
+        parts.append(f"fallback unavailable ({times.fallback_note})")
+    if times.gemv_us is None and m <= GEMV_MAX_ROWS:
+        parts.append(f"gemv unavailable ({times.gemv_note})")
+    text = "; ".join(parts)
     if times.ort_unfused_us is not None:
-        text += f"; {times.ort_unfused_us / best:.2f}× over ORT unfused"
+        text += f"; {times.ort_unfused_us / times.best_us:.2f}× over ORT unfused"
     return text
+
+
+def _measured(m: dict) -> str:
+    """One recorded measurement for inspect: M and each path's µs (gemv only where the record has the key:
+    schema /1 records predate it), n/a where the path did not run."""
+    paths = ("fused_us", "fallback_us", "gemv_us") if "gemv_us" in m else ("fused_us", "fallback_us")
+    return f"{m.get('M')}: " + " / ".join("n/a" if m.get(k) is None else str(m[k]) for k in paths)
 
 
 def _render_tuning(console, tuning: dict) -> None:
@@ -397,7 +414,7 @@ def _render_tuning(console, tuning: dict) -> None:
     where = device.get("signature") or "(no tuning record in metadata_props)"
     table = Table(title=f"CUDA path tuning, measured on {where}", title_justify="left")
     forms = any("approximation" in n for n in tuning["nodes"])
-    for column in ("node", "cuda_path", "tuned_device", "rows → path", "measured (M: fused / fallback µs)"):
+    for column in ("node", "cuda_path", "tuned_device", "rows → path", "measured (M: fused / fallback / gemv µs)"):
         table.add_column(column)
     if forms:
         table.add_column("GELU form (model → chosen, best µs per form at M)")
@@ -405,7 +422,7 @@ def _render_tuning(console, tuning: dict) -> None:
         bounds = [f"≤ {r}: {p}" for r, p in zip(n["tuned_max_rows"], n["tuned_paths"])]
         if bounds:
             bounds[-1] += " (and beyond)"
-        measured = "; ".join(f"{m['M']}: {m['fused_us']} / {m['fallback_us']}" for m in n.get("measurements", []))
+        measured = "; ".join(_measured(m) for m in n.get("measurements", []))
         same = n["tuned_device"] == device.get("signature")
         cells = [n["node"], n["cuda_path"], n["tuned_device"] if not same else "= above", ", ".join(bounds), measured]
         if forms:

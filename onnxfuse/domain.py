@@ -26,8 +26,12 @@ OP_VERSION = DOMAIN_VERSION  # the opset a model imports to use the op (older na
 EMITTED_DOMAIN_VERSIONS = {DOMAIN: DOMAIN_VERSION, "com.microsoft": 1}
 
 APPROXIMATIONS = ("none", "tanh", "sigmoid")
-# The values of the CUDA kernel's `cuda_path` attribute, and of each `tuned_paths` entry (the last two).
-CUDA_PATHS = ("auto", "fused", "fallback")
+# The values of the CUDA kernel's `cuda_path` attribute, and of each `tuned_paths` entry (all but "auto").
+CUDA_PATHS = ("auto", "fused", "fallback", "gemv")
+# The most rows the "gemv" path runs (kGemvMaxRows in custom_ops/src/cuda/gemv_gelu.h): it keeps every row's
+# fp32 accumulators in registers while W streams past once, which pays only while the rows are few. A forced
+# cuda_path="gemv" fails a call with more rows, and a tuning table may name it only for bounds up to here.
+GEMV_MAX_ROWS = 16
 DEFAULT_SIGMOID_ALPHA = 1.702
 SUPPORTED_DTYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
@@ -82,13 +86,15 @@ def _schema() -> defs.OpSchema:
             A("transB", onnx.helper.make_attribute("transB", 1), "1: W is [N, K]; 0: W is [K, N]"),
             # The CUDA kernel's path choice (the CPU kernel ignores these): see CUDA_PATHS.
             A("cuda_path", onnx.helper.make_attribute("cuda_path", "auto"),
-              "auto | fused (one GEMM+bias+activation kernel) | fallback (cuBLASLt GEMM+bias, then the activation)"),
+              "auto | fused (one GEMM+bias+activation kernel) | fallback (cuBLASLt GEMM+bias, then the activation) "
+              f"| gemv (one kernel for at most {GEMV_MAX_ROWS} rows: W read once, fp32 accumulation)"),
             A("tuned_device", onnx.helper.make_attribute("tuned_device", ""),
               "device signature the tuning table was measured on; the table applies only there"),
             A("tuned_max_rows", defs.OpSchema.AttrType.INTS,
               "tuning table: ascending row bounds; M rows take the path of the first bound >= M", required=False),
             A("tuned_paths", defs.OpSchema.AttrType.STRINGS,
-              "tuning table: fused | fallback per bound (the last one also beyond the last bound)", required=False),
+              f"tuning table: fused | fallback | gemv per bound (the last one also beyond the last bound; gemv only "
+              f"for a bound <= {GEMV_MAX_ROWS} that is not the last)", required=False),
         ],
     )
     schema.set_type_and_shape_inference_function(_infer)

@@ -27,6 +27,7 @@ from .approximation import (DEFAULT_FORMS, FORMS, FormChoice, NodeForms, approxi
 from .bench import path_bench
 from .bench.model_bench import batch_shapes
 from .bench.progress import Steps
+from .domain import GEMV_MAX_ROWS
 from .errors import BadInputError
 from .inputs import input_specs
 from .patterns.graph import base_dir_of
@@ -167,7 +168,8 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
                  + (["checking the model's error"] if auto else []) + ["writing"])
     measured = measure_each(todo, measure, on_measured=step)
     tunings = node_tunings(nodes, rows, measured)
-    settings = {"reps": reps, "provider": "cuda"}
+    # the row bound gemv was timed under: a record read later says which rows could have chosen it
+    settings = {"reps": reps, "provider": "cuda", "gemv_max_rows": GEMV_MAX_ROWS}
     per_node, choice, section = [], None, None
     if auto:
         largest = dict(max(plan, key=lambda p: p[0])[1])

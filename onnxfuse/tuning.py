@@ -1,8 +1,10 @@
-"""Per-node CUDA path tuning of ``FusedLinearGelu``: the rows each node will see, the faster path at each,
+"""Per-node CUDA path tuning of ``FusedLinearGelu``: the rows each node will see, the fastest path at each,
 and the model that records the choice.
 
-The CUDA kernel has two paths for one call, "fused" (one GEMM+bias+GELU kernel) and "fallback" (cuBLASLt's
-GEMM with its bias epilogue, then the library's activation kernel); with ``cuda_path="auto"`` a node whose
+The CUDA kernel has three paths for one call, "fused" (one GEMM+bias+GELU kernel), "fallback" (cuBLASLt's
+GEMM with its bias epilogue, then the library's activation kernel) and, for calls of at most
+``GEMV_MAX_ROWS`` (16) rows, "gemv" (one kernel that reads W once and accumulates every row in fp32 on the CUDA
+cores, the epilogue in the same kernel); with ``cuda_path="auto"`` a node whose
 ``tuned_device`` is the running device's signature takes ``tuned_paths[i]`` for the first
 ``M <= tuned_max_rows[i]`` and the last entry beyond (CONTRACT.md). This module works out what to write there:
 
@@ -14,7 +16,8 @@ GEMM with its bias epilogue, then the library's activation kernel); with ``cuda_
    contrib ops, where onnx's inference stops);
 3. :func:`measure_all`: one measurement per distinct (shape, M) — identical nodes share it — through a
    measuring callable (``bench.path_bench`` on a GPU; tests inject numbers);
-4. :func:`choose` and :func:`compress`: the faster path per M, equal neighbours merged into one bound;
+4. :func:`choose` and :func:`compress`: the fastest path per M (gemv only where it applies), equal
+   neighbours merged into one bound, and a gemv entry never last (the last entry also rules beyond it);
 5. :func:`apply_tuning`: the output model, with the three attributes on each node and
    ``metadata_props["onnxfuse.tuning"]`` (the device and versions, per node the times and the choice).
 
@@ -33,16 +36,25 @@ import onnx
 from onnx import helper
 
 from . import model_io
-from .domain import DEFAULT_SIGMOID_ALPHA, DOMAIN, OP_TYPE
+from .domain import CUDA_PATHS, DEFAULT_SIGMOID_ALPHA, DOMAIN, GEMV_MAX_ROWS, OP_TYPE
 from .dtypes import dtype_name
 from .errors import BadInputError
 from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, attr, infer_types
 from .patterns.rule import op_key
 from .patterns.symbolic import Evaluator
 
-PATHS = ("fused", "fallback")
+# The paths a table may name, in the order a tie between their times is settled: the one-kernel path first
+# (what a node does without a table, so a tie changes nothing), then the fallback, then gemv. A tie at M <= 16
+# going to fused or fallback also lets that entry merge with the larger row counts, which never take gemv:
+# the table stays shorter, and only a measured win puts the few-rows path in it.
+PATHS = tuple(p for p in CUDA_PATHS if p != "auto")
+# The paths that run any number of rows: what the last entry of a table may name (it also rules beyond its bound).
+UNBOUNDED_PATHS = tuple(p for p in PATHS if p != "gemv")
 METADATA_KEY = "onnxfuse.tuning"
-SCHEMA = "onnxfuse.tuning/1"
+# /2: measurements carry gemv_us (and gemv_note) and tuned_paths may name "gemv"; /1 records (two paths) are
+# still read (read_tuning), their measurements as they were written.
+SCHEMA = "onnxfuse.tuning/2"
+SCHEMAS_READ = ("onnxfuse.tuning/1", SCHEMA)
 ATTRIBUTES = ("tuned_device", "tuned_max_rows", "tuned_paths")
 
 
@@ -79,6 +91,7 @@ class TunableNode:
 class PathTimes:
     """One (shape, M) measured: each path's median in microseconds, and ORT's own unfused MatMul+Add+Gelu
     for reference. ``fallback_us`` is None where the fallback cannot run (no cuBLASLt on this machine),
+    ``gemv_us`` where gemv does not apply (M > ``GEMV_MAX_ROWS``) or cannot run (a library without it),
     ``ort_unfused_us`` where ORT has no such kernels for the dtype; the ``*_note`` fields say why."""
 
     fused_us: float
@@ -86,15 +99,29 @@ class PathTimes:
     ort_unfused_us: float | None
     fallback_note: str | None = None
     ort_note: str | None = None
+    gemv_us: float | None = None
+    gemv_note: str | None = None
+
+    def path_us(self) -> dict[str, float]:
+        """The time of each path that ran at this M, in ``PATHS`` order (the tie order)."""
+        us = {"fused": self.fused_us, "fallback": self.fallback_us, "gemv": self.gemv_us}
+        return {p: us[p] for p in PATHS if us[p] is not None}
 
     @property
     def choice(self) -> str:
         return choose(self)
 
+    @property
+    def best_us(self) -> float:
+        """The time of the chosen path: what the node takes at this M once tuned."""
+        return self.path_us()[self.choice]
+
     def to_dict(self) -> dict:
         out = {"fused_us": _round(self.fused_us), "fallback_us": _round(self.fallback_us),
-               "ort_unfused_us": _round(self.ort_unfused_us), "choice": self.choice}
-        return out | {k: v for k, v in (("fallback_note", self.fallback_note), ("ort_note", self.ort_note)) if v}
+               "gemv_us": _round(self.gemv_us), "ort_unfused_us": _round(self.ort_unfused_us),
+               "choice": self.choice}
+        notes = (("fallback_note", self.fallback_note), ("gemv_note", self.gemv_note), ("ort_note", self.ort_note))
+        return out | {k: v for k, v in notes if v}
 
 
 def _round(us: float | None) -> float | None:
@@ -118,24 +145,31 @@ class Device:
 Measure = Callable[[NodeShape, int], PathTimes]
 
 
-def choose(times: PathTimes) -> str:
-    """The faster path at this M; the one-kernel path on a tie (or where the fallback cannot run), which
-    is what the node does without a table."""
-    if times.fallback_us is None or times.fused_us <= times.fallback_us:
-        return "fused"
-    return "fallback"
+def choose(times: PathTimes, among: Sequence[str] = PATHS) -> str:
+    """The fastest path at this M of those in ``among`` that ran; on a tie the earlier in ``PATHS`` (see
+    there). The one-kernel path always runs, so there is always a choice."""
+    us = times.path_us()
+    return min((p for p in us if p in among), key=us.__getitem__)
 
 
-def compress(choices: Sequence[tuple[int, str]]) -> tuple[list[int], list[str]]:
+def compress(choices: Sequence[tuple[int, str]], beyond: str | None = None) -> tuple[list[int], list[str]]:
     """(M, path) pairs → the contract's table (``tuned_max_rows`` ascending, ``tuned_paths``): a call with M
     rows takes the path of the first bound ≥ M, the last beyond, so neighbours choosing the same path merge
     into the larger bound. ``[(128, fused), (1024, fused), (4096, fallback)]`` → ``([1024, 4096], [fused,
-    fallback])``."""
+    fallback])``.
+
+    "gemv" runs at most ``GEMV_MAX_ROWS`` rows, so it may be chosen only there, and the last entry, which
+    also rules every M beyond its bound, may not name it: where the largest M chose gemv, one more entry
+    follows for the rows above, ``beyond`` (a path of ``UNBOUNDED_PATHS``: the caller's choice among them at
+    that largest M), bounded by that M + 1 (any larger bound says the same: the last entry rules beyond it).
+    ``ValueError`` for what the contract cannot hold."""
     rows: list[int] = []
     paths: list[str] = []
     for m, path in sorted(choices):
         if path not in PATHS:
             raise ValueError(f"unknown path {path!r}")
+        if path == "gemv" and m > GEMV_MAX_ROWS:
+            raise ValueError(f"M={m} chose gemv, which runs at most {GEMV_MAX_ROWS} rows")
         if rows and m == rows[-1]:
             raise ValueError(f"M={m} chosen twice")
         if paths and paths[-1] == path:
@@ -143,7 +177,21 @@ def compress(choices: Sequence[tuple[int, str]]) -> tuple[list[int], list[str]]:
         else:
             rows.append(m)
             paths.append(path)
+    if paths and paths[-1] not in UNBOUNDED_PATHS:
+        if beyond not in UNBOUNDED_PATHS:
+            raise ValueError(f"the largest M ({rows[-1]}) chose {paths[-1]}, and the rows beyond it need one of "
+                             f"{', '.join(UNBOUNDED_PATHS)} (got {beyond!r})")
+        rows.append(rows[-1] + 1)
+        paths.append(beyond)
     return rows, paths
+
+
+def table_of(times: dict[int, PathTimes]) -> tuple[list[int], list[str]]:
+    """A node's table from its measurements (M → times): each M's choice, compressed, the rows beyond the
+    largest M at the faster path there of those that run any M."""
+    if not times:
+        return [], []
+    return compress([(m, t.choice) for m, t in times.items()], beyond=choose(times[max(times)], UNBOUNDED_PATHS))
 
 
 # --- what the model holds --------------------------------------------------------------------------
@@ -365,7 +413,7 @@ class NodeTuning:
 
     def __post_init__(self):
         if not self.max_rows:
-            self.max_rows, self.paths = compress([(m, t.choice) for m, t in self.times.items()])
+            self.max_rows, self.paths = table_of(self.times)
 
     def to_dict(self) -> dict:
         return {
@@ -477,8 +525,13 @@ def read_tuning(model: onnx.ModelProto) -> dict | None:
     """What ``inspect`` shows of a tuned model: per node with a table its ``tuned_device``, bounds and paths
     (and its measurements where the metadata has them, and the GELU form ``tune --approximate auto`` chose),
     the device the metadata records and the approximation's budget and measured error. None when no node
-    has a table."""
+    has a table. Records of every schema in ``SCHEMAS_READ`` are read; their measurements are shown as
+    written (a /1 record's have no ``gemv_us``: gemv was not measured then)."""
     record, note = read_record(model)
+    schema = _dict(record).get("schema")
+    if record is not None and note is None and schema not in SCHEMAS_READ:
+        note = (f"metadata_props[{METADATA_KEY!r}] has schema {schema!r}, which this onnxfuse does not know "
+                f"(it reads {', '.join(SCHEMAS_READ)}): shown as recorded")
     recorded = _dict(_dict(record).get("nodes"))
     approximation = _dict(_dict(record).get("approximation"))
     forms = _dict(approximation.get("nodes"))

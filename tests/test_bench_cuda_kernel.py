@@ -1,6 +1,7 @@
-"""bench/cuda_kernel.py's grid timing: the GPU time of a segment is the sum of the kernels it launched, per call.
-torch.profiler also mirrors each labelled host range on the GPU timeline as a device-side annotation spanning
-those kernels; counting it as a kernel doubled long segments and added the launch gaps to short ones."""
+"""bench/cuda_kernel.py without a GPU: the grid timing (the GPU time of a segment is the sum of the kernels it
+launched, per call: torch.profiler also mirrors each labelled host range on the GPU timeline as a device-side
+annotation spanning those kernels; counting it as a kernel doubled long segments and added the launch gaps to
+short ones), which forced paths run at which rows (gemv at most 16), and the tables and verdicts over them."""
 
 from __future__ import annotations
 
@@ -42,3 +43,58 @@ def test_segment_time_counts_kernels_only_and_divides_by_calls():
         _Event("gemm", "DeviceType.CUDA", 210, 260),
     ]
     assert cuda_kernel._segment_gpu_us(events, labels, calls=2) == pytest.approx([25.0, 25.0])
+
+
+def test_gemv_is_measured_up_to_its_row_bound_and_skipped_above():
+    from onnxfuse.domain import GEMV_MAX_ROWS
+
+    assert cuda_kernel.GEMV_MAX_ROWS == GEMV_MAX_ROWS == 16
+    assert cuda_kernel.CUDA_PATHS == ("fused", "fallback", "gemv")
+    assert [cuda_kernel.path_skip_reason("gemv", m) for m in (1, 16)] == [None, None]
+    assert cuda_kernel.path_skip_reason("gemv", 17) == "not applicable: gemv runs at most 16 rows (M=17)"
+    assert all(cuda_kernel.path_skip_reason(p, m) is None for p in ("fused", "fallback", "auto", "unfused")
+               for m in (1, 17, 16384))
+    assert {m for m in cuda_kernel.GRID_ROWS if cuda_kernel.path_skip_reason("gemv", m) is None} == {1, 2, 4, 8, 16}
+
+
+def _cell(M, auto, unfused, gemv=None):
+    r = {"dtype": "fp16", "approximate": "none", "M": M, "K": 768, "N": 3072, "auto_gpu_us": auto,
+         "fused_gpu_us": auto, "fallback_gpu_us": auto * 1.5, "unfused_gpu_us": unfused, "auto_wall_us": auto,
+         "unfused_wall_us": unfused, "auto_relerr": 1e-3, "unfused_relerr": 2e-3, "auto_finite": True}
+    if gemv is None:
+        return r | {"gemv_skipped": cuda_kernel.path_skip_reason("gemv", M)}
+    return r | {"gemv_gpu_us": gemv, "gemv_wall_us": gemv, "gemv_relerr": 5e-4, "gemv_finite": True}
+
+
+def test_grid_verdicts_judge_auto_and_never_a_forced_path():
+    assert cuda_kernel.grid_verdicts(_cell(8, 10.0, 12.0, gemv=30.0)) == []  # gemv slower than ORT: measured only
+    assert cuda_kernel.grid_verdicts(_cell(128, 10.0, 12.0)) == []
+    # auto slower than ORT's GPU time is a miss, however fast gemv was (its wall kept even, to miss once)
+    (miss,) = cuda_kernel.grid_verdicts(_cell(8, 13.0, 12.5, gemv=5.0) | {"unfused_wall_us": 13.0})
+    assert miss == "fp16 none 8x768x3072: GPU 13.0 us > ORT unfused 12.5 us"
+
+
+def test_grid_table_shows_gemv_where_it_ran_and_a_dash_above():
+    text = cuda_kernel.grid_table([_cell(8, 10.0, 12.0, gemv=4.0), _cell(128, 11.0, 12.0)])
+    head, rows = text.splitlines()[1], text.splitlines()[3:]
+    assert "gemv" in head.split()
+    gemv_col = head.split().index("gemv")
+    cols = {int(r.split()[2]): r.split() for r in rows}
+    assert cols[8][gemv_col] == "4.0" and cols[128][gemv_col] == "-"
+
+
+def test_paths_table_shows_each_forced_path_and_a_dash_where_gemv_was_skipped():
+    def row(M, gemv):
+        r = {"dtype": "fp16", "M": M, "K": 768, "N": 3072, "fused_gpu_us": 9.0, "fused_wall_us": 19.0,
+             "path_fused_gpu_us": 9.5, "path_fused_wall_us": 19.5, "path_fallback_gpu_us": 11.0,
+             "path_fallback_wall_us": 21.0}
+        if gemv is None:
+            return r | {"path_gemv_skipped": cuda_kernel.path_skip_reason("gemv", M)}
+        return r | {"path_gemv_gpu_us": gemv, "path_gemv_wall_us": gemv + 10}
+
+    lines = cuda_kernel.paths_table([row(4, 3.0), row(64, None)]).splitlines()
+    assert lines[1].split()[6:9] == ["fusedGPU", "fallbackGPU", "gemvGPU"]
+    assert lines[3].split() == ["fp16", "4", "768", "3072", "|", "9.0", "9.5", "11.0", "3.0", "|", "19.0", "19.5",
+                                "21.0", "13.0"]
+    assert lines[4].split() == ["fp16", "64", "768", "3072", "|", "9.0", "9.5", "11.0", "-", "|", "19.0", "19.5",
+                                "21.0", "-"]

@@ -11,15 +11,20 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 import tomllib
 from onnx import TensorProto, helper
 
-from onnxfuse.domain import CUDA_PATHS, DOMAIN, DOMAIN_VERSION, OP_TYPE
+from onnxfuse.domain import CUDA_PATHS, DOMAIN, DOMAIN_VERSION, GEMV_MAX_ROWS, OP_TYPE
 
 _ROOT = Path(__file__).resolve().parents[1]
+_GEMV_H = _ROOT / "custom_ops" / "src" / "cuda" / "gemv_gelu.h"
 
 PATH_ATTRIBUTES = {"cuda_path": "fallback", "tuned_device": "NVIDIA H200|sm_90|cuda 13.0|onnxfuse 0.1.0",
                    "tuned_max_rows": [16, 1024], "tuned_paths": ["fallback", "fused"]}
+# The few-rows path forced, and a table that takes it up to its bound (never as the last entry).
+GEMV_ATTRIBUTES = {"cuda_path": "gemv", "tuned_device": "NVIDIA H200|sm_90|cuda 13.0|onnxfuse 0.6.0",
+                   "tuned_max_rows": [GEMV_MAX_ROWS, 1024, 4096], "tuned_paths": ["gemv", "fallback", "fused"]}
 
 
 def _model(**attrs) -> onnx.ModelProto:
@@ -34,13 +39,25 @@ def _model(**attrs) -> onnx.ModelProto:
                              ir_version=10)
 
 
-def test_schema_accepts_the_path_attributes():
-    onnx.checker.check_model(_model(**PATH_ATTRIBUTES), full_check=True)
+@pytest.mark.parametrize("attrs", [PATH_ATTRIBUTES, GEMV_ATTRIBUTES], ids=["fused-fallback", "gemv"])
+def test_schema_accepts_the_path_attributes(attrs):
+    onnx.checker.check_model(_model(**attrs), full_check=True)
     schema = onnx.defs.get_schema(OP_TYPE, DOMAIN_VERSION, DOMAIN)
     assert schema.attributes["cuda_path"].default_value.s == b"auto"
     assert schema.attributes["tuned_device"].default_value.s == b""
     assert not schema.attributes["tuned_max_rows"].required and not schema.attributes["tuned_paths"].required
-    assert CUDA_PATHS == ("auto", "fused", "fallback")
+    assert CUDA_PATHS == ("auto", "fused", "fallback", "gemv")
+    assert "gemv" in schema.attributes["cuda_path"].description
+    assert "gemv" in schema.attributes["tuned_paths"].description
+
+
+@pytest.mark.skipif(not _GEMV_H.is_file(), reason="the gemv kernel's header (custom_ops/src/cuda/gemv_gelu.h) is "
+                                                   "not in this tree")
+def test_gemv_row_bound_is_the_kernels():
+    """GEMV_MAX_ROWS is the C++ kGemvMaxRows: what tune measures and writes, and what the kernel accepts."""
+    found = re.search(r"\bkGemvMaxRows\s*=\s*(\d+)", _GEMV_H.read_text())
+    assert found, f"no kGemvMaxRows in {_GEMV_H}"
+    assert int(found.group(1)) == GEMV_MAX_ROWS
 
 
 def _cpu_run(library_path, model: onnx.ModelProto, feeds):
@@ -54,6 +71,7 @@ def test_cpu_kernel_ignores_the_path_attributes(library_path, rng):
              "B": rng.standard_normal(5).astype(np.float32)}
     plain = _cpu_run(library_path, _model(), feeds)
     np.testing.assert_array_equal(_cpu_run(library_path, _model(**PATH_ATTRIBUTES), feeds), plain)
+    np.testing.assert_array_equal(_cpu_run(library_path, _model(**GEMV_ATTRIBUTES), feeds), plain)
     # Even values the CUDA kernel refuses: the CPU kernel has one path and never reads them.
     malformed = {"cuda_path": "fastest", "tuned_max_rows": [8, 4, 2], "tuned_paths": ["nope"]}
     np.testing.assert_array_equal(_cpu_run(library_path, _model(**malformed), feeds), plain)

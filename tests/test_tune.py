@@ -19,13 +19,13 @@ from onnx import helper
 
 from onnxfuse import model_io, tuning
 from onnxfuse.cli import main
-from onnxfuse.domain import OP_TYPE
+from onnxfuse.domain import GEMV_MAX_ROWS, OP_TYPE
 from onnxfuse.errors import BadInputError
 from onnxfuse.fuse import optimize_file
 from onnxfuse.patterns.graph import base_dir_of
 from onnxfuse.runtime import create_session, cuda_device_signature, cuda_usable
 from onnxfuse.tune import tune_plan
-from onnxfuse.tuning import NodeShape, PathTimes, compress
+from onnxfuse.tuning import NodeShape, PathTimes, compress, table_of
 from tests.test_cli_optimize import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,8 +46,35 @@ def _fake_measure(calls: list):
     return measure
 
 
-def _measurer(calls):
-    return lambda reps: (DEVICE, _fake_measure(calls))
+def _fake_measure_gemv(calls: list):
+    """Deterministic times with the few-rows path: gemv wins at 8 rows or fewer and loses at 9-16 (it is
+    not measured above 16, where it does not run); the fallback beats the one kernel at 64 rows or fewer."""
+
+    def measure(shape: NodeShape, m: int) -> PathTimes:
+        calls.append((shape, m))
+        fused = 5.0 + m * shape.k * shape.n * 1e-6
+        fallback = fused * (0.8 if m <= 64 else 1.25)
+        if m > GEMV_MAX_ROWS:
+            return PathTimes(fused, fallback, fused * 1.5, gemv_note="not applicable")
+        return PathTimes(fused, fallback, fused * 1.5, gemv_us=fallback * (0.5 if m <= 8 else 1.5))
+
+    return measure
+
+
+def _measurer(calls, fake=_fake_measure):
+    return lambda reps: (DEVICE, fake(calls))
+
+
+def _lookup(rows, paths, m):
+    """The contract's rule: the path of the first bound >= M, the last entry beyond the last bound."""
+    return next((p for r, p in zip(rows, paths) if m <= r), paths[-1])
+
+
+def _obeys_the_contract(rows, paths) -> bool:
+    """Bounds strictly ascending and positive, known paths, gemv only for bounds <= 16 and never last."""
+    return (len(rows) == len(paths) > 0 and all(r > 0 for r in rows) and rows == sorted(set(rows))
+            and set(paths) <= {"fused", "fallback", "gemv"} and paths[-1] != "gemv"
+            and all(r <= GEMV_MAX_ROWS for r, p in zip(rows, paths) if p == "gemv"))
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +100,22 @@ def test_choose_takes_the_faster_path_and_the_one_kernel_on_ties():
     assert PathTimes(10.0, None, 9.0, fallback_note="no cuBLASLt").choice == "fused"
 
 
+def test_choose_takes_gemv_only_where_it_ran_and_last_on_ties():
+    assert PathTimes(10.0, 12.0, 20.0, gemv_us=4.0).choice == "gemv"
+    assert PathTimes(10.0, 8.0, 20.0, gemv_us=9.0).choice == "fallback"
+    assert PathTimes(10.0, None, 20.0, gemv_us=9.0).choice == "gemv"
+    assert PathTimes(10.0, 12.0, 20.0, gemv_note="not applicable").choice == "fused"  # M > 16: no gemv time
+    # ties: fused before fallback before gemv
+    assert PathTimes(10.0, 10.0, None, gemv_us=10.0).choice == "fused"
+    assert PathTimes(10.0, 8.0, None, gemv_us=8.0).choice == "fallback"
+    assert PathTimes(10.0, None, None, gemv_us=10.0).choice == "fused"
+    # among the paths that run any M: what the rows beyond a gemv entry take
+    assert tuning.choose(PathTimes(10.0, 12.0, 20.0, gemv_us=4.0), tuning.UNBOUNDED_PATHS) == "fused"
+    assert tuning.choose(PathTimes(10.0, 9.0, 20.0, gemv_us=4.0), tuning.UNBOUNDED_PATHS) == "fallback"
+    times = PathTimes(10.0, 12.0, 20.0, gemv_us=4.0)
+    assert times.best_us == 4.0 and times.path_us() == {"fused": 10.0, "fallback": 12.0, "gemv": 4.0}
+
+
 @pytest.mark.parametrize("choices, table", [
     ([(128, "fused")], ([128], ["fused"])),
     ([(128, "fused"), (1024, "fused"), (4096, "fallback")], ([1024, 4096], ["fused", "fallback"])),
@@ -95,6 +138,57 @@ def test_compress_refuses_what_the_contract_cannot_hold():
         compress([(8, "fused"), (8, "fallback")])
     with pytest.raises(ValueError):
         compress([(8, "split-k")])
+    with pytest.raises(ValueError, match="M=32 chose gemv, which runs at most 16 rows"):
+        compress([(8, "gemv"), (32, "gemv"), (128, "fused")])
+    with pytest.raises(ValueError, match=r"the largest M \(16\) chose gemv"):  # and no path for the rows beyond
+        compress([(1, "gemv"), (16, "gemv")])
+    with pytest.raises(ValueError, match="the largest M"):
+        compress([(16, "gemv")], beyond="gemv")
+
+
+@pytest.mark.parametrize("choices, beyond, table", [
+    # gemv best at every M measured, nothing above 16: the rows beyond take the given path
+    ([(1, "gemv"), (8, "gemv"), (16, "gemv")], "fallback", ([16, 17], ["gemv", "fallback"])),
+    ([(4, "gemv")], "fused", ([4, 5], ["gemv", "fused"])),
+    # gemv best only in the middle: its own entry between the others
+    ([(1, "fused"), (8, "gemv"), (16, "fallback"), (128, "fused")], None,
+     ([1, 8, 16, 128], ["fused", "gemv", "fallback", "fused"])),
+    ([(1, "gemv"), (8, "gemv"), (64, "fallback"), (512, "fused")], None, ([8, 64, 512], ["gemv", "fallback", "fused"])),
+    # a path for the rows beyond is ignored where the largest M already has one that runs any M
+    ([(1, "gemv"), (16, "fused")], "fallback", ([1, 16], ["gemv", "fused"])),
+])
+def test_compress_keeps_gemv_within_its_rows_and_never_last(choices, beyond, table):
+    assert compress(choices, beyond=beyond) == table
+    rows, paths = table
+    assert _obeys_the_contract(rows, paths)
+    for m, path in choices:
+        assert _lookup(rows, paths, m) == path
+    assert _lookup(rows, paths, max(m for m, _ in choices) + 1000) == (beyond if choices[-1][1] == "gemv" else paths[-1])
+
+
+def _times(fused, fallback, gemv=None):
+    return PathTimes(fused, fallback, None, gemv_us=gemv)
+
+
+@pytest.mark.parametrize("times, table", [
+    # gemv fastest at 1..16, nothing measured above: the rows beyond 16 take the faster of fused and
+    # fallback at 16 (fallback here), not gemv, which cannot run them
+    ({1: _times(5, 4, 2), 8: _times(6, 5, 3), 16: _times(8, 7, 4)}, ([16, 17], ["gemv", "fallback"])),
+    ({1: _times(5, 6, 2), 16: _times(8, 9, 4)}, ([16, 17], ["gemv", "fused"])),
+    # gemv fastest only in the middle
+    ({1: _times(5, 4, 4.5), 8: _times(6, 5, 3), 16: _times(8, 7, 7.5), 256: _times(20, 30)},
+     ([1, 8, 16, 256], ["fallback", "gemv", "fallback", "fused"])),
+    # ties: fused before fallback before gemv, and a tie merges into the larger rows' entry
+    ({1: _times(5, 5, 5), 16: _times(8, 9, 8), 64: _times(10, 12)}, ([64], ["fused"])),
+    ({1: _times(6, 5, 5), 64: _times(10, 8)}, ([64], ["fallback"])),
+    # the rows beyond a gemv entry on a fused/fallback tie: fused
+    ({8: _times(7, 7, 3)}, ([8, 9], ["gemv", "fused"])),
+])
+def test_table_of_measurements_obeys_the_contract(times, table):
+    rows, paths = table_of(times)
+    assert (rows, paths) == table and _obeys_the_contract(rows, paths)
+    for m, t in times.items():
+        assert _lookup(rows, paths, m) == t.choice
 
 
 # --- the nodes and their rows ------------------------------------------------------------------------
@@ -225,10 +319,10 @@ def test_read_tuning_is_what_inspect_shows(fused_models):
 
 
 # --- the command ----------------------------------------------------------------------------------------
-def _run(args, monkeypatch, calls=None):
+def _run(args, monkeypatch, calls=None, fake=_fake_measure):
     import onnxfuse.bench.path_bench as path_bench
 
-    monkeypatch.setattr(path_bench, "gpu_measurer", _measurer([] if calls is None else calls))
+    monkeypatch.setattr(path_bench, "gpu_measurer", _measurer([] if calls is None else calls, fake))
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
@@ -280,6 +374,113 @@ def test_inspect_shows_the_tuning(tmp_path, fused_models, monkeypatch):
     table = CliRunner().invoke(main, ["inspect", str(out)], catch_exceptions=False)
     assert f"CUDA path tuning, measured on {SIGNATURE}" in table.output.replace("\n", " ") or SIGNATURE in table.output
     assert "≤ 4096: fused (and beyond)" in table.output
+
+
+def test_tune_with_gemv_measured_writes_it_within_its_rows(tmp_path, fused_models, monkeypatch):
+    """tiny_bert at 1 and 4 tokens: 1, 4 (gemv wins), 16 (gemv runs and loses) and 64 rows (gemv does not
+    run); the report, the table, the metadata, the nodes and inspect all carry it."""
+    out = tmp_path / "tuned.onnx"
+    r = _run(["tune", fused_models["tiny_bert.onnx"], "-o", out, "--batch", "1,4,16", "--shape", "input_ids=1,1",
+              "--json", "-"], monkeypatch, fake=_fake_measure_gemv)
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    for entry in report["nodes"].values():
+        by_m = {m["M"]: m for m in entry["measurements"]}
+        assert [m["choice"] for m in entry["measurements"]] == ["gemv", "gemv", "fallback"]
+        assert by_m[1]["gemv_us"] < by_m[1]["fallback_us"] and by_m[16]["gemv_us"] > by_m[16]["fallback_us"]
+        assert (entry["tuned_max_rows"], entry["tuned_paths"]) == ([4, 16], ["gemv", "fallback"])
+    tuned = onnx.load(str(out))
+    onnx.checker.check_model(tuned, full_check=True)
+    meta = json.loads({p.key: p.value for p in tuned.metadata_props}[tuning.METADATA_KEY])
+    assert meta["schema"] == "onnxfuse.tuning/2" and meta["nodes"] == report["nodes"]
+    assert meta["settings"] == report["settings"] == {"reps": 30, "provider": "cuda", "gemv_max_rows": 16}
+    for node in (n for n in tuned.graph.node if n.op_type == OP_TYPE):
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        assert (attrs["tuned_max_rows"], attrs["tuned_paths"]) == ([4, 16], [b"gemv", b"fallback"])
+    table = _run(["tune", fused_models["tiny_bert.onnx"], "-o", out, "--batch", "1,4,16", "--shape",
+                  "input_ids=1,1", "--no-progress"], monkeypatch, fake=_fake_measure_gemv)
+    assert table.exit_code == 0, table.output
+    assert "gemv" in table.output and "M ≤ 4: gemv, beyond: fallback" in table.output
+    assert "× faster than fallback" in table.output and "gemv unavailable" not in table.output
+    shown = CliRunner().invoke(main, ["inspect", str(out)], catch_exceptions=False)
+    assert shown.exit_code == 0 and "≤ 4: gemv" in shown.output and "≤ 16: fallback (and beyond)" in shown.output
+
+
+def test_tune_with_gemv_best_at_every_row_count_ends_on_a_path_for_any_rows(tmp_path, fused_models, monkeypatch):
+    """Only 1 and 8 rows measured, gemv fastest at both: the table ends on the faster of the others at 8."""
+    out = tmp_path / "tuned.onnx"
+    r = _run(["tune", fused_models["tiny_bert.onnx"], "-o", out, "--batch", "1,8", "--shape", "input_ids=1,1",
+              "--json", "-"], monkeypatch, fake=_fake_measure_gemv)
+    assert r.exit_code == 0, r.output
+    for entry in json.loads(r.output)["nodes"].values():
+        assert [m["choice"] for m in entry["measurements"]] == ["gemv", "gemv"]
+        assert (entry["tuned_max_rows"], entry["tuned_paths"]) == ([8, 9], ["gemv", "fallback"])
+
+
+def test_tune_says_why_gemv_has_no_time(tmp_path, fused_models, monkeypatch):
+    """Where gemv could not run at M <= 16 (a library without it), the table says why; above 16 it is n/a."""
+    def fake(calls):
+        def measure(shape, m):
+            return PathTimes(10.0, 12.0, 20.0, gemv_note=("cuda_path='gemv' is not known" if m <= 16 else None))
+        return measure
+
+    out = tmp_path / "tuned.onnx"
+    r = _run(["tune", fused_models["tiny_bert.onnx"], "-o", out, "--batch", "1,32", "--shape", "input_ids=1,1",
+              "--no-progress"], monkeypatch, fake=fake)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())  # (the why column wraps)
+    assert text.count("gemv unavailable") == 1 and "is not known" in text  # at M=1 only, not at M=32
+    from onnxfuse.cli import _why
+
+    assert _why(PathTimes(10.0, 12.0, 20.0, gemv_note="cuda_path='gemv' is not known"), 1) == (
+        "1.20× faster than fallback; gemv unavailable (cuda_path='gemv' is not known); 2.00× over ORT unfused")
+    assert _why(PathTimes(10.0, 12.0, 20.0, gemv_note="not applicable"), 17) == (
+        "1.20× faster than fallback; 2.00× over ORT unfused")
+    assert _why(PathTimes(10.0, 12.0, None, gemv_us=5.0), 4) == "2.00× faster than fused"
+    assert _why(PathTimes(10.0, 8.0, None, gemv_us=8.0), 4) == "tie with gemv: fallback goes first"
+    assert _why(PathTimes(10.0, None, None, gemv_us=10.0), 4) == (
+        "tie: the one-kernel path; fallback unavailable (None)")
+
+
+def test_read_tuning_reads_schema_1_records(fused_models):
+    """A model tuned before gemv: its record (no gemv_us) is shown as written, with no note; an unknown
+    schema is shown too, with a note."""
+    model = model_io.load_model(fused_models["tiny_bert.onnx"])
+    nodes = tuning.tunable_nodes(model)
+    plan = tune_plan(model, {}, [1])
+    tunings = tuning.measure_all(nodes, tuning.row_counts(model, nodes, plan), _fake_measure([]))
+    record = tuning.tuning_record(tunings, DEVICE, plan, {})
+    for entry in record["nodes"].values():  # what onnxfuse.tuning/1 wrote
+        for m in entry["measurements"]:
+            del m["gemv_us"]
+    out = tuning.apply_tuning(model, tunings, record | {"schema": "onnxfuse.tuning/1"})
+    shown = tuning.read_tuning(out)
+    assert "note" not in shown and shown["device"]["signature"] == SIGNATURE
+    assert all("gemv_us" not in m and m["fused_us"] > 0 for n in shown["nodes"] for m in n["measurements"])
+    future = tuning.read_tuning(tuning.apply_tuning(model, tunings, record | {"schema": "onnxfuse.tuning/9"}))
+    assert "onnxfuse.tuning/9" in future["note"] and future["nodes"][0]["measurements"]
+
+
+def test_inspect_shows_schema_1_and_2_measurements(tmp_path, fused_models):
+    model = model_io.load_model(fused_models["tiny_bert.onnx"])
+    nodes = tuning.tunable_nodes(model)
+    plan = tune_plan(model, {"input_ids": (1, 1)}, [1, 32])
+    tunings = tuning.measure_all(nodes, tuning.row_counts(model, nodes, plan), _fake_measure_gemv([]))
+    record = tuning.tuning_record(tunings, DEVICE, plan, {})
+    v2 = tmp_path / "v2.onnx"
+    onnx.save(tuning.apply_tuning(model, tunings, record), str(v2))
+    for entry in record["nodes"].values():
+        for m in entry["measurements"]:
+            del m["gemv_us"]
+    v1 = tmp_path / "v1.onnx"
+    onnx.save(tuning.apply_tuning(model, tunings, record | {"schema": "onnxfuse.tuning/1"}), str(v1))
+    shown = {}
+    for path in (v1, v2):
+        r = CliRunner().invoke(main, ["inspect", str(path)], catch_exceptions=False, terminal_width=300)
+        assert r.exit_code == 0, r.output
+        shown[path] = " ".join(r.output.split())
+    assert "1: 5.004 / 4.003 / 2.002;" in shown[v2] and "32: 5.131 / 4.105 / n/a" in shown[v2]
+    assert "1: 5.004 / 4.003;" in shown[v1] and "32: 5.131 / 4.105" in shown[v1] and "n/a" not in shown[v1]
 
 
 def test_tuned_model_passes_the_checker(tmp_path, fused_models, monkeypatch):
@@ -338,7 +539,7 @@ def test_signature_is_the_librarys_string_or_a_clear_no_device(tmp_path):
 
 
 def test_path_models_compute_the_same_block(rng):
-    """The three models tune times are one computation (on the CPU kernel, which ignores cuda_path)."""
+    """The models tune times are one computation (on the CPU kernel, which ignores cuda_path)."""
     from onnxfuse.bench.path_bench import path_models
 
     for shape in (NodeShape(48, 80, F32, 1, "none"), NodeShape(48, 80, F32, 0, "tanh"),
@@ -346,11 +547,18 @@ def test_path_models_compute_the_same_block(rng):
         models = path_models(shape, 5)
         x = rng.standard_normal((5, 48)).astype(np.float32)
         ys = {k: create_session(m, "cpu", quiet=True).run(None, {"X": x})[0] for k, m in models.items()}
-        for key in ("fused", "fallback"):
+        for key in ("fused", "fallback", "gemv"):
             np.testing.assert_allclose(ys[key], ys["ort_unfused"], rtol=1e-5, atol=1e-5)
-        cuda_paths = {k: [helper.get_attribute_value(a) for n in onnx.load_from_string(m).graph.node
-                          for a in n.attribute if a.name == "cuda_path"] for k, m in models.items()}
-        assert cuda_paths == {"fused": [b"fused"], "fallback": [b"fallback"], "ort_unfused": []}
+        assert {k: _cuda_paths(m) for k, m in models.items()} == {
+            "fused": [b"fused"], "fallback": [b"fallback"], "gemv": [b"gemv"], "ort_unfused": []}
+    # gemv runs at most 16 rows: above, there is no model for it
+    assert set(path_models(NodeShape(48, 80, F32, 1, "none"), GEMV_MAX_ROWS)) == {"fused", "fallback", "gemv", "ort_unfused"}
+    assert set(path_models(NodeShape(48, 80, F32, 1, "none"), GEMV_MAX_ROWS + 1)) == {"fused", "fallback", "ort_unfused"}
+
+
+def _cuda_paths(model: bytes) -> list:
+    return [helper.get_attribute_value(a) for n in onnx.load_from_string(model).graph.node
+            for a in n.attribute if a.name == "cuda_path"]
 
 
 def test_path_times_measures_each_model():
@@ -360,9 +568,12 @@ def test_path_times_measures_each_model():
 
     policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_reps=3, budget_s=0.2, block_s=0.005)
     times = path_times(NodeShape(64, 96, F32, 1, "tanh"), 16, policy, provider="cpu")
-    assert times.fused_us > 0 and times.fallback_us > 0 and times.ort_unfused_us > 0
-    assert times.fallback_note is None and times.ort_note is None
-    assert times.choice == ("fused" if times.fused_us <= times.fallback_us else "fallback")
+    assert times.fused_us > 0 and times.fallback_us > 0 and times.gemv_us > 0 and times.ort_unfused_us > 0
+    assert times.fallback_note is None and times.gemv_note is None and times.ort_note is None
+    assert times.choice == min(("fused", "fallback", "gemv"), key=times.path_us().__getitem__)
+    above = path_times(NodeShape(64, 96, F32, 1, "tanh"), 17, policy, provider="cpu")
+    assert above.fused_us > 0 and above.fallback_us > 0 and above.gemv_us is None
+    assert above.gemv_note == "not applicable: gemv runs at most 16 rows (M=17)" and above.choice != "gemv"
 
 
 # --- on a GPU -------------------------------------------------------------------------------------------
@@ -380,12 +591,12 @@ def test_tune_on_the_gpu(tmp_path, fused_models):
     for node in (n for n in tuned.graph.node if n.op_type == OP_TYPE):
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         assert attrs["tuned_device"].decode() == signature
-        assert attrs["tuned_max_rows"] == sorted(attrs["tuned_max_rows"])
-        assert {p.decode() for p in attrs["tuned_paths"]} <= {"fused", "fallback"}
+        assert _obeys_the_contract(attrs["tuned_max_rows"], [p.decode() for p in attrs["tuned_paths"]])
     for entry in report["nodes"].values():
         for m in entry["measurements"]:
-            assert m["fused_us"] > 0 and m["choice"] == ("fused" if m["fallback_us"] is None
-                                                          or m["fused_us"] <= m["fallback_us"] else "fallback")
+            ran = {p: m[f"{p}_us"] for p in ("fused", "fallback", "gemv") if m[f"{p}_us"] is not None}
+            assert m["fused_us"] > 0 and m["choice"] == min(ran, key=ran.__getitem__)
+            assert (m["gemv_us"] is not None or m.get("gemv_note")) if m["M"] <= GEMV_MAX_ROWS else m["gemv_us"] is None
     # the tuned model runs and computes what the untuned one does
     from onnxfuse.inputs import random_inputs
 

@@ -41,16 +41,16 @@ def tiny_bert(tmp_path_factory):
     return out
 
 
-def _tuning(times: dict[int, tuple[float, float]], form: str = "none", name: str = "n0") -> NodeTuning:
-    """A node's tuning from (fused µs, fallback µs) per M."""
+def _tuning(times: dict[int, tuple[float, ...]], form: str = "none", name: str = "n0") -> NodeTuning:
+    """A node's tuning from (fused µs, fallback µs[, gemv µs]) per M."""
     shape = approximation.form_shape(EXACT_SHAPE, form)
     node = TunableNode(name, "x", shape, "auto")
     return NodeTuning(node, {b: m for b, m in enumerate(sorted(times))},
-                      {m: PathTimes(f, fb, None) for m, (f, fb) in times.items()})
+                      {m: PathTimes(t[0], t[1], None, gemv_us=t[2] if len(t) > 2 else None) for m, t in times.items()})
 
 
 # --- which forms pay -----------------------------------------------------------------------------------
-def test_a_form_pays_where_its_faster_path_gains_2_percent_at_the_largest_m():
+def test_a_form_pays_where_its_fastest_path_gains_2_percent_at_the_largest_m():
     exact = _tuning({128: (20.0, 10.0), 4096: (100.0, 110.0)})  # best: 10 (fallback), 100 (fused)
     tanh = _tuning({128: (20.0, 10.1), 4096: (108.0, 97.5)}, "tanh")  # best: 10.1, 97.5 (fallback now)
     forms = node_forms(exact, {"tanh": tanh})
@@ -58,6 +58,16 @@ def test_a_form_pays_where_its_faster_path_gains_2_percent_at_the_largest_m():
     (option,) = forms.options
     assert option.form == "tanh" and option.gain_us == pytest.approx(2.5) and option.gain == pytest.approx(0.025)
     assert forms.rejected == {}
+
+
+def test_a_forms_time_is_its_fastest_path_gemv_included():
+    """At few rows the node may take gemv: a form is judged by the path it would take, gemv too."""
+    exact = _tuning({8: (20.0, 18.0, 6.0), 4096: (100.0, 110.0)})  # best: 6 (gemv), 100 (fused)
+    tanh = _tuning({8: (19.0, 17.0, 6.3), 4096: (95.0, 110.0)}, "tanh")  # 5 % slower at M=8 through gemv
+    forms = node_forms(exact, {"tanh": tanh})
+    assert forms.best == {"none": {8: 6.0, 4096: 100.0}, "tanh": {8: 6.3, 4096: 95.0}}
+    assert forms.options == () and forms.rejected == {"tanh": "5.0% slower at M=8"}
+    assert exact.paths == ["gemv", "fused"] and exact.max_rows == [8, 4096]
 
 
 @pytest.mark.parametrize("tanh_times, why", [

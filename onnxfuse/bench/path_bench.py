@@ -1,6 +1,7 @@
 """What ``onnxfuse tune`` measures on the GPU: one FusedLinearGelu node at M rows with each forced CUDA path
-(``cuda_path="fused"`` and ``"fallback"``, CONTRACT.md), and ORT's own MatMul + Add + GELU for reference,
-interleaved in one process through the CUDA provider with IO binding (``timing.measure``, ``DeviceRun``).
+(``cuda_path="fused"`` and ``"fallback"``, and ``"gemv"`` where M <= ``GEMV_MAX_ROWS``: it runs no more rows;
+CONTRACT.md), and ORT's own MatMul + Add + GELU for reference, interleaved in one process through the CUDA
+provider with IO binding (``timing.measure``, ``DeviceRun``).
 
 The one-node models are the node as the model has it (K, N, dtype, transB, activation) with a bias and
 random weights; only the rows and those differ between calls of the real node, and the kernel's choice
@@ -14,7 +15,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from .. import __version__
-from ..domain import DOMAIN, DOMAIN_VERSION, OP_TYPE
+from ..domain import DOMAIN, DOMAIN_VERSION, GEMV_MAX_ROWS, OP_TYPE
 from ..errors import BadInputError, one_line
 from ..runtime import (CUDA, create_session, cuda_device_signature, cuda_devices, cuda_driver_version, cuda_usable,
                        probe_library)
@@ -29,9 +30,20 @@ _BENCH_DTYPES = {TensorProto.FLOAT: "fp32", TensorProto.FLOAT16: "fp16", TensorP
 NEEDS = "tune needs CUDAExecutionProvider and a GPU"
 
 
+def forced_paths(m: int) -> tuple[str, ...]:
+    """The CUDA paths a node can be forced to at M rows: gemv only up to ``GEMV_MAX_ROWS``."""
+    return ("fused", "fallback", "gemv") if m <= GEMV_MAX_ROWS else ("fused", "fallback")
+
+
+def gemv_not_applicable(m: int) -> str:
+    """Why gemv has no time at M rows (M > ``GEMV_MAX_ROWS``)."""
+    return f"not applicable: gemv runs at most {GEMV_MAX_ROWS} rows (M={m})"
+
+
 def path_models(shape: NodeShape, m: int) -> dict[str, bytes]:
-    """The three one-block models at M rows: "fused" and "fallback" (the node with that ``cuda_path``) and
-    "ort_unfused" (MatMul + Add + Gelu, or x·Sigmoid(alpha·x) for the sigmoid form, as ORT runs it)."""
+    """The one-block models at M rows: one per path of :func:`forced_paths` (the node with that
+    ``cuda_path``) and "ort_unfused" (MatMul + Add + Gelu, or x·Sigmoid(alpha·x) for the sigmoid form, as
+    ORT runs it)."""
     dtype = _BENCH_DTYPES.get(shape.dtype)
     if dtype is None:
         raise BadInputError(f"{shape.describe()}: {OP_TYPE} runs float32, float16 and bfloat16 only")
@@ -45,7 +57,7 @@ def path_models(shape: NodeShape, m: int) -> dict[str, bytes]:
     if shape.alpha is not None:
         attrs["alpha"] = shape.alpha
     out = {}
-    for path in ("fused", "fallback"):
+    for path in forced_paths(m):
         node = helper.make_node(OP_TYPE, ["X", "W", "B"], ["Y"], name=path, domain=DOMAIN, cuda_path=path, **attrs)
         graph = helper.make_graph([node], f"tune_{path}", [x], [y], [w_node, bias])
         out[path] = helper.make_model(graph, ir_version=_IR_VERSION, opset_imports=[
@@ -94,28 +106,30 @@ def _session_run(model: bytes, m: int, shape: NodeShape, label: str, *, strict: 
 
 
 def path_times(shape: NodeShape, m: int, policy: TimingPolicy, provider: str = "cuda") -> PathTimes:
-    """Time the fused and fallback paths and ORT's unfused ops at M rows, interleaved. (``provider="cpu"``
-    runs the same sessions and timing where there is no GPU; the CPU kernel has one path, so it only
-    checks the measuring.)"""
+    """Time the fused and fallback paths, gemv where M allows it, and ORT's unfused ops at M rows,
+    interleaved. A path that cannot run here (no cuBLASLt; a library without gemv) is recorded with its
+    error instead of a time. (``provider="cpu"`` runs the same sessions and timing where there is no GPU;
+    the CPU kernel has one path, so it only checks the measuring.)"""
     models = path_models(shape, m)
     runs, labels = [], []
     fused = _session_run(models["fused"], m, shape, f"the {OP_TYPE} node (cuda_path=fused)", strict=True,
                          provider=provider)
     runs.append(fused)
     labels.append("fused")
-    fallback_note = ort_note = None
-    for key, strict in (("fallback", True), ("ort_unfused", False)):
+    notes = {} if "gemv" in models else {"gemv": gemv_not_applicable(m)}
+    for key in ("fallback", "gemv", "ort_unfused"):
+        if key not in models:
+            continue
         try:
-            runs.append(_session_run(models[key], m, shape, f"the {key} model", strict=strict, provider=provider))
+            runs.append(_session_run(models[key], m, shape, f"the {key} model", strict=key != "ort_unfused",
+                                     provider=provider))
             labels.append(key)
-        except Exception as e:  # unavailable here (no cuBLASLt; no ORT kernel for the dtype): recorded, not fatal
-            if key == "fallback":
-                fallback_note = one_line(e)
-            else:
-                ort_note = one_line(e)
+        except Exception as e:  # unavailable here (no cuBLASLt or gemv; no ORT kernel for the dtype): not fatal
+            notes[key] = one_line(e)
     timings = dict(zip(labels, measure(runs, policy, items=m)))
     us = {k: t.median_ms * 1e3 for k, t in timings.items()}
-    return PathTimes(us["fused"], us.get("fallback"), us.get("ort_unfused"), fallback_note, ort_note)
+    return PathTimes(us["fused"], us.get("fallback"), us.get("ort_unfused"), notes.get("fallback"),
+                     notes.get("ort_unfused"), us.get("gemv"), notes.get("gemv"))
 
 
 def gpu_measurer(reps: int) -> tuple[Device, Measure]:
