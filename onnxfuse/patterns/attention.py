@@ -178,6 +178,7 @@ class AttentionPlan(Plan):
 
     def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
         nodes: list[onnx.NodeProto] = []
+        projections = self._projection_inputs(out)
         attention_bias = ""
         if self.padding is not None:
             made, attention_bias = out.shared(self._mask_key("attention_bias"), lambda: self._attention_bias(out))
@@ -191,7 +192,11 @@ class AttentionPlan(Plan):
         y = self.outputs[0]
         merged = out.name(self.name_hint + "_merged") if self.flat_shape else y
         mha_out = out.name(self.name_hint + "_mha") if self.hidden_rows is not None else merged
-        nodes.append(self._attention_node(out, name, attention_bias, mha_out))
+        # inputs 0-4 are the projections (and, unused here, MHA's key_padding_mask / Attention's mask_index
+        # and past), input 5 attention_bias in both ops
+        inputs = _trimmed(projections + [""] * (5 - len(projections)) + [attention_bias])
+        nodes.append(onnx.helper.make_node(self.op[1], inputs, [mha_out], name=name, domain=MS_DOMAIN,
+                                           **self._attrs()))
         if self.hidden_rows is not None:
             made, rows = out.shared(self._mask_key("rows_seeing_a_key"), lambda: self._rows_seeing_a_key(out))
             nodes += made
@@ -210,13 +215,11 @@ class AttentionPlan(Plan):
             attrs["unidirectional"] = 1
         return attrs
 
-    def _attention_node(self, out: Emitter, name: str, attention_bias: str, output: str) -> onnx.NodeProto:
-        """MultiHeadAttention(query, key, value, [bias], -, [attention_bias]) [B, S, D] each."""
-        inputs = [self.query, self.key, self.value, "", "", attention_bias]
-        if self.biases is not None:
-            inputs[3] = out.initializer(self.name_hint + "_qkv_bias", _packed_bias(out.view, self.biases))
-        return onnx.helper.make_node("MultiHeadAttention", _trimmed(inputs), [output], name=name,
-                                     domain=MS_DOMAIN, **self._attrs())
+    def _projection_inputs(self, out: Emitter) -> list[str]:
+        """MultiHeadAttention's query, key, value [B, S, D] and its packed bias (or "")."""
+        bias = "" if self.biases is None else out.initializer(self.name_hint + "_qkv_bias",
+                                                              _packed_bias(out.view, self.biases))
+        return [self.query, self.key, self.value, bias]
 
     # The mask is rebuilt from what the rule proved it to be, keep[b, 0, q, k] = padding[b, k] != 0
     # (∧ k <= q), from the padding tensor and the query's length alone: every op of it runs on the model's
@@ -357,7 +360,8 @@ class PackedAttentionPlan(AttentionPlan):
         found.update(bias="packed", qkv="packed", qkv_form=self.packed.form)
         return found
 
-    def _attention_node(self, out: Emitter, name: str, attention_bias: str, output: str) -> onnx.NodeProto:
+    def _projection_inputs(self, out: Emitter) -> list[str]:
+        """Attention's input X [B, S, D_in], weight [D_in, 3D] and bias [3D]."""
         p = self.packed
         weight, bias = p.weight, p.bias
         if p.weights is not None:  # three constants side by side: [Wq | Wk | Wv], one copy for tied layers
@@ -372,9 +376,7 @@ class PackedAttentionPlan(AttentionPlan):
             bias = out.initializer(self.name_hint + "_qkv_bias", np.concatenate([
                 np.zeros(p.hidden, np_dtype) if b is None else numpy_helper.to_array(b.tensor).reshape(-1)
                 for b in biases]))
-        inputs = [p.input, weight, bias, "", "", attention_bias]
-        return onnx.helper.make_node("Attention", _trimmed(inputs), [output], name=name, domain=MS_DOMAIN,
-                                     **self._attrs())
+        return [p.input, weight, bias]
 
 
 def _concatenated(refs, axis: int) -> np.ndarray:
