@@ -111,8 +111,8 @@ by ``bench/e2e_kernels.py``. One difference: Attention's flash path needs S ≥ 
 ``MinSeqLenForFlashAttentionPackedQkv``; MHA's separate inputs take flash at any length), so a float16
 causal-only attention of fewer tokens runs cuDNN SDPA or memory-efficient attention instead.
 
-Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, ALiBi as bloom writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not
-a candidate), a row guard derived from a bias's values (which would admit non-finite biases).
+Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, ALiBi as bloom
+writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not a candidate), a row guard derived from a bias's values (which would admit non-finite biases).
 """
 
 from __future__ import annotations
