@@ -28,6 +28,7 @@ from .patterns.rule import Plan, Refusal
 
 RULE = "cost-model"  # the rule name its refusals carry in reports
 MHA = ("com.microsoft", "MultiHeadAttention")
+PACKED_ATTENTION = ("com.microsoft", "Attention")
 
 
 class Target(Protocol):
@@ -46,8 +47,8 @@ class Cuda:
     kernel chooses its path inside the node for each call — the one-kernel GEMM+bias+GELU, or cuBLASLt's
     GEMM with its bias epilogue then the library's activation kernel where the one kernel loses (few rows,
     odd alignment: the contract in CONTRACT.md's ``cuda_path``) — so leaving a block alone can only lose
-    the launch and the pre-activation round trip. MultiHeadAttention reaches ORT's flash / memory-efficient
-    / cuDNN attention kernels, which the unfused Softmax subgraph never does (bench/results/e2e_h200.md:
+    the launch and the pre-activation round trip. Attention and MultiHeadAttention reach ORT's flash /
+    memory-efficient / cuDNN attention kernels, which the unfused Softmax subgraph never does (bench/results/e2e_h200.md:
     ViT-B/16 1.93-1.95x at 32 images)."""
 
     name: str = "cuda"
@@ -82,8 +83,9 @@ class Cpu:
     which is no AVX2 machine. float16/bfloat16 and the OpenBLAS path (CPUs without AVX2) are not
     measured; nothing shows them slower, so they fuse as well.
 
-    MultiHeadAttention has a CPU kernel in ORT; nothing measured says it loses to the unfused subgraph
-    (the committed CPU measurements are of FusedLinearGelu only), so attention stays fused."""
+    Attention and MultiHeadAttention have CPU kernels in ORT; nothing measured says they lose to the
+    unfused subgraph (the committed CPU measurements are of FusedLinearGelu only), so attention stays
+    fused."""
 
     name: str = "cpu"
     summary: str = "ONNX Runtime's CPU provider: fuse every block (the CPU kernel is measured never slower than ORT's)"
@@ -103,6 +105,8 @@ _TENSORRT_WHY = {
                        f"{DOMAIN}.{OP_TYPE} kernel without a plugin",
     MHA: "TensorRT fuses the attention subgraph itself and has no com.microsoft.MultiHeadAttention kernel "
          "without a plugin",
+    PACKED_ATTENTION: "TensorRT fuses the attention subgraph itself and has no com.microsoft.Attention kernel "
+                      "without a plugin",
 }
 
 

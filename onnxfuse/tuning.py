@@ -300,8 +300,8 @@ def _int_dim(ev: Evaluator, name: str, axis: int) -> int | None:
 def _rows(ev: Evaluator, view: GraphView, name: str, memo: dict, depth: int = 0) -> Rows | None:
     """(rows, last dim) of ``name`` where they are known: from the shapes the evaluator carries, else walked
     back through the ops whose output rows follow from their inputs' — elementwise ops and normalisations,
-    a MatMul with a 2-D weight, Gemm, FusedLinearGelu, MultiHeadAttention (the query's rows), broadcasting
-    (the operand of most rows) and a Reshape to a known last dim (the element count over it)."""
+    a MatMul with a 2-D weight, Gemm, FusedLinearGelu, MultiHeadAttention and Attention (the query's rows),
+    broadcasting (the operand of most rows) and a Reshape to a known last dim (the element count over it)."""
     if name in memo:
         return memo[name]
     memo[name] = None  # (the graph is sorted, so this only bounds the walk)
@@ -342,6 +342,10 @@ def _rows(ev: Evaluator, view: GraphView, name: str, memo: dict, depth: int = 0)
         q = of(node.input[0])
         v = of(node.input[2]) if len(node.input) > 2 else None
         found = q and (q[0], v[1] if v else None)
+    elif op == "Attention":  # com.microsoft, packed weights: [B, S, D_in] · [D_in, 3·D] → [B, S, D]
+        x = of(node.input[0])
+        packed = weight_dim(node.input[1], 1)
+        found = x and (x[0], packed // 3 if packed and not attr(node, "qkv_hidden_sizes", None) else None)
     elif op in _BROADCASTING and node.domain in ("", "ai.onnx"):
         operands = [r for r in map(of, node.input) if r is not None]
         if operands:

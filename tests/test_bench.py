@@ -127,7 +127,7 @@ def test_placement_counts_each_node_once_and_lists_the_ones_elsewhere(tmp_path):
         _node("fused_0", OP_TYPE, "CUDAExecutionProvider"),
         _node("fused_0", OP_TYPE, "CUDAExecutionProvider"),  # a second run of the same node
         _node("shape_0", "Shape", "CPUExecutionProvider"),
-        _node("attn", "Attention", "CUDAExecutionProvider"),
+        _node("norm", "LayerNormalization", "CUDAExecutionProvider"),  # an op no rule writes
     ]
     placement = read_placement(_profile(tmp_path, events), "CUDAExecutionProvider")
     assert placement.by_provider == {"CUDAExecutionProvider": 2, "CPUExecutionProvider": 1}

@@ -1,4 +1,5 @@
-"""The attention rule: self-attention → ``com.microsoft.MultiHeadAttention``.
+"""The attention rule: self-attention → ``com.microsoft.Attention`` (Q, K and V packed into one projection)
+or ``com.microsoft.MultiHeadAttention`` (the projections fed separately).
 
 On the committed exports (tests/models, transformers' default sdpa attention, both exporters): how many
 attentions each architecture has and which the rule fuses or refuses (and why), and outputs equal to the
@@ -7,9 +8,12 @@ left, none, all) and causal models. On hand-built graphs: every form the rule ac
 additive biases fed as they are: (1 - mask)·c, T5's position bias, tables), and the negative cases
 (probabilities that escape, softmax over another axis, masks that are not padding or causal and not
 finite, biases scaled after they are added, of another type or shape, head counts that disagree), which
-must stay bit-identical and be refused with the right reason.
+must stay bit-identical and be refused with the right reason. Packing: the three-MatMul and the
+MatMul-and-Split (GPT-2) forms, weights read by other nodes, external data, and the projections it must
+leave separate (of different tensors, a run-time weight, a projection read elsewhere, a Split in another
+order), whose attention is still fused, into MultiHeadAttention.
 
-ORT 1.31's CPU MultiHeadAttention runs float32 and float16 (both are tested here).
+ORT 1.31's CPU MultiHeadAttention and Attention run float32 and float16 (both are tested here).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ MODELS = Path(__file__).resolve().parent / "models"
 ENTRIES = {m["file"]: m for m in json.loads((MODELS / "manifest.json").read_text())["models"]}
 RULES = (Attention(),)
 MHA = ("com.microsoft", "MultiHeadAttention")
+PACKED = ("com.microsoft", "Attention")
 
 # Per committed model: (attentions fused, the reason (or reasons) every other attention is refused, or None).
 # Layers × 1 from the architecture (2 layers in every tiny config; T5: 2 encoder self, 2 decoder self and
@@ -105,6 +110,13 @@ EXPECTED = {
     "mixed_precision/gpt2_torchscript_op14_ortfp16_keepfastgelu.onnx": (2, None),
 }
 FUSED_MODELS = sorted(f for f, (n, _) in EXPECTED.items() if n)
+# Every fused attention of the committed models packs Q, K and V (BERT/ViT/CLIP/T5: three MatMuls; GPT-2:
+# c_attn and its Split) but the external-data model's (test_external_data_model) and these, which keep
+# their separate projections (and MultiHeadAttention): (how many, why).
+SEPARATE_QKV = {
+    # the one cross-attention T5 fuses: its query is the decoder's, its key and value the encoder's
+    "t5_torchscript_op15.onnx": (1, "projections of different tensors"),
+}
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
 
@@ -143,7 +155,10 @@ def test_fused_and_refused_per_architecture(file):
     blocks = [b for b in result.report.fused if b.rule == "attention"]
     refused = [r for r in result.report.refused if r.rule == "attention"]
     assert len(blocks) == fused, [r.reason for r in refused]
-    assert _ops(result.model).get(MHA, 0) == fused
+    separate, why = SEPARATE_QKV.get(file, (0, None))
+    assert _ops(result.model).get(PACKED, 0) == fused - separate and _ops(result.model).get(MHA, 0) == separate
+    assert sum(b.details["qkv"] == "packed" for b in blocks) == fused - separate
+    assert all(why in b.details["qkv_separate_because"] for b in blocks if b.details["qkv"] == "separate")
     if fused:
         assert _ops(result.model).get(("", "Softmax"), 0) == _ops(_load(file))[("", "Softmax")] - fused
     if reason is None:
@@ -157,6 +172,10 @@ def test_external_data_model():
     result = fuse_model(onnx.load(MODELS / "bert_torchscript_op17.onnx", load_external_data=False), rules=RULES,
                         base_dir=MODELS)
     assert [b.rule for b in result.report.fused] == ["attention", "attention"]
+    # three weights in external data would make a packed one assembled from three stored tensors
+    assert all(b.details["qkv"] == "separate" and "external data" in b.details["qkv_separate_because"]
+               for b in result.report.fused)
+    assert _ops(result.model).get(MHA, 0) == 2
 
 
 def test_biases_in_external_data_stay_in_front_of_the_op(tmp_path, rng):
@@ -167,7 +186,7 @@ def test_biases_in_external_data_stay_in_front_of_the_op(tmp_path, rng):
               location="m.data", size_threshold=0)
     result = fuse_model(onnx.load(tmp_path / "m.onnx", load_external_data=False), rules=RULES, base_dir=tmp_path)
     (block,) = result.report.fused
-    assert block.details["bias"] == "none"
+    assert block.details["bias"] == "none" and block.details["qkv"] == "separate"
     (mha,) = [n for n in result.model.graph.node if n.op_type == "MultiHeadAttention"]
     assert list(mha.input[:4]) == ["q_proj", "k_proj", "v_proj", ""]
     x = rng.standard_normal((3, 5, D)).astype(np.float32)
@@ -225,10 +244,28 @@ def test_outputs_match_the_original(file, batch, seq, rng):
 
 def test_fp16_runs_in_float16():
     result = _fuse(_load("bert_dynamo_op18_ortfp16.onnx"))
-    mha = [n for n in result.model.graph.node if n.op_type == "MultiHeadAttention"]
-    assert len(mha) == 2
-    bias = {t.name: t for t in result.model.graph.initializer}[mha[0].input[3]]
-    assert bias.data_type == T.FLOAT16 and list(bias.dims) == [96]
+    fused = [n for n in result.model.graph.node if n.op_type == "Attention"]
+    assert len(fused) == 2
+    inits = {t.name: t for t in result.model.graph.initializer}
+    weight, bias = inits[fused[0].input[1]], inits[fused[0].input[2]]
+    assert weight.data_type == bias.data_type == T.FLOAT16 and list(weight.dims) == [32, 96] and list(bias.dims) == [96]
+
+
+def _fused_node(model: onnx.ModelProto) -> onnx.NodeProto:
+    """The one fused attention node (Attention or MultiHeadAttention) of ``model``."""
+    (node,) = [n for n in model.graph.node if (n.domain, n.op_type) in (MHA, PACKED)]
+    return node
+
+
+def _attention_bias(node: onnx.NodeProto) -> str:
+    """The attention_bias input (the sixth of both ops), or ""."""
+    return node.input[5] if len(node.input) > 5 else ""
+
+
+def _no_mask_index(node: onnx.NodeProto) -> bool:
+    """Neither MHA's key_padding_mask (input 4) nor Attention's mask_index (3) and past (4) is given."""
+    unused = (4,) if node.op_type == "MultiHeadAttention" else (3, 4)
+    return all(len(node.input) <= j or node.input[j] == "" for j in unused)
 
 
 # --- hand-built graphs ------------------------------------------------------------------------------------
@@ -240,7 +277,9 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
                axis: int = -1, escape: bool = False, anti_causal: bool = False, literal_mask: bool = False,
                split_scale: bool = True, key_heads: int = N, query_padding: bool = False,
                bias: str = "", bias_fill: float = FLOAT32_MIN, post_scale: float | None = None,
-               seq_len: int | str = "seq", seed: int = 0) -> onnx.ModelProto:
+               seq_len: int | str = "seq", seed: int = 0, projections: str = "three",
+               unbiased: bool = False, query_input: bool = False, weight_input: bool = False,
+               projection_output: bool = False, tied: bool = False, casts: bool = False) -> onnx.ModelProto:
     """An sdpa-style self-attention block over x [batch, seq, D] with a mask built as transformers does
     (padding: attention_mask[:, None, None, :]; causal: Range compare), or a literal one.
 
@@ -250,7 +289,13 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     "one_minus_swapped": Mul(c, 1 - m)); "t5": Where(keep padding, relative position bias, bias_fill),
     the bias gathered from a [buckets, heads] table; "table": a constant [N, S, S] table (BEiT/Swin;
     needs an int ``seq_len``); "table_batch2": a [2, N, S, S] one (broadcasts the scores up);
-    "float16_input": a float16 graph input. ``post_scale`` multiplies the biased scores."""
+    "float16_input": a float16 graph input. ``post_scale`` multiplies the biased scores.
+
+    ``projections``: "three" MatMuls (BERT) or "split": one [D, 3D] MatMul + Add and a Split into q, k, v
+    (GPT-2's c_attn; "split_kqv" reads the parts as k, q, v). ``unbiased``: MatMuls without bias Adds;
+    ``query_input``: Q projected from another input x2; ``weight_input``: Wq a graph input;
+    ``projection_output``: q_proj also a graph output; ``tied``: Wq also read by a MatMul outside;
+    ``casts``: each MatMul reads its own Cast of x."""
     rng = np.random.default_rng(seed)
     npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     inits, nodes = [], []
@@ -264,13 +309,30 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
         return out
 
     heads = {"q": N, "k": key_heads, "v": N}
-    split = {}
+    split, projected = {}, {}
+    if projections.startswith("split"):
+        w = const("w_qkv", rng.standard_normal((D, 3 * D)) / math.sqrt(D))
+        packed = node("Add", [node("MatMul", ["x", w], "qkv_mm"), const("b_qkv", rng.standard_normal(3 * D) * 0.2)],
+                      "qkv_proj")
+        order = "kqv" if projections == "split_kqv" else "qkv"
+        nodes.append(helper.make_node("Split", [packed, const("qkv_sizes", [D] * 3, np.int64)],
+                                      [f"{p}_proj" for p in order], name="qkv_split", axis=2))
+        projected = {p: f"{p}_proj" for p in "qkv"}
     for p in "qkv":
-        w = const(f"w{p}", rng.standard_normal((D, D)) / math.sqrt(D))
-        b = const(f"b{p}", rng.standard_normal(D) * 0.2)
-        proj = node("Add", [node("MatMul", ["x", w], f"{p}_mm"), b], f"{p}_proj")
+        if projected:
+            proj = projected[p]
+        else:
+            src = "x2" if query_input and p == "q" else "x"
+            if casts:
+                src = node("Cast", [src], f"{p}_x", to=dtype)
+            w = f"w{p}" if weight_input and p == "q" else const(f"w{p}", rng.standard_normal((D, D)) / math.sqrt(D))
+            proj = node("MatMul", [src, w], f"{p}_mm" if not unbiased else f"{p}_proj")
+            if not unbiased:
+                proj = node("Add", [proj, const(f"b{p}", rng.standard_normal(D) * 0.2)], f"{p}_proj")
         shape = const(f"{p}_shape", [0, 0, heads[p], D // heads[p]], np.int64)
         split[p] = node("Reshape", [proj, shape], f"{p}_split")
+    if tied:
+        node("MatMul", ["x", "wq"], "tied_use")
     half = const("sqrt_scale", H ** -0.25)
     q = node("Transpose", [split["q"]], "q_heads", perm=[0, 2, 1, 3])
     k = node("Transpose", [split["k"]], "k_t", perm=[0, 2, 3, 1])
@@ -313,6 +375,10 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     merged = node("Transpose", [o], "context_t", perm=[0, 2, 1, 3])
     node("Reshape", [merged, const("merge_shape", [0, 0, D], np.int64)], "y")
     inputs = [helper.make_tensor_value_info("x", dtype, ["batch", seq_len, D])]
+    if query_input:
+        inputs.append(helper.make_tensor_value_info("x2", dtype, ["batch", seq_len, D]))
+    if weight_input:
+        inputs.append(helper.make_tensor_value_info("wq", dtype, [D, D]))
     if "padding" in mask or bias.startswith("one_minus"):
         inputs.append(helper.make_tensor_value_info("attention_mask", T.INT64, ["batch", seq_len]))
     if bias == "float16_input":
@@ -320,6 +386,10 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     outputs = [helper.make_tensor_value_info("y", dtype, ["batch", seq_len, D])]
     if escape:
         outputs.append(helper.make_tensor_value_info("probs", dtype, None))
+    if projection_output:
+        outputs.append(helper.make_tensor_value_info("q_proj", dtype, None))
+    if tied:
+        outputs.append(helper.make_tensor_value_info("tied_use", dtype, None))
     graph = helper.make_graph(nodes, "attention", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
@@ -386,7 +456,8 @@ def test_hand_built_forms_fuse_and_match(form, magnitude, rng):
     model = _attention(**form)
     result = _fuse(model)
     assert [b.rule for b in result.report.fused] == ["attention"], [r.reason for r in result.report.refused]
-    (mha,) = [n for n in result.model.graph.node if n.op_type == "MultiHeadAttention"]
+    mha = _fused_node(result.model)
+    assert mha.op_type == "Attention"  # three MatMuls of x: packed
     attrs = {a.name: helper.get_attribute_value(a) for a in mha.attribute}
     npdt = onnx.helper.tensor_dtype_to_np_dtype(form.get("dtype", T.FLOAT))
     # exactly the product of the graph's own constants (√scale twice, rounded to the graph's dtype)
@@ -395,11 +466,11 @@ def test_hand_built_forms_fuse_and_match(form, magnitude, rng):
 
     factor = rounded(H ** -0.25) ** 2 if form.get("split_scale", True) else 1 / rounded(math.sqrt(H))
     assert attrs["num_heads"] == N and attrs["scale"] == np.float32(factor)
-    # causal alone is MHA's own causal mode (flash attention); any padding goes in as the graph's own
-    # additive mask (attention_bias, memory-efficient attention), never as a key_padding_mask
+    # causal alone is the op's own causal mode; any padding goes in as the graph's own additive mask
+    # (attention_bias, memory-efficient attention), never as a key_padding_mask or mask_index
     assert attrs.get("unidirectional", 0) == int(form["mask"] == "causal")
-    assert (len(mha.input) > 5 and mha.input[5] != "") == ("padding" in form["mask"])
-    assert len(mha.input) <= 4 or mha.input[4] == ""
+    assert (_attention_bias(mha) != "") == ("padding" in form["mask"])
+    assert _no_mask_index(mha)
     row_guard = any(n.name.endswith("_hidden_rows") for n in result.model.graph.node)
     assert row_guard == ("padding" in form["mask"] and form.get("fill", -math.inf) == -math.inf)
     assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
@@ -475,9 +546,9 @@ def test_additive_biases_fuse_as_attention_bias_and_match(form, magnitude, rng):
     assert [b.rule for b in result.report.fused] == ["attention"], [r.reason for r in result.report.refused]
     (block,) = result.report.fused
     assert block.details["mask"] == "additive bias" and block.details["mask_input"] == "attention_bias"
-    (mha,) = [n for n in result.model.graph.node if n.op_type == "MultiHeadAttention"]
+    mha = _fused_node(result.model)
     attrs = {a.name: helper.get_attribute_value(a) for a in mha.attribute}
-    assert "unidirectional" not in attrs and len(mha.input) == 6 and mha.input[4] == ""
+    assert "unidirectional" not in attrs and _attention_bias(mha) != "" and _no_mask_index(mha)
     assert not any(n.name.endswith("_hidden_rows") for n in result.model.graph.node)
     assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
     npdt = onnx.helper.tensor_dtype_to_np_dtype(form.get("dtype", T.FLOAT))
@@ -491,6 +562,157 @@ def test_additive_biases_fuse_as_attention_bias_and_match(form, magnitude, rng):
     assert not np.isnan(want).any() and not np.isnan(got).any()
     tol = 4e-3 if npdt == np.float16 else 1e-5
     assert np.max(np.abs(want - got)) <= tol * max(1.0, np.max(np.abs(want)))
+
+
+# --- packed Q/K/V -----------------------------------------------------------------------------------------
+def _matches(model, fused, dtype=T.FLOAT, rng=None, magnitude=3.0):
+    """The fused model's outputs are the original's on ORT's CPU kernels (every output, NaN where it is)."""
+    npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    rng = rng or np.random.default_rng(1)
+    x = (rng.standard_normal((6, 5, D)) * magnitude).astype(npdt)
+    mask = np.array([[1] * 5, [1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0] * 5, [0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    feeds = {"x": x, "x2": x[::-1].copy(), "attention_mask": mask, "wq": rng.standard_normal((D, D)).astype(npdt)}
+    names = {i.name for i in model.graph.input}
+    feeds = {k: v for k, v in feeds.items() if k in names}
+    tol = 4e-3 if dtype == T.FLOAT16 else 1e-5
+    for want, got in zip(_session(model).run(None, feeds), _session(fused).run(None, feeds)):
+        want, got = want.astype(np.float64), got.astype(np.float64)
+        assert np.array_equal(np.isnan(want), np.isnan(got))
+        ok = ~np.isnan(want)
+        assert np.max(np.abs(want[ok] - got[ok])) <= tol * max(1.0, np.max(np.abs(want[ok])))
+
+
+@pytest.mark.parametrize("dtype", [T.FLOAT, T.FLOAT16])
+@pytest.mark.parametrize("mask", ["none", "padding", "causal", "causal+padding"])
+def test_three_projections_pack_into_one_weight(mask, dtype):
+    """BERT/ViT/CLIP: the three weights side by side [Wq | Wk | Wv] and the biases likewise, exactly (a
+    concatenation of the stored values); the three MatMuls, Adds and their constants are gone."""
+    model = _attention(mask=mask, fill=-math.inf, dtype=dtype)
+    result = _fuse(model)
+    (block,) = result.report.fused
+    assert block.details["qkv"] == "packed" and block.details["qkv_form"] == "three MatMuls"
+    node = _fused_node(result.model)
+    assert node.op_type == "Attention" and node.input[0] == "x"
+    stored = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    inits = {t.name: numpy_helper.to_array(t) for t in result.model.graph.initializer}
+    np.testing.assert_array_equal(inits[node.input[1]], np.concatenate([stored["wq"], stored["wk"], stored["wv"]], axis=1))
+    np.testing.assert_array_equal(inits[node.input[2]], np.concatenate([stored["bq"], stored["bk"], stored["bv"]]))
+    assert inits[node.input[1]].dtype == onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    assert not {"wq", "wk", "wv", "bq", "bk", "bv"} & set(inits)  # read by nothing else: dropped
+    assert not any(n.op_type == "MatMul" for n in result.model.graph.node)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs.get("unidirectional", 0) == int(mask == "causal")
+    assert (_attention_bias(node) != "") == ("padding" in mask) and _no_mask_index(node)
+    _matches(model, result.model, dtype)
+
+
+def test_projections_without_bias_pack_a_zero_bias():
+    """ORT's CUDA Attention splits the GEMM output into heads in its bias kernel: a bias is always given."""
+    model = _attention(mask="padding", unbiased=True)
+    result = _fuse(model)
+    node = _fused_node(result.model)
+    assert node.op_type == "Attention"
+    inits = {t.name: numpy_helper.to_array(t) for t in result.model.graph.initializer}
+    np.testing.assert_array_equal(inits[node.input[2]], np.zeros(3 * D, np.float32))
+    _matches(model, result.model)
+
+
+@pytest.mark.parametrize("dtype", [T.FLOAT, T.FLOAT16])
+@pytest.mark.parametrize("mask", ["none", "causal", "causal+padding"])
+def test_split_projection_reads_its_own_weight(mask, dtype):
+    """GPT-2: c_attn's weight [D, 3D] and bias [3D] are already [Wq | Wk | Wv]: Attention reads them as they
+    are (no new weight); the MatMul, its Add and the Split are gone."""
+    model = _attention(mask=mask, fill=-math.inf, dtype=dtype, projections="split")
+    result = _fuse(model)
+    (block,) = result.report.fused
+    assert block.details["qkv"] == "packed" and block.details["qkv_form"] == "one MatMul and a Split"
+    node = _fused_node(result.model)
+    assert node.op_type == "Attention" and list(node.input[:3]) == ["x", "w_qkv", "b_qkv"]
+    assert len(result.model.graph.initializer) < len(model.graph.initializer)  # nothing was added for it
+    assert not any(n.op_type in ("Split", "MatMul") for n in result.model.graph.node)
+    _matches(model, result.model, dtype)
+
+
+def test_weights_read_elsewhere_are_kept():
+    """A weight another node also reads (tied) stays; the packed weight is a copy."""
+    model = _attention(mask="padding", tied=True)
+    result = _fuse(model)
+    node = _fused_node(result.model)
+    assert node.op_type == "Attention"
+    inits = {t.name for t in result.model.graph.initializer}
+    assert "wq" in inits and not {"wk", "wv"} & inits
+    _matches(model, result.model)
+
+
+def test_casts_of_one_tensor_are_one_input():
+    """Each MatMul reading its own Cast of the same tensor (a converter's form) reads one tensor."""
+    model = _attention(mask="padding", casts=True)
+    result = _fuse(model)
+    node = _fused_node(result.model)
+    assert node.op_type == "Attention" and node.input[0] == "q_x"
+    assert sum(n.op_type == "Cast" and n.input[0] == "x" for n in result.model.graph.node) == 1
+    _matches(model, result.model)
+
+
+SEPARATE = [
+    ({"query_input": True}, "projections of different tensors"),
+    ({"weight_input": True}, "the query weight 'wq' is not a constant"),
+    ({"projection_output": True}, "the projection 'q_proj' is a graph output"),
+    ({"projections": "split_kqv"}, "not read as query, key, value in that order"),
+]
+
+
+@pytest.mark.parametrize("form,reason", SEPARATE, ids=[r for _, r in SEPARATE])
+def test_unpackable_projections_stay_separate(form, reason):
+    """Projections that cannot be one GEMM keep today's form: the attention is still fused, into
+    MultiHeadAttention reading them, and ``inspect`` says why they were not packed."""
+    model = _attention(mask="padding", **form)
+    result = _fuse(model)
+    (block,) = result.report.fused
+    assert block.op == "com.microsoft.MultiHeadAttention" and block.details["qkv"] == "separate"
+    assert reason in block.details["qkv_separate_because"], block.details["qkv_separate_because"]
+    assert _fused_node(result.model).op_type == "MultiHeadAttention"
+    _matches(model, result.model)
+
+
+def test_external_split_weight_is_read_where_it_is_stored(tmp_path):
+    """c_attn's weight in external data: Attention reads the graph's own tensor, so the packed form needs no
+    new tensor, and the optimized file (its data streamed) gives the original's outputs."""
+    from onnxfuse.fuse import optimize_file
+
+    model = _attention(mask="causal+padding", fill=-math.inf, projections="split")
+    onnx.save(onnx.ModelProto.FromString(model.SerializeToString()), tmp_path / "m.onnx",
+              save_as_external_data=True, all_tensors_to_one_file=True, location="m.data", size_threshold=1024)
+    report = optimize_file(tmp_path / "m.onnx", tmp_path / "out.onnx")
+    (block,) = [b for b in report.fused if b.rule == "attention"]
+    assert block.details["qkv"] == "packed"
+    fused = onnx.load(tmp_path / "out.onnx")
+    node = _fused_node(fused)
+    assert node.op_type == "Attention" and node.input[1] == "w_qkv"
+    _matches(model, fused)
+
+
+def test_tied_layers_share_one_packed_weight():
+    """Two attentions over the same three weights (ALBERT's shared layers) read one packed copy."""
+    first = _attention(mask="none", guard=False)
+    graph = first.graph
+    # a second block reading the first one's output with the same weights
+    suffix = "_2"
+    second = []
+    inits = {t.name for t in graph.initializer}
+    for n in graph.node:
+        m = onnx.NodeProto()
+        m.CopyFrom(n)
+        m.name = n.name + suffix
+        m.input[:] = ["y" if i == "x" else (i if i in inits else i + suffix) for i in n.input]
+        m.output[:] = [o + suffix for o in n.output]
+        second.append(m)
+    graph.node.extend(second)
+    graph.output[0].name = "y" + suffix
+    result = _fuse(first)
+    nodes = [n for n in result.model.graph.node if n.op_type == "Attention"]
+    assert len(nodes) == 2 and nodes[0].input[1] == nodes[1].input[1]
+    assert sum(t.dims == [D, 3 * D] for t in result.model.graph.initializer) == 1
 
 
 def test_an_attention_ort_already_fused_is_left_alone():

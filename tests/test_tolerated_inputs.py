@@ -70,7 +70,7 @@ def test_fp16_converter_output_is_sorted_fused_and_checked(tmp_path):
     model_io.load_model(FP16_CONVERTER, notes=notes)
     assert notes.reordered and notes.checker_error is None
     report = optimize_file(FP16_CONVERTER, tmp_path / "out.onnx")
-    assert report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.MultiHeadAttention": 2}  # 2 ViT layers x (1 intermediate Linear+GELU, 1 attention)
+    assert report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}  # 2 ViT layers x (1 intermediate Linear+GELU, 1 attention, Q/K/V packed)
     assert len(report.warnings) == 1 and "topological order" in report.warnings[0]
     assert model_io.checker_error(tmp_path / "out.onnx") is None
 
@@ -109,7 +109,7 @@ def test_subgraph_nodes_are_sorted_too(tmp_path):
 def test_unshaped_outputs_warn_and_stay_unshaped(tmp_path):
     out = tmp_path / "out.onnx"
     report = optimize_file(GRAPHSURGEON, out)
-    assert report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.MultiHeadAttention": 2}  # 2 BERT layers x (1 intermediate Linear+GELU, 1 attention)
+    assert report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}  # 2 BERT layers x (1 intermediate Linear+GELU, 1 attention, Q/K/V packed)
     assert len(report.warnings) == 1 and "onnx.checker rejects the input" in report.warnings[0]
     written = onnx.load(str(out))
     assert all(not o.type.tensor_type.HasField("shape") for o in written.graph.output)
@@ -176,6 +176,7 @@ def test_out_of_order_model_with_external_data_is_checked_as_sorted(tmp_path):
     model_io.load_model(src, notes=notes)
     assert notes.reordered and notes.checker_error is None, notes
     report = optimize_file(src, tmp_path / "out.onnx")
+    # (every weight is external data here: Q, K and V stay separate projections, into MultiHeadAttention)
     assert report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.MultiHeadAttention": 2} and len(report.warnings) == 1
     assert model_io.checker_error(tmp_path / "out.onnx") is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx", "in.onnx.data", "out.onnx", "out.onnx.data"]

@@ -7,7 +7,8 @@ adding a rule to :func:`default_rules`.
 
 - ``linear_gelu``: Linear(+bias)+GELU → ``ai.onnxfuse.FusedLinearGelu``. Its stages live beside it: the
   activation normalisers (``gelu_ops``, ``erf``, ``tanh``, ``sigmoid``), ``casts`` and ``linear``.
-- ``attention``: self-attention (Q·Kᵀ, mask, Softmax, P·V, head split/merge) → ``com.microsoft.MultiHeadAttention``;
+- ``attention``: self-attention (Q·Kᵀ, mask, Softmax, P·V, head split/merge) → ``com.microsoft.Attention``
+  with Q, K and V packed into one projection (``qkv``), else ``com.microsoft.MultiHeadAttention``;
   ``symbolic`` evaluates the shape and mask arithmetic it proves its forms with.
 - ``graph``: the read-only view every rule matches on; ``rule``: what rules return and the algebra they share.
 """

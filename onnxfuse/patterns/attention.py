@@ -1,4 +1,5 @@
-"""Self-attention, as the exporters write it, into one ``com.microsoft.MultiHeadAttention``.
+"""Self-attention, as the exporters write it, into one ``com.microsoft.Attention`` (Q, K and V packed into
+one projection) or, where they cannot be packed, one ``com.microsoft.MultiHeadAttention``.
 
 Anchored on ``Softmax``. The forms below are the ones torch.onnx writes for Hugging Face models with the
 default (``sdpa``) attention, TorchScript (``dynamo=False``) and dynamo exporters, opsets 14-20, raw and
@@ -82,20 +83,36 @@ one that broadcasts the scores up), scores scaled after the bias is added, a que
 product in head layout through other ops (rotary embeddings: they would need a re-layout to MHA's
 [B, S, D]), inconsistent head counts.
 
-Biases: when Q, K and V are each ``MatMul + Add(const [D])`` with inline constants, the three Adds are
-folded into MHA's packed ``bias`` input (one new [3D] constant); otherwise the projections' outputs are
-fed as they are (the Adds stay in front of the op).
+Projections: where Q, K and V are constant-weight projections of one tensor X (three MatMuls, or GPT-2's
+one MatMul and a Split; qkv.py), the block takes them in and becomes ``Attention(X, [Wq | Wk | Wv],
+[bq | bk | bv])``: ORT runs one GEMM and one kernel that adds the bias and splits the heads, where MHA
+was fed three GEMMs' outputs (BERT) or a Split's (GPT-2: a Split kernel and a bias broadcast of their
+own). Otherwise (a cross-attention, a run-time weight, weights in external data, a projection also read
+elsewhere: ``inspect`` gives the reason as ``qkv_separate_because``) the projections are fed to MHA as
+they are; when each is ``MatMul + Add(const [D])`` with inline constants, the three Adds are folded into
+MHA's ``bias`` input (one new [3D] constant), else the Adds stay in front of the op.
 
-Kernel choice (ORT 1.31's contrib_ops/cuda/bert/multihead_attention.cc): no mask and causal-only reach
-flash attention (float16) or cuDNN SDPA; a ``key_padding_mask`` of shape [B, T] rules out every fused
-kernel (only the unfused softmax path takes it: BERT-base fp16 at batch 32 spent 524 µs in its
-``SoftmaxWithRawMaskSmallKernel``), while an ``attention_bias`` reaches memory-efficient attention when
-S is a multiple of 4·sizeof(T). So padding goes in as ``attention_bias``; which kernel ran is read by
-``bench/e2e_kernels.py``.
+Why Attention and not MHA's own packed input ([B, S, N, 3, H], key and value omitted): ORT 1.31's CPU
+kernel does not implement it ("Packed QKV of shape (B, L, N, 3, H) not implemented for CPU", measured),
+so the model would no longer run on the CPU provider; on CUDA it takes no ``bias`` (the Add would stay a
+kernel of its own), the unfused path rejects it (NOT_IMPLEMENTED where no fused kernel applies: float32
+below ORT's length threshold, or an ``attention_bias`` with S not a multiple of 4·sizeof(T)), and flash
+and memory-efficient attention unpack it with a layout kernel first anyway (attention_prepare_qkv.cu,
+``PrepareQkv_MHA_PackedQKV``). Attention reaches the same kernels as MHA from the same inputs — one GEMM,
+then ``LaunchAddBiasTranspose`` into whichever layout the kernel reads (``PrepareQkv_Attention``).
 
-Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, packed QKV into
-``com.microsoft.Attention``, ALiBi as bloom writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not
-a candidate), a row guard derived from a bias's values (which would admit non-finite biases).
+Kernel choice (ORT's contrib_ops/cuda/bert/multihead_attention.cc and attention.cc): no mask and
+causal-only reach cuDNN SDPA (sm90), flash attention (float16) or memory-efficient attention, and the
+TensorRT fused kernel without a mask; a ``key_padding_mask``/``mask_index`` of shape [B, T] rules out
+every fused kernel (only the unfused softmax path takes it: BERT-base fp16 at batch 32 spent 524 µs in
+its ``SoftmaxWithRawMaskSmallKernel``), while an ``attention_bias`` reaches memory-efficient attention
+when S is a multiple of 4·sizeof(T). So padding goes in as ``attention_bias``; which kernel ran is read
+by ``bench/e2e_kernels.py``. One difference: Attention's flash path needs S ≥ 513 (its
+``MinSeqLenForFlashAttentionPackedQkv``; MHA's separate inputs take flash at any length), so a float16
+causal-only attention of fewer tokens runs cuDNN SDPA or memory-efficient attention instead.
+
+Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, ALiBi as bloom
+writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not a candidate), a row guard derived from a bias's values (which would admit non-finite biases).
 """
 
 from __future__ import annotations
@@ -107,6 +124,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from . import qkv
 from .graph import GraphView, attr, is_op
 from .rule import Emitter, Plan, Refusal, T, dtype_name
 from .symbolic import Dim, Evaluator, NotSymbolic, conjuncts, shift_axes
@@ -145,39 +163,40 @@ class AttentionPlan(Plan):
     flat_shape: tuple | None = None  # the graph merges heads into [B·S, D]: MHA's [B, S, D] reshaped
     additive_bias: str | None = None  # the graph's own finite bias tensor, fed as attention_bias
     bias_is_full: bool = False  # ... already 4-D with the query and key lengths (else expanded to them)
+    separate_because: str | None = None  # why Q, K and V are not packed into one projection
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
     def details(self) -> dict:
-        return {"num_heads": self.num_heads, "mask": self.mask_kind or "none", "scale": self.scale,
-                "bias": "packed" if self.biases else "none",
-                "mask_input": "attention_bias" if self.padding or self.additive_bias else
-                "unidirectional" if self.causal else "none"}
+        found = {"num_heads": self.num_heads, "mask": self.mask_kind or "none", "scale": self.scale,
+                 "bias": "packed" if self.biases else "none",
+                 "mask_input": "attention_bias" if self.padding or self.additive_bias else
+                 "unidirectional" if self.causal else "none", "qkv": "separate"}
+        if self.separate_because:
+            found["qkv_separate_because"] = self.separate_because
+        return found
 
     def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
         nodes: list[onnx.NodeProto] = []
-        inputs = [self.query, self.key, self.value, "", "", ""]
-        if self.biases is not None:
-            inputs[3] = out.initializer(self.name_hint + "_qkv_bias", _packed_bias(out.view, self.biases))
+        projections = self._projection_inputs(out)
+        attention_bias = ""
         if self.padding is not None:
-            made, inputs[5] = out.shared(self._mask_key("attention_bias"), lambda: self._attention_bias(out))
+            made, attention_bias = out.shared(self._mask_key("attention_bias"), lambda: self._attention_bias(out))
             nodes += made
         elif self.additive_bias is not None and self.bias_is_full:
-            inputs[5] = self.additive_bias
+            attention_bias = self.additive_bias
         elif self.additive_bias is not None:
-            made, inputs[5] = out.shared(("expanded_bias", self.additive_bias, self.query, self.key),
-                                         lambda: self._expanded_bias(out))
+            made, attention_bias = out.shared(("expanded_bias", self.additive_bias, self.query, self.key),
+                                              lambda: self._expanded_bias(out))
             nodes += made
-        while inputs and not inputs[-1]:
-            inputs.pop()
-        attrs = {"num_heads": self.num_heads, "scale": self.scale}
-        if self.causal:
-            attrs["unidirectional"] = 1
         y = self.outputs[0]
         merged = out.name(self.name_hint + "_merged") if self.flat_shape else y
         mha_out = out.name(self.name_hint + "_mha") if self.hidden_rows is not None else merged
-        nodes.append(onnx.helper.make_node("MultiHeadAttention", inputs, [mha_out], name=name,
-                                           domain=MS_DOMAIN, **attrs))
+        # inputs 0-4 are the projections (and, unused here, MHA's key_padding_mask / Attention's mask_index
+        # and past), input 5 attention_bias in both ops
+        inputs = _trimmed(projections + [""] * (5 - len(projections)) + [attention_bias])
+        nodes.append(onnx.helper.make_node(self.op[1], inputs, [mha_out], name=name, domain=MS_DOMAIN,
+                                           **self._attrs()))
         if self.hidden_rows is not None:
             made, rows = out.shared(self._mask_key("rows_seeing_a_key"), lambda: self._rows_seeing_a_key(out))
             nodes += made
@@ -189,6 +208,18 @@ class AttentionPlan(Plan):
             shape = out.initializer(self.name_hint + "_flat_shape", np.array(self.flat_shape, dtype=np.int64))
             nodes.append(onnx.helper.make_node("Reshape", [merged, shape], [y], name=out.name(y + "_reshape")))
         return nodes
+
+    def _attrs(self) -> dict:
+        attrs = {"num_heads": self.num_heads, "scale": self.scale}
+        if self.causal:
+            attrs["unidirectional"] = 1
+        return attrs
+
+    def _projection_inputs(self, out: Emitter) -> list[str]:
+        """MultiHeadAttention's query, key, value [B, S, D] and its packed bias (or "")."""
+        bias = "" if self.biases is None else out.initializer(self.name_hint + "_qkv_bias",
+                                                              _packed_bias(out.view, self.biases))
+        return [self.query, self.key, self.value, bias]
 
     # The mask is rebuilt from what the rule proved it to be, keep[b, 0, q, k] = padding[b, k] != 0
     # (∧ k <= q), from the padding tensor and the query's length alone: every op of it runs on the model's
@@ -314,6 +345,52 @@ class AttentionPlan(Plan):
         return nodes, rows
 
 
+@dataclass(frozen=True)
+class PackedAttentionPlan(AttentionPlan):
+    """The attention with Q, K and V packed into one projection: ``com.microsoft.Attention(X, W [D_in, 3D],
+    b [3D], -, -, [attention_bias])``, which runs the one GEMM itself. ``query``/``key``/``value`` are X
+    (the mask's and bias's shapes are read from its sequence axis, which is the projections')."""
+
+    packed: qkv.PackedQkv | None = None
+
+    op = (MS_DOMAIN, "Attention")
+
+    def details(self) -> dict:
+        found = super().details()
+        found.update(bias="packed", qkv="packed", qkv_form=self.packed.form)
+        return found
+
+    def _projection_inputs(self, out: Emitter) -> list[str]:
+        """Attention's input X [B, S, D_in], weight [D_in, 3D] and bias [3D]."""
+        p = self.packed
+        weight, bias = p.weight, p.bias
+        if p.weights is not None:  # three constants side by side: [Wq | Wk | Wv], one copy for tied layers
+            _, weight = out.shared(("packed_qkv_weight",) + tuple(w.root for w in p.weights), lambda: (
+                [], out.initializer(self.name_hint + "_qkv_weight", _concatenated(p.weights, axis=1))))
+        if bias is None:
+            # ORT's CUDA Attention splits the GEMM's output into heads in the kernel that adds the bias; fed no
+            # bias, it only transposes, to the unfused kernel's layout (attention_prepare_qkv.cu,
+            # PrepareQkv_Attention): zeros keep every kernel open and add nothing.
+            biases = p.biases if p.biases is not None else (None, None, None)
+            np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
+            bias = out.initializer(self.name_hint + "_qkv_bias", np.concatenate([
+                np.zeros(p.hidden, np_dtype) if b is None else numpy_helper.to_array(b.tensor).reshape(-1)
+                for b in biases]))
+        return [p.input, weight, bias]
+
+
+def _concatenated(refs, axis: int) -> np.ndarray:
+    return np.concatenate([numpy_helper.to_array(r.tensor) for r in refs], axis=axis)
+
+
+def _trimmed(inputs: list[str]) -> list[str]:
+    """The inputs without trailing empty (omitted optional) ones."""
+    inputs = list(inputs)
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return inputs
+
+
 def _with_axes(out: Emitter, opset: int, op: str, axes_input_since: int, x: str, y: str, axes: list,
                axes_hint: str, **attrs) -> onnx.NodeProto:
     """``op(x, axes)`` in the model's opset: axes as an input from ``axes_input_since`` on (Unsqueeze and
@@ -337,7 +414,7 @@ class Attention:
     # The fused op. The ONNX ops written around it (the mask's Casts, the output's IsNaN/Where guard or
     # hidden-row factor, a Reshape) run on every provider; listed here they would hold every such node of
     # a model to the requested provider in the benchmark's placement check.
-    emits = ((MS_DOMAIN, "MultiHeadAttention"),)
+    emits = ((MS_DOMAIN, "MultiHeadAttention"), (MS_DOMAIN, "Attention"))
 
     def match(self, view: GraphView, i: int):
         node = view.nodes[i]
@@ -478,8 +555,12 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         raise _Refused(f"query/key/value split into {q.heads}/{k.heads}/{v.heads} heads of "
                        f"{q.head_size}/{k.head_size}/{v.head_size}")
 
-    biases = _packable_biases(view, (q, k, v), dtype)
-    if biases is not None:
+    packed, separate_because = _packed_projection(view, ev, (q, k, v), dtype, nodes, merged)
+    biases = None if packed else _packable_biases(view, (q, k, v), dtype)
+    if packed is not None:
+        nodes |= packed.nodes
+        query = key = value = packed.input
+    elif biases is not None:
         nodes |= {x.bias_add for x in (q, k, v)}
         query, key, value = (x.unbiased for x in (q, k, v))
     else:
@@ -498,7 +579,8 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
                "scaled Q" if q_scale != 1.0 else "scaled Kᵀ" if k_scale != 1.0 else
                "scaled scores" if sc.scale != 1.0 else "unscaled")
     form = ", ".join(p for p in (scaling, mask.kind or "no mask", "IsNaN guard" if guarded else "") if p)
-    return AttentionPlan(
+    extra = {"packed": packed} if packed else {"separate_because": separate_because}
+    return (PackedAttentionPlan if packed else AttentionPlan)(
         rule=RULE, form=f"attention ({form})", nodes=frozenset(nodes), outputs=(merged,),
         name_hint=view.nodes[softmax].name or f"attention_{softmax}",
         query=query, key=key, value=value, biases=biases,
@@ -507,7 +589,26 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         hidden_rows=hidden_rows, causal=mask.causal and not padded, num_heads=q.heads,
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
         self_attention=ev.dim(q.projected, 1) == ev.dim(k.projected, 1), flat_shape=flat_shape,
-        additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full)
+        additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full, **extra)
+
+
+def _packed_projection(view: GraphView, ev: Evaluator, heads, dtype: int, nodes: set,
+                       merged: str) -> tuple[qkv.PackedQkv | None, str | None]:
+    """Q, K and V as one projection for ``com.microsoft.Attention`` (qkv.py), or None and why not.
+
+    Packing takes the projections into the block: one that something else also reads would leave the
+    block open, so such an attention keeps its separate projections (and stays fused)."""
+    try:
+        packed = qkv.find(view, ev, tuple(h.projected for h in heads), tuple(h.heads * h.head_size for h in heads),
+                          dtype)
+    except qkv.NotPacked as why:
+        return None, str(why)
+    leak = view.escaping_intermediate(_absorb_shape_readers(view, nodes | packed.nodes), (merged,))
+    if leak is not None and view.escaping_intermediate(_absorb_shape_readers(view, nodes), (merged,)) is None:
+        out, reader = leak
+        where = "is a graph output" if reader is None else f"is also read by {view.node_name(reader)}"
+        return None, f"the projection '{out}' {where}"
+    return packed, None
 
 
 # --- heads -------------------------------------------------------------------------------------------
