@@ -76,24 +76,25 @@ constexpr int64_t kStrictF32MaxRows = 16;
 constexpr int64_t kWeightBoundMaxRows = 16;
 constexpr int64_t kWeightBoundMinWeights = int64_t{1} << 25;
 // The gemv kernel's measured reach (transB = 1, the layout the optimizer writes for constant weights): 16-bit
-// with up to 4 rows below kWeightBoundMinWeights weights, or one row of any W; float32 with up to 16 rows
-// below that size, or up to 4 rows of any W, where W is at least as wide as it is deep (N >= K: the
-// up-projections this op fuses; a narrow, deep W leaves too few columns to spread over the SMs).
+// with up to 4 rows below kWeightBoundMinWeights weights, or one row of any W; float32 with up to 8 rows below
+// that size, or up to 2 rows of any W, where W is at least as wide as it is deep (N >= K: the up-projections
+// this op fuses; a narrow, deep W leaves too few columns to spread over the SMs).
 constexpr int64_t kGemv16BitMaxRows = 4;
-constexpr int64_t kGemvLargeWeightMaxRows = 4;
+constexpr int64_t kGemvF32MaxRows = 8;
+constexpr int64_t kGemvF32LargeWeightMaxRows = 2;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The built-in choice, where neither cuda_path nor a tuning table for this device decides. Measured on H200
-// (bench/results/cuda_kernel_gemv_h200.json and cuda_kernel_never_slower_h200.json: `bench/cuda_kernel.py
-// --grid never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
+// (bench/results/cuda_kernel_gemv_h200.md and cuda_kernel_never_slower_h200.md: `bench/cuda_kernel.py --grid
+// never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
 //  - few rows, transB = 1: the gemv kernel: fp16 1x768x3072 5.1 / 4.5 / 2.5 / 5.5, 4x1024x4096 6.6 / 4.9 /
-//    4.3 / 6.3, 1x4096x16384 39.2 / 34.9 / 32.7 / 35.4; fp32 8x768x3072 106 / 8.5 / 5.6 / 9.8, 4x4096x16384
-//    491 / 86.5 / 71.5 / 70.2 (wall 88.6 µs against ORT's 92.8);
+//    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 2x4096x16384 491 / 85.9 / 65.5 / 70.7. Beyond its
+//    reach it loses: 8x4096x16384 fp16 39.0 / 35.0 / 63.1 / 35.6, 16x768x3072 fp32 106 / 8.8 / 9.0 / 10.2;
 //  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
 //    reach only the fused path's any-alignment WMMA kernel: 4096x770x3074 606 / 146 / 223, 16384x4095x1023
 //    4730 / 1063 / 1084 (wall): fallback;
-//  - fp16/bf16 with up to 16 rows and a large W: 8x4096x16384 fp16 39.0 / 35.0 / 63.1 / 35.6: fallback;
+//  - fp16/bf16 with up to 16 rows and a large W: 8x4096x16384 fp16 as above: fallback;
 //  - float32 without TF32 in the fused path (onnxfuse.strict_fp32, or K or N not a multiple of 4) or with
 //    at most kStrictF32MaxRows rows (which it runs strictly): 1x4095x1023 1178 / 9.3 / 30.0 / 11.8: fallback;
 //  - everywhere else the fused path, 1.1-3.3x faster than ORT (4096x768x3072 fp16 48 / 53 / 134 wall).
@@ -101,7 +102,9 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 bool GemvReaches(const cuda::GemmGeluArgs& a) {
   if (!a.trans_b || a.M > kGemvMaxRows) return false;
   const bool large_w = a.K * a.N >= kWeightBoundMinWeights;
-  if (a.dtype == cuda::DType::kFloat32) return a.N >= a.K && (!large_w || a.M <= kGemvLargeWeightMaxRows);
+  if (a.dtype == cuda::DType::kFloat32) {
+    return a.N >= a.K && a.M <= (large_w ? kGemvF32LargeWeightMaxRows : kGemvF32MaxRows);
+  }
   const bool vectors = a.K % 8 == 0 && Aligned16(a.x) && Aligned16(a.w);
   return vectors && (a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w));
 }

@@ -243,18 +243,22 @@ __global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__
   }
 }
 
-// Warps per SM the transB = 1 kernel aims for before it splits K among more warps: the measured small cases
-// (768 x 3072 with 1-8 rows: 768 column groups, 6 per SM) were bound by the latency of each warp's few steps.
+// Warps per SM the transB = 1 kernel aims for before it splits K among more warps, and the steps of K each
+// warp keeps at least when it does. Measured on H200 (bench/results/cuda_kernel_gemv_h200.md): a split lifts
+// a narrow, deep W (1x4095x1023 bf16, 256 column groups with 128 steps each: 40.2 µs unsplit, 13.5 split in
+// four), but where each warp is left one or two steps its butterfly of shuffles costs more than the steps
+// (8x1024x4096 fp16, four steps: 5.4 µs unsplit, 8.6 split in four).
 constexpr int64_t kTnWarpsPerSm = 16;
+constexpr int64_t kTnMinStepsPerWarp = 8;
 
 // 1, 2 or kWarps: the fewest warps per column group that give every SM kTnWarpsPerSm warps, while each warp
-// keeps at least one step of K.
+// keeps kTnMinStepsPerWarp steps of K.
 int tn_k_split(int64_t K, int64_t N, int vec, const DeviceInfo& dev) {
   const int64_t groups = (N + kTnCols - 1) / kTnCols;
   const int64_t steps = (K + 32 * vec - 1) / (32 * vec);
   const int64_t target = kTnWarpsPerSm * (dev.sm_count > 0 ? dev.sm_count : 1);
   int split = 1;
-  while (split < kWarps && groups * split < target && steps >= 2 * split) split *= 2;
+  while (split < kWarps && groups * split < target && steps >= kTnMinStepsPerWarp * 2 * split) split *= 2;
   return split;
 }
 
