@@ -13,12 +13,12 @@ Nothing here runs the model. A value is one of:
 
 Dimensions come from one forward pass (:meth:`Evaluator.shapes`) that carries each output dimension over
 from the input it is (Transpose, MatMul, broadcasting, normalisations, Reshape to a target read here, each
-output of a Split by its constant size, Slices at bounds read here, Concats), down from the graph inputs; elsewhere shape inference's: an int,
-or a ``dim_param``/inferred symbol (two tensors whose dims carry the same symbol have the same size: that
-is what the ONNX symbol means). A dimension
-neither knows stays ``Shape(x)[i]`` of its tensor, equal only to itself. Two dimensions are proved equal
-only by being the same value here; anything else is "not shown", and the caller refuses. Element types
-are carried forward the same way (:meth:`Evaluator.dtype`) where shape inference typed nothing.
+output of a Split by its constant size, Slices at bounds read here, Concats), down from the graph inputs;
+elsewhere shape inference's: an int, or a ``dim_param``/inferred symbol (two tensors whose dims carry the
+same symbol have the same size: that is what the ONNX symbol means). A dimension neither knows stays
+``Shape(x)[i]`` of its tensor, equal only to itself. Two dimensions are proved equal only by being the
+same value here; anything else is "not shown", and the caller refuses. Element types are carried forward
+the same way (:meth:`Evaluator.dtype`) where shape inference typed nothing.
 
 Anything the evaluator does not model (another op, a non-uniform constant, a formula it cannot simplify)
 raises :class:`NotSymbolic` with a reason; a caller that needs a proof then refuses.
