@@ -5,11 +5,12 @@ inferred shape over a declaration of the type alone (what ORT's float16 converte
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from onnxfuse.patterns.graph import GraphView, infer_types
-from onnxfuse.patterns.symbolic import Dim, Evaluator
+from onnxfuse.patterns.symbolic import Dim, Evaluator, NotSymbolic
 
 B, S = Dim(1, ("batch",)), Dim(1, ("seq",))
 
@@ -170,3 +171,18 @@ def test_a_slice_of_a_symbolic_axis_keeps_only_the_other_axes():
     # Slice(p, [0], [26]) with default axes slices axis 0 to 26 rows: the batch is no longer known
     assert not ev.dim("batch_rows", 0).is_int and ev.dim("batch_rows", 0) != B
     assert ev.dim("batch_rows", 1) == S and ev.dim("batch_rows", 2) == Dim(24)
+
+
+def test_shape_sums_of_one_symbol_are_exact_and_a_zero_sum_is_zero():
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq_len"], axis=0),
+             helper.make_node("Add", ["seq_len", "seq_len"], ["twice"]),
+             helper.make_node("Mul", ["seq_len", "minus_one"], ["negated"]),
+             helper.make_node("Add", ["seq_len", "negated"], ["nothing"]),
+             helper.make_node("Add", ["seq_len", "minus_one"], ["seq_minus_one"])]
+    ev = _evaluator(_model(nodes, [c("one", [1]), c("minus_one", [-1])]))
+    assert ev.vec("twice").items == (Dim(2, ("seq",)),)
+    assert ev.vec("nothing").items == (Dim(0),)  # (a Reshape reads 0 as "copy": it must be the int)
+    with pytest.raises(NotSymbolic):
+        ev.vec("seq_minus_one")  # seq - 1 is no monomial

@@ -797,8 +797,9 @@ def _vec_arith(a: Vec, b: Vec, op: str) -> Value:
         raise NotSymbolic("shape arithmetic on vectors of different lengths")
     if op == "mul":
         return Vec(tuple(x * y for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
-    if op == "add":  # monomials of the same factors (ints among them: _addable)
-        return Vec(tuple(Dim(x.coef + y.coef, x.factors) for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
+    if op == "add":  # monomials of the same factors (ints among them: _addable); a zero sum is the int 0
+        sums = (x.coef + y.coef for x, y in zip(xs, ys))
+        return Vec(tuple(Dim(c, x.factors if c else ()) for c, x in zip(sums, xs)), scalar=a.scalar and b.scalar)
     if op == "div" and all(x.is_int and y.is_int and y.coef for x, y in zip(xs, ys)):
         # integer Div truncates toward zero
         return Vec(tuple(Dim(abs(x.coef) // abs(y.coef) * (1 if (x.coef < 0) == (y.coef < 0) else -1))
