@@ -192,6 +192,8 @@ ACCEPTED = [
     {"projections": "fused", "key_form": "dynamo", "fill": FLOAT32_MIN},  # NeoX, dynamo
     {"mask": "padding", "guard": False},
     {"mask": "causal"},  # no padding: MHA's own causal mode
+    # a finite causal fill: an additive bias, expanded to the key heads' length (their axis 2)
+    {"mask": "causal", "fill": -10000.0, "rotary": "full"},
     {"mask": "none", "guard": False},
     {"dtype": T.FLOAT16},
     {"dtype": T.FLOAT16, "fill": -65504.0, "projections": "fused"},  # after ORT's float16 converter
@@ -223,7 +225,7 @@ def test_rotary_heads_fuse_and_match(form, magnitude, rng):
     assert sum(n.op_type == "Cos" for n in result.model.graph.node) == 1
     assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
     attrs = {a.name: helper.get_attribute_value(a) for a in mha.attribute}
-    assert attrs.get("unidirectional", 0) == int(form.get("mask") == "causal")
+    assert attrs.get("unidirectional", 0) == int(form.get("mask") == "causal" and form.get("fill", -math.inf) == -math.inf)
     assert attrs["scale"] == np.float32(float(np.array(H ** -0.25, onnx.helper.tensor_dtype_to_np_dtype(
         form.get("dtype", T.FLOAT)))) ** 2)
     if form.get("dtype") == T.FLOAT16:
