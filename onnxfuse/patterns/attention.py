@@ -822,8 +822,8 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
                 raise _Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: "
                                "not shown to be Kᵀ")
     got = "a graph input" if node is None else node.op_type
-    raise _Refused(f"the key reaches the attention product through {got}, not a transposed head split "
-                   "(rotary embedding or another layout)")
+    raise _Refused(f"the key reaches the attention product through {got}, not Kᵀ: a transposed head split "
+                   "or transposed [batch, heads, length, head_size] heads (another layout)")
 
 
 def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, hidden: int | None,
