@@ -79,13 +79,16 @@ EXPECTED = {
     "gpt2_torchscript_op14.onnx": (2, None),
     "gpt2_torchscript_op14_ortopt.onnx": (2, None),
     "gpt2_torchscript_op14_ortfp16.onnx": (2, None),
-    "gpt_neox_dynamo_op20.onnx": (0, "rotary embedding"),
-    "gpt_neox_fast_torchscript_op18.onnx": (0, "rotary embedding"),
-    "gpt_neox_freshinit_torchscript_op17.onnx": (0, "rotary embedding"),
-    "gpt_neox_tanh_dynamo_op20.onnx": (0, "rotary embedding"),
-    "gpt_neox_torchscript_op16.onnx": (0, "rotary embedding"),
-    "gpt_neox_torchscript_op16_ortopt.onnx": (0, "rotary embedding"),
-    "gpt_neox_torchscript_op16_ortfp16.onnx": (0, "rotary embedding"),
+    # GPT-NeoX: the rotary embedding computes the query and key heads (partial rotary: rotated and passed
+    # halves concatenated); MultiHeadAttention reads the heads the graph computes (use_cache=False: no
+    # present key/values are returned)
+    "gpt_neox_dynamo_op20.onnx": (2, None),
+    "gpt_neox_fast_torchscript_op18.onnx": (2, None),
+    "gpt_neox_freshinit_torchscript_op17.onnx": (2, None),
+    "gpt_neox_tanh_dynamo_op20.onnx": (2, None),
+    "gpt_neox_torchscript_op16.onnx": (2, None),
+    "gpt_neox_torchscript_op16_ortopt.onnx": (2, None),
+    "gpt_neox_torchscript_op16_ortfp16.onnx": (2, None),
     # T5: Where(keep, relative position bias, finfo.min), a finite bias fed as attention_bias. The other
     # four blocks' intermediates are read outside them (the first layers' key heads are also the returned
     # cache; the decoder's position bias reads the query heads' shape): the engine's single-use check
@@ -116,6 +119,8 @@ FUSED_MODELS = sorted(f for f, (n, _) in EXPECTED.items() if n)
 SEPARATE_QKV = {
     # the one cross-attention T5 fuses: its query is the decoder's, its key and value the encoder's
     "t5_torchscript_op15.onnx": (1, "projections of different tensors"),
+    # the rotary embedding's heads, read as the graph computes them (no projection to pack)
+    **{f: (2, "computed per head") for f in ENTRIES if f.startswith("gpt_neox_")},
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 

@@ -5,11 +5,12 @@ inferred shape over a declaration of the type alone (what ORT's float16 converte
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from onnxfuse.patterns.graph import GraphView, infer_types
-from onnxfuse.patterns.symbolic import Dim, Evaluator
+from onnxfuse.patterns.symbolic import Dim, Evaluator, NotSymbolic
 
 B, S = Dim(1, ("batch",)), Dim(1, ("seq",))
 
@@ -124,3 +125,64 @@ def test_forward_pass_follows_unsqueeze_expand_and_range():
     s = Dim(1, ("s",))
     assert [ev.dim("dist", a) for a in range(2)] == [Dim(1), s]
     assert [ev.dim("keep", a) for a in range(4)] == [Dim(1, ("b",)), Dim(1), Dim(1), s]
+
+
+def _sliced_heads(end_offset: int = 2):
+    """x → SkipLayerNormalization → MatMul [8, 24] → (as NeoX's TorchScript export splits its fused
+    query_key_value) Slices of the last axis at multiples of (Shape(p)[-1] + end_offset) / 3 → Concat of
+    two of them and a Slice taken whole; then Cos, and a Slice of the symbolic batch axis (default axes)."""
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    inits = [numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+             numpy_helper.from_array(np.ones((8, 24), np.float32), "w"),
+             c("last", [-1]), c("zero", [0]), c("offset", [end_offset]), c("three", [3]), c("two", [2]),
+             c("big", [2**63 - 1]), c("one", [1])]
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "x", "gamma"], ["n"], domain="com.microsoft"),
+             helper.make_node("MatMul", ["n", "w"], ["p"]),
+             helper.make_node("Shape", ["p"], ["p_shape"]),
+             helper.make_node("Gather", ["p_shape", "last"], ["p_last"], axis=0),
+             helper.make_node("Add", ["p_last", "offset"], ["p_last_plus"]),
+             helper.make_node("Div", ["p_last_plus", "three"], ["third"]),
+             helper.make_node("Mul", ["third", "two"], ["two_thirds"]),
+             helper.make_node("Slice", ["p", "zero", "third", "last"], ["q"]),
+             helper.make_node("Slice", ["p", "third", "two_thirds", "last"], ["k"]),
+             helper.make_node("Slice", ["p", "zero", "big", "last", "one"], ["whole"]),
+             helper.make_node("Concat", ["q", "k"], ["qk"], axis=-1),
+             helper.make_node("Cos", ["qk"], ["cos"]),
+             helper.make_node("Slice", ["p", "zero", "p_last_plus"], ["batch_rows"])]
+    return _model(nodes, inits)
+
+
+def test_slices_of_the_last_axis_at_shape_arithmetic_bounds():
+    ev = _evaluator(_sliced_heads())
+    assert ev.vec("third").items == (Dim(8),)  # (24 + 2) / 3, truncated as integer Div does
+    for out in ("q", "k"):
+        assert [ev.dim(out, a) for a in range(3)] == [B, S, Dim(8)]
+    assert [ev.dim("whole", a) for a in range(3)] == [B, S, Dim(24)]
+
+
+def test_concat_adds_its_axis_and_keeps_the_others():
+    ev = _evaluator(_sliced_heads())
+    assert [ev.dim("qk", a) for a in range(3)] == [B, S, Dim(16)]
+    assert [ev.dim("cos", a) for a in range(3)] == [B, S, Dim(16)]
+
+
+def test_a_slice_of_a_symbolic_axis_keeps_only_the_other_axes():
+    ev = _evaluator(_sliced_heads())
+    # Slice(p, [0], [26]) with default axes slices axis 0 to 26 rows: the batch is no longer known
+    assert not ev.dim("batch_rows", 0).is_int and ev.dim("batch_rows", 0) != B
+    assert ev.dim("batch_rows", 1) == S and ev.dim("batch_rows", 2) == Dim(24)
+
+
+def test_shape_sums_of_one_symbol_are_exact_and_a_zero_sum_is_zero():
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq_len"], axis=0),
+             helper.make_node("Add", ["seq_len", "seq_len"], ["twice"]),
+             helper.make_node("Mul", ["seq_len", "minus_one"], ["negated"]),
+             helper.make_node("Add", ["seq_len", "negated"], ["nothing"]),
+             helper.make_node("Add", ["seq_len", "minus_one"], ["seq_minus_one"])]
+    ev = _evaluator(_model(nodes, [c("one", [1]), c("minus_one", [-1])]))
+    assert ev.vec("twice").items == (Dim(2, ("seq",)),)
+    assert ev.vec("nothing").items == (Dim(0),)  # (a Reshape reads 0 as "copy": it must be the int)
+    with pytest.raises(NotSymbolic):
+        ev.vec("seq_minus_one")  # seq - 1 is no monomial

@@ -23,6 +23,29 @@ Kᵀ: TorchScript ``Transpose(Reshape(Kp), 0231)``; dynamo ``Reshape(Transpose(R
 021), [B, N, H, S])``, shown to be ``Transpose(Kh, 0132)`` by reading both targets from ``Shape(Kh)``;
 or ``Transpose(Kh, 0132)`` itself.
 
+Heads computed per head (GPT-NeoX, LLaMA, Phi: a rotary position embedding between the head split and
+the scores; NeoX's partial rotary concatenates rotated and passed-through halves; NeoX also slices q, k
+and v from one [B, N, S, 3H] split)::
+
+    Q4 = f(Qh, cos, sin)   [B, N, S, H]    K4 likewise (Kᵀ = Transpose(K4, 0132) or dynamo's reshapes)
+
+Nothing about ``f`` is proved or rewritten: it stays in the graph, and the op reads its results — the
+query merged back into [B, S, N·H] in front of it (Transpose 0213, Reshape [0, 0, -1]: what MHA splits
+into heads again), key and value as MHA's 4-D [B, N, L, H] inputs, the value's heads as the product reads
+them (a plain split's Transpose output, where only Q and K are rotated). Exact for any ``f``: the graph
+computes softmax(scale·Q4·K4ᵀ + mask)·V4 from those tensors, and so does MHA. What is proved is their
+dimensions (``symbolic``): Q4 [B, N, S, ·] with N an int (num_heads), K4 and V4 [B, N, L, ·] with the
+query's B and N (MHA broadcasts no batch or head, where the graph's MatMuls would), one L, and one head
+size for K4 and V4 (ORT 1.31's CPU kernel refuses key and value of different shapes, measured); the
+query's and key's head sizes are contracted by the graph's own product. The mask proofs read B, S and L
+from these dimensions. The projections' bias Adds stay where they are, before the rotary (which would turn
+a bias into a term that depends on the position), and nothing goes into MHA's ``bias`` — with a 4-D key
+ORT 1.31's CPU kernel adds only its query third (measured); Q, K and V are not packed. Grouped key/value
+heads repeated to the query's count (repeat_kv: Unsqueeze, Expand, Reshape from the heads' shape) are [B,
+N, L, H] heads like any other; unrepeated ones (N_kv < N) are refused: MHA takes one head count. A present
+key or value returned as a graph output (a cache) is such a tensor, computed in front of the op: it does
+not keep the attention from being fused.
+
 Scale: sdpa splits it as ``√scale`` on Q and on Kᵀ (``Mul(Qh, c)``, ``Mul(Kᵀ, c)``), eager attention
 divides or multiplies the scores; every such scalar counts, and MHA's ``scale`` is their product.
 
@@ -80,8 +103,8 @@ Softmax over another axis, a bias that is neither a proved padding/causal mask n
 the scores' type and shape (``-inf`` fills of masks it cannot prove, such as a literal triangle
 constant or an anti-causal compare; ``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or
 one that broadcasts the scores up), scores scaled after the bias is added, a query/key that reaches the
-product in head layout through other ops (rotary embeddings: they would need a re-layout to MHA's
-[B, S, D]), inconsistent head counts.
+product through other ops without proved [B, N, S, H] dimensions (above), key and value heads of
+different sizes, inconsistent head counts.
 
 Projections: where Q, K and V are constant-weight projections of one tensor X (three MatMuls, or GPT-2's
 one MatMul and a Split; qkv.py), the block takes them in and becomes ``Attention(X, [Wq | Wk | Wv],
@@ -118,7 +141,7 @@ writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not a candidate), 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -164,6 +187,8 @@ class AttentionPlan(Plan):
     additive_bias: str | None = None  # the graph's own finite bias tensor, fed as attention_bias
     bias_is_full: bool = False  # ... already 4-D with the query and key lengths (else expanded to them)
     separate_because: str | None = None  # why Q, K and V are not packed into one projection
+    query_heads: str | None = None  # the query as heads [B, N, S, H] the graph computed: merged in front of MHA
+    kv_heads: bool = False  # key and value are heads [B, N, L, H] the graph has (MHA's 4-D key and value)
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
@@ -174,9 +199,14 @@ class AttentionPlan(Plan):
                  "unidirectional" if self.causal else "none", "qkv": "separate"}
         if self.separate_because:
             found["qkv_separate_because"] = self.separate_because
+        if self.kv_heads:
+            found.update(query="heads merged" if self.query_heads else "projection", key_value="heads")
         return found
 
     def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
+        if self.query_heads is not None:
+            merge, query = self._merged_query(out)
+            return merge + replace(self, query=query, query_heads=None).emit(out, name)
         nodes: list[onnx.NodeProto] = []
         projections = self._projection_inputs(out)
         attention_bias = ""
@@ -208,6 +238,14 @@ class AttentionPlan(Plan):
             shape = out.initializer(self.name_hint + "_flat_shape", np.array(self.flat_shape, dtype=np.int64))
             nodes.append(onnx.helper.make_node("Reshape", [merged, shape], [y], name=out.name(y + "_reshape")))
         return nodes
+
+    def _merged_query(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
+        """MHA reads the query only as [B, S, N·H]: the graph's heads [B, N, S, H] merged back, which is
+        what MHA splits them into again (the Reshape's zeros copy B and S)."""
+        bsnh, merged = out.name(self.name_hint + "_query_bsnh"), out.name(self.name_hint + "_query_merged")
+        shape = out.initializer(self.name_hint + "_query_shape", np.array([0, 0, -1], dtype=np.int64))
+        return [onnx.helper.make_node("Transpose", [self.query_heads], [bsnh], name=out.name(bsnh), perm=[0, 2, 1, 3]),
+                onnx.helper.make_node("Reshape", [bsnh, shape], [merged], name=out.name(merged))], merged
 
     def _attrs(self) -> dict:
         attrs = {"num_heads": self.num_heads, "scale": self.scale}
@@ -315,11 +353,13 @@ class AttentionPlan(Plan):
         q_shape, k_shape, q_len, k_len, target, expanded = (out.name(hint + s) for s in (
             "_query_shape", "_key_shape", "_query_len", "_key_len", "_shape", "_attention_bias"))
         seq_axis = out.initializer(hint + "_seq_axes", np.array([1], np.int64))
+        # the key's length is axis 1 of a [B, L, D] key, axis 2 of [B, N, L, H] heads
+        key_axis = out.initializer(hint + "_key_axes", np.array([2], np.int64)) if self.kv_heads else seq_axis
         nodes = [
             onnx.helper.make_node("Shape", [self.query], [q_shape], name=out.name(q_shape)),
             onnx.helper.make_node("Gather", [q_shape, seq_axis], [q_len], name=out.name(q_len), axis=0),
             onnx.helper.make_node("Shape", [self.key], [k_shape], name=out.name(k_shape)),
-            onnx.helper.make_node("Gather", [k_shape, seq_axis], [k_len], name=out.name(k_len), axis=0),
+            onnx.helper.make_node("Gather", [k_shape, key_axis], [k_len], name=out.name(k_len), axis=0),
             onnx.helper.make_node("Concat", [out.initializer(hint + "_lead", np.array([1, 1], np.int64)), q_len, k_len],
                                   [target], name=out.name(target), axis=0),
             onnx.helper.make_node("Expand", [self.additive_bias, target], [expanded], name=out.name(expanded)),
@@ -518,14 +558,14 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     q_scaled, k_scaled = qk.input[0], qk.input[1]
     qh, q_scale = _strip_scale(view, q_scaled, nodes)
     kt, k_scale = _strip_scale(view, k_scaled, nodes)
-    q = _split_heads(view, ev, qh, (0, 2, 1, 3), nodes, "query")
+    q = _heads(view, ev, qh, nodes, "query")
     k = _key_transposed(view, ev, kt, nodes)
     scale = sc.scale * q_scale * k_scale
 
-    dtype = ev.dtype(q.projected)
+    dtype = ev.dtype(q.typed)
     if dtype is None:
         raise _Refused("the attention's dtype is not known (no projection's type can be derived)")
-    if dtype not in _SUPPORTED or ev.dtype(k.projected) != dtype:
+    if dtype not in _SUPPORTED or ev.dtype(k.typed) != dtype:
         raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
     mask = _classify_mask(view, ev, sc.bias, q, k, dtype) if sc.bias is not None else _NO_MASK
     # The mask adds without broadcasting the scores up (checked by _classify_mask), so the probabilities
@@ -546,18 +586,28 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     if pv is None or not is_op(view.nodes[pv], "MatMul") or view.nodes[pv].input[0] != probs:
         raise _Refused("the attention probabilities are read outside the attention (output_attentions?)")
     nodes.add(pv)
-    v = _split_heads(view, ev, view.nodes[pv].input[1], (0, 2, 1, 3), nodes, "value")
-    merged, flat_shape = _merge_heads(view, ev, view.nodes[pv].output[0], q, nodes)
+    v = _heads(view, ev, view.nodes[pv].input[1], nodes, "value")
+    per_head = q.computed or k.computed or v.computed
+    hidden = _value_hidden(ev, v) if per_head else q.heads * q.head_size
+    merged, flat_shape = _merge_heads(view, ev, view.nodes[pv].output[0], q, hidden, nodes)
 
-    if ev.dtype(v.projected) != dtype:
-        raise _Refused(f"the value is {dtype_name(ev.dtype(v.projected))}, the query {dtype_name(dtype)}")
-    if not (q.heads == k.heads == v.heads and q.head_size == k.head_size):
+    if ev.dtype(v.typed) != dtype:
+        raise _Refused(f"the value is {dtype_name(ev.dtype(v.typed))}, the query {dtype_name(dtype)}")
+    if per_head:
+        nodes -= _heads_read_as_they_are(ev, q, k, v)
+    elif not (q.heads == k.heads == v.heads and q.head_size == k.head_size):
         raise _Refused(f"query/key/value split into {q.heads}/{k.heads}/{v.heads} heads of "
                        f"{q.head_size}/{k.head_size}/{v.head_size}")
 
-    packed, separate_because = _packed_projection(view, ev, (q, k, v), dtype, nodes, merged)
-    biases = None if packed else _packable_biases(view, (q, k, v), dtype)
-    if packed is not None:
+    if per_head:  # the projections' bias Adds stay before the rotary; MHA gets no bias (module docstring)
+        packed, separate_because = None, ("the heads are computed per head (a rotary embedding): "
+                                          "MultiHeadAttention reads them as the graph computes them")
+    else:
+        packed, separate_because = _packed_projection(view, ev, (q, k, v), dtype, nodes, merged)
+    biases = None if packed or per_head else _packable_biases(view, (q, k, v), dtype)
+    if per_head:
+        query, key, value = (q.projected or q.tensor), k.tensor, v.tensor
+    elif packed is not None:
         nodes |= packed.nodes
         query = key = value = packed.input
     elif biases is not None:
@@ -578,7 +628,8 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     scaling = ("√scale on Q and Kᵀ" if q_scale != 1.0 and k_scale != 1.0 else
                "scaled Q" if q_scale != 1.0 else "scaled Kᵀ" if k_scale != 1.0 else
                "scaled scores" if sc.scale != 1.0 else "unscaled")
-    form = ", ".join(p for p in (scaling, mask.kind or "no mask", "IsNaN guard" if guarded else "") if p)
+    form = ", ".join(p for p in ("heads computed per head" if per_head else "", scaling, mask.kind or "no mask",
+                                 "IsNaN guard" if guarded else "") if p)
     extra = {"packed": packed} if packed else {"separate_because": separate_because}
     return (PackedAttentionPlan if packed else AttentionPlan)(
         rule=RULE, form=f"attention ({form})", nodes=frozenset(nodes), outputs=(merged,),
@@ -588,8 +639,39 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         padding_is_bool=padded and view.dtype(mask.tensor) == T.BOOL, fill=mask.fill,
         hidden_rows=hidden_rows, causal=mask.causal and not padded, num_heads=q.heads,
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
-        self_attention=ev.dim(q.projected, 1) == ev.dim(k.projected, 1), flat_shape=flat_shape,
+        self_attention=q.seq == k.seq, flat_shape=flat_shape,
+        query_heads=q.tensor if q.computed else None, kv_heads=per_head,
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full, **extra)
+
+
+def _value_hidden(ev: Evaluator, v: _Heads) -> int | None:
+    """N·H of the value heads, where their head size is known."""
+    h = Dim(v.head_size) if v.head_size else ev.dim(v.tensor, 3)
+    return v.heads * h.coef if h.is_int else None
+
+
+def _heads_read_as_they_are(ev: Evaluator, q: _Heads, k: _Heads, v: _Heads) -> frozenset:
+    """Where the graph computes heads itself, MHA reads the key and value heads [B, N, L, H] as they are
+    (and the query's merged back into [B, S, N·H] in front of it, or its projection where that is split):
+    their dimensions must be what MHA requires — the query's batch and head count, one length, and one
+    head size for key and value (ORT's CPU kernel refuses key and value heads of different shapes). The
+    query's and key's head sizes need no proof: the graph's own product of the two contracts them.
+    Returns the head splits of key and value, which stay in the graph (MHA reads their output)."""
+    if k.tensor is None:
+        raise _Refused("the key is split into heads straight as Kᵀ while other heads are computed per head: "
+                       "MultiHeadAttention would need the key heads as [batch, heads, length, head_size]")
+    kd, vd = ([ev.dim(x.tensor, a) for a in range(4)] for x in (k, v))
+    for d, what in ((kd, "key"), (vd, "value")):
+        if d[0] != q.batch:
+            raise _Refused(f"the {what} heads' batch ({d[0]}) is not shown to be the query's ({q.batch})")
+        if d[1] != Dim(q.heads):
+            raise _Refused(f"query/{what} split into {q.heads}/{d[1]} heads")
+    if vd[2] != kd[2]:
+        raise _Refused(f"the value heads' length ({vd[2]}) is not shown to be the key heads' ({kd[2]})")
+    if vd[3] != kd[3]:
+        raise _Refused(f"the key and value heads' sizes ({kd[3]}, {vd[3]}) are not shown to be equal: "
+                       "MultiHeadAttention takes [batch, heads, length, head_size] key and value of one shape")
+    return k.split_nodes | v.split_nodes
 
 
 def _packed_projection(view: GraphView, ev: Evaluator, heads, dtype: int, nodes: set,
@@ -614,12 +696,48 @@ def _packed_projection(view: GraphView, ev: Evaluator, heads, dtype: int, nodes:
 # --- heads -------------------------------------------------------------------------------------------
 @dataclass
 class _Heads:
-    projected: str  # [B, S, D]: what MHA reads
+    projected: str | None  # [B, S, D]: what MHA reads (None for heads the graph computes per head)
     heads: int
-    head_size: int
+    head_size: int  # 0 where it is not known as an int (heads computed per head)
+    batch: Dim
+    seq: Dim
     bias_add: int | None = None  # Add(MatMul(X, W), b) producing `projected`, b an inline [D] constant
     unbiased: str | None = None
     bias: str | None = None
+    tensor: str | None = None  # the heads [B, N, S, H] as the product reads them (None: split straight into Kᵀ)
+    computed: bool = False  # `tensor` is computed from the split heads (a rotary embedding): MHA reads it
+    split_nodes: frozenset = frozenset()  # the head split's Reshape and Transpose
+
+    @property
+    def typed(self) -> str:
+        """The tensor whose element type is the heads'."""
+        return self.tensor if self.computed else self.projected
+
+
+class _NotSplit(_Refused):
+    """The heads do not come straight from a head split Transpose(Reshape(·)); the message is the reason."""
+
+
+def _heads(view: GraphView, ev: Evaluator, t: str, nodes: set, what: str) -> _Heads:
+    """The heads ``t`` [B, N, S, H] that reach a product: a head split of a projection (which MHA reads
+    as [B, S, D] and splits itself), or else any tensor of proved [B, N, S, ·] dimensions, which the graph
+    computes from the heads itself (a rotary embedding): MHA then reads that tensor as it is."""
+    try:
+        return _split_heads(view, ev, t, (0, 2, 1, 3), nodes, what)
+    except _NotSplit as why:
+        return _computed_heads(ev, t, what, str(why))
+
+
+def _computed_heads(ev: Evaluator, t: str, what: str, not_split: str) -> _Heads:
+    """Heads the graph computes between the split and the product (rotary embeddings: Slices, Concats,
+    Muls and Adds of the split heads with position tables), taken as they are: nothing about that
+    computation is proved but its result's dimensions, from ``symbolic`` — [B, N, S, H] with N an int."""
+    if ev.rank(t) != 4:
+        raise _Refused(f"{not_split}; as heads computed per head, '{t}' is not known to be 4-D")
+    b, n, s, h = (ev.dim(t, a) for a in range(4))
+    if not n.is_int or n.coef <= 0:
+        raise _Refused(f"{not_split}; as heads computed per head, '{t}' has {n} heads, not a known count")
+    return _Heads(None, n.coef, h.coef if h.is_int else 0, b, s, tensor=t, computed=True)
 
 
 def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set, what: str) -> _Heads:
@@ -629,8 +747,8 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
         raise _Refused(f"the {what} is scaled by a factor computed at run time, not a constant")
     if ti is None or not is_op(view.nodes[ti], "Transpose") or tuple(attr(view.nodes[ti], "perm", ())) != perm:
         got = "a graph input" if ti is None else view.nodes[ti].op_type
-        raise _Refused(f"the {what} reaches the attention product through {got}, not the head split "
-                       f"Transpose(Reshape(·), {list(perm)}) (rotary embedding or another layout)")
+        raise _NotSplit(f"the {what} reaches the attention product through {got}, not the head split "
+                        f"Transpose(Reshape(·), {list(perm)}) (rotary embedding or another layout)")
     ri = view.producer.get(view.nodes[ti].input[0])
     if ri is None or not is_op(view.nodes[ri], "Reshape"):
         raise _Refused(f"the {what} heads are not a Reshape of a projection")
@@ -660,7 +778,8 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
     if not (n.is_int and h.is_int and n.coef * h.coef == hidden and n.coef > 0):
         raise _Refused(f"the {what} head split {list(target)} is not [B, S, heads, head_size] of {hidden}")
     nodes |= {ti, ri}
-    heads = _Heads(xp, n.coef, h.coef)
+    heads = _Heads(xp, n.coef, h.coef, ev.dim(xp, 0), ev.dim(xp, 1), tensor=t if perm == (0, 2, 1, 3) else None,
+                   split_nodes=frozenset({ti, ri}))
     ai = view.producer.get(xp)
     if ai is not None and is_op(view.nodes[ai], "Add") and len(view.nodes[ai].input) == 2:
         for a, b in ((view.nodes[ai].input[0], view.nodes[ai].input[1]), (view.nodes[ai].input[1], view.nodes[ai].input[0])):
@@ -681,7 +800,7 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
         if perm == (0, 2, 3, 1):
             return _split_heads(view, ev, t, perm, nodes, "key")
         if perm == (0, 1, 3, 2):
-            k = _split_heads(view, ev, node.input[0], (0, 2, 1, 3), nodes, "key")
+            k = _heads(view, ev, node.input[0], nodes, "key")
             nodes.add(ti)
             return k
     if node is not None and is_op(node, "Reshape"):  # dynamo: Reshape(Transpose(Reshape(Kh, [-1, L, H]), 021), [B, N, H, L])
@@ -697,19 +816,21 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
                     raise _Refused(f"the key transpose's shapes cannot be followed: {e}") from None
                 d = [ev.dim(kh, a) for a in range(4)] if ev.rank(kh) == 4 else None
                 if d is not None and merge == (Dim(-1), d[2], d[3]) and split == (d[0], d[1], d[3], d[2]):
-                    k = _split_heads(view, ev, kh, (0, 2, 1, 3), nodes, "key")
+                    k = _heads(view, ev, kh, nodes, "key")
                     nodes |= {ti, t3, r3}
                     return k
                 raise _Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: "
                                "not shown to be Kᵀ")
     got = "a graph input" if node is None else node.op_type
-    raise _Refused(f"the key reaches the attention product through {got}, not a transposed head split "
-                   "(rotary embedding or another layout)")
+    raise _Refused(f"the key reaches the attention product through {got}, not Kᵀ: a transposed head split "
+                   "or transposed [batch, heads, length, head_size] heads (another layout)")
 
 
-def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, nodes: set) -> tuple[str, tuple | None]:
-    """P·V [B, N, S, H] → (identity Reshapes) → Transpose 0213 → Reshape [B, S, N·H]: what MHA writes.
-    Returns the merged tensor and, for a merge into [B·S, N·H], that shape (MHA's output is reshaped)."""
+def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, hidden: int | None,
+                 nodes: set) -> tuple[str, tuple | None]:
+    """P·V [B, N, S, H] → (identity Reshapes) → Transpose 0213 → Reshape [B, S, N·H]: what MHA writes
+    (``hidden`` is N·H where it is known). Returns the merged tensor and, for a merge into [B·S, N·H],
+    that shape (MHA's output is reshaped)."""
     cur = t
     while True:
         i = _sole_reader(view, cur)
@@ -732,20 +853,21 @@ def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, nodes: set) 
         target = ev.vec(view.nodes[ri].input[1]).items
     except NotSymbolic as e:
         raise _Refused(f"the head merge's shape cannot be followed: {e}") from None
-    hidden = q.heads * q.head_size
-    batch = {ev.dim(tm, 0), ev.dim(q.projected, 0)}
-    seq = {ev.dim(tm, 1), ev.dim(q.projected, 1)}
+    batch = {ev.dim(tm, 0), q.batch}
+    seq = {ev.dim(tm, 1), q.seq}
     if not attr(view.nodes[ri], "allowzero", 0):
         batch.add(Dim(0))
         seq.add(Dim(0))
-    flat = len(target) == 2 and target == (Dim(-1), Dim(hidden))  # [B·S, D]: GPT-2's Conv1D (dynamo)
+    last = (Dim(-1),) if hidden is None else (Dim(-1), Dim(hidden))
+    # [B·S, D]: GPT-2's Conv1D (dynamo)
+    flat = len(target) == 2 and hidden is not None and target == (Dim(-1), Dim(hidden))
     # one -1 among batch/sequence is the other's complement when the last is the hidden size
     kept = len(target) == 3 and (
-        (target[0] in batch and target[1] in seq and target[2] in (Dim(-1), Dim(hidden)))
-        or (target[2] == Dim(hidden) and ((target[0] == Dim(-1) and target[1] in seq)
-                                          or (target[0] in batch and target[1] == Dim(-1)))))
+        (target[0] in batch and target[1] in seq and target[2] in last)
+        or (hidden is not None and target[2] == Dim(hidden) and ((target[0] == Dim(-1) and target[1] in seq)
+                                                                 or (target[0] in batch and target[1] == Dim(-1)))))
     if not flat and not kept:
-        raise _Refused(f"the heads are merged into {list(target)}, not [batch, sequence, {hidden}]")
+        raise _Refused(f"the heads are merged into {list(target)}, not [batch, sequence, {hidden or 'hidden'}]")
     nodes.add(ri)
     return view.nodes[ri].output[0], (-1, hidden) if flat else None
 
@@ -879,7 +1001,7 @@ def _additive_bias(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Hea
     if rank is None or rank > 4:
         refuse("the bias's rank is not known to be at most 4")
     dims = (Dim(1),) * (4 - rank) + tuple(ev.dim(bias, j) for j in range(rank))
-    scores = (ev.dim(q.projected, 0), Dim(q.heads), ev.dim(q.projected, 1), ev.dim(k.projected, 1))
+    scores = (q.batch, Dim(q.heads), q.seq, k.seq)
     for j, (d, s) in enumerate(zip(dims, scores)):
         if d != Dim(1) and d != s:
             refuse(f"the bias's dimension {j} ({d}) is not shown to be 1 or the scores' ({s})")
@@ -914,8 +1036,7 @@ def _proved_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads
         terms = conjuncts(expr, extents)
     except NotSymbolic as e:
         raise _Refused(f"the mask is not provably padding or causal: {e}") from None
-    batch, query_len, key_len = (ev.dim(q.projected, 0), ev.dim(q.projected, 1),
-                                 ev.dim(k.projected, 1))
+    batch, query_len, key_len = q.batch, q.seq, k.seq
     causal, padding = False, None
     for term in terms:
         if term in (("le", ("axis", 3), ("axis", 2)), ("ge", ("axis", 2), ("axis", 3))):

@@ -13,12 +13,12 @@ Nothing here runs the model. A value is one of:
 
 Dimensions come from one forward pass (:meth:`Evaluator.shapes`) that carries each output dimension over
 from the input it is (Transpose, MatMul, broadcasting, normalisations, Reshape to a target read here, each
-output of a Split by its constant size), down from the graph inputs; elsewhere shape inference's: an int,
-or a ``dim_param``/inferred symbol (two tensors whose dims carry the same symbol have the same size: that
-is what the ONNX symbol means). A dimension
-neither knows stays ``Shape(x)[i]`` of its tensor, equal only to itself. Two dimensions are proved equal
-only by being the same value here; anything else is "not shown", and the caller refuses. Element types
-are carried forward the same way (:meth:`Evaluator.dtype`) where shape inference typed nothing.
+output of a Split by its constant size, Slices at bounds read here, Concats), down from the graph inputs;
+elsewhere shape inference's: an int, or a ``dim_param``/inferred symbol (two tensors whose dims carry the
+same symbol have the same size: that is what the ONNX symbol means). A dimension neither knows stays
+``Shape(x)[i]`` of its tensor, equal only to itself. Two dimensions are proved equal only by being the
+same value here; anything else is "not shown", and the caller refuses. Element types are carried forward
+the same way (:meth:`Evaluator.dtype`) where shape inference typed nothing.
 
 Anything the evaluator does not model (another op, a non-uniform constant, a formula it cannot simplify)
 raises :class:`NotSymbolic` with a reason; a caller that needs a proof then refuses.
@@ -44,7 +44,7 @@ _NORMALIZATIONS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLa
                    "SkipSimplifiedLayerNormalization"}
 _CONTRIB_TYPED = {"SkipLayerNormalization", "FastGelu", "BiasGelu", "QuickGelu", "Gelu"}  # com.microsoft, T→T
 # Elementwise ops of one operand, followed by the forward pass only (their values are not modelled).
-_UNARY_OPS = {"Abs", "Log", "Exp", "Floor", "Ceil", "Round", "Reciprocal", "Sign"}
+_UNARY_OPS = {"Abs", "Log", "Exp", "Floor", "Ceil", "Round", "Reciprocal", "Sign", "Cos", "Sin"}
 _BROADCAST_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "And", "Or", "Equal", "Less", "LessOrEqual",
                   "Greater", "GreaterOrEqual", "Max", "Min"}
 
@@ -357,7 +357,49 @@ class Evaluator:
         if op == "Split" and x0 is not None and x0:
             ax = attr(node, "axis", 0) % len(x0)
             return x0[:ax] + (self._split_size(node, k, x0[ax]),) + x0[ax + 1:]
+        if op == "Slice" and x0 is not None:
+            return self._sliced(node, x0)
+        if op == "Concat" and ins and all(d is not None and len(d) == len(x0) for d in ins) and x0:
+            ax = attr(node, "axis", 0) % len(x0)
+            # the node fails unless the operands agree off the axis: any operand's dimension is the output's
+            along = [d[ax] for d in ins]
+            total = Dim(sum(d.coef for d in along)) if all(d is not None and d.is_int for d in along) else None
+            off = [next((d[j] for d in ins if d[j] is not None), None) for j in range(len(x0))]
+            return tuple(total if j == ax else off[j] for j in range(len(x0)))
         return None
+
+    def _sliced(self, node, x0: tuple) -> tuple | None:
+        """Slice (opset 10 on: starts, ends, axes, steps as inputs; before: attributes) of a tensor: the
+        axes it does not slice keep their dimensions; a sliced one is known where its extent and the
+        bounds are ints, or where it is taken whole (from 0 to the end, step 1)."""
+        try:
+            if len(node.input) > 1:
+                starts, ends = (self.vec(x).items for x in node.input[1:3])
+                axes = self.vec(node.input[3]).items if len(node.input) > 3 and node.input[3] else None
+                steps = self.vec(node.input[4]).items if len(node.input) > 4 and node.input[4] else None
+            else:
+                starts, ends = (tuple(Dim(int(v)) for v in attr(node, a, ())) for a in ("starts", "ends"))
+                axes = tuple(Dim(int(v)) for v in attr(node, "axes", ())) or None
+                steps = None
+        except NotSymbolic:
+            return None
+        axes = tuple(Dim(a) for a in range(len(starts))) if axes is None else axes
+        steps = (Dim(1),) * len(starts) if steps is None else steps
+        if not len(starts) == len(ends) == len(axes) == len(steps) or not all(a.is_int for a in axes):
+            return None
+        out = list(x0)
+        for a, s, e, st in zip(axes, starts, ends, steps):
+            j = a.coef % len(x0) if -len(x0) <= a.coef < len(x0) else None
+            if j is None:
+                return None
+            n = x0[j]
+            if s == Dim(0) and e.is_int and e.coef >= INT64_MAX and st == Dim(1):
+                continue  # the whole axis
+            if n is None or not (n.is_int and s.is_int and e.is_int and st.is_int) or st.coef == 0:
+                out[j] = None
+                continue
+            out[j] = Dim(len(range(*slice(s.coef, e.coef, st.coef).indices(n.coef))))
+        return tuple(out)
 
     def _split_size(self, node, k: int, whole: Dim | None) -> Dim | None:
         """The extent of Split output ``k`` along the split axis: its entry of the ``split`` sizes (input
@@ -608,6 +650,8 @@ class Evaluator:
         a, b = (self.value(x) for x in node.input[:2])
         if isinstance(a, Vec) and isinstance(b, Vec) and op in ("mul", "div", "eq"):
             return _vec_arith(a, b, op)
+        if isinstance(a, Vec) and isinstance(b, Vec) and op == "add" and _addable(a, b):
+            return _vec_arith(a, b, op)
         a, b = (_as_index(x) for x in (a, b))
         if not isinstance(a, Index) or not isinstance(b, Index):
             raise NotSymbolic(f"{node.op_type} of values it does not model")
@@ -670,6 +714,15 @@ def _as_index(v: Value) -> Value:
         d = v.items[0]
         return Index(() if v.scalar else (Dim(1),), ("const", d.coef if d.is_int else d))
     return v
+
+
+def _addable(a: Vec, b: Vec) -> bool:
+    """Shape arithmetic ``a + b`` stays a vector of monomials: equal lengths (or one scalar) and each pair
+    of the same factors (ints: (d + 2) / 3 of a known d)."""
+    n = max(len(a.items), len(b.items))
+    xs = a.items * n if len(a.items) == 1 else a.items
+    ys = b.items * n if len(b.items) == 1 else b.items
+    return len(xs) == len(ys) and all(x.factors == y.factors for x, y in zip(xs, ys))
 
 
 def _is_boolean(expr: tuple) -> bool:
@@ -744,6 +797,13 @@ def _vec_arith(a: Vec, b: Vec, op: str) -> Value:
         raise NotSymbolic("shape arithmetic on vectors of different lengths")
     if op == "mul":
         return Vec(tuple(x * y for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
+    if op == "add":  # monomials of the same factors (ints among them: _addable); a zero sum is the int 0
+        sums = (x.coef + y.coef for x, y in zip(xs, ys))
+        return Vec(tuple(Dim(c, x.factors if c else ()) for c, x in zip(sums, xs)), scalar=a.scalar and b.scalar)
+    if op == "div" and all(x.is_int and y.is_int and y.coef for x, y in zip(xs, ys)):
+        # integer Div truncates toward zero
+        return Vec(tuple(Dim(abs(x.coef) // abs(y.coef) * (1 if (x.coef < 0) == (y.coef < 0) else -1))
+                         for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
     if op == "div":
         # Div truncates; its quotient symbol is the one a Reshape's -1 over the same dimensions gets, and
         # where that Reshape runs the division is exact, so the two are the same number
