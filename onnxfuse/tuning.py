@@ -340,8 +340,14 @@ def _rows(ev: Evaluator, view: GraphView, name: str, memo: dict, depth: int = 0)
         found = x and (x[0], weight_dim(node.input[1], 0 if attr(node, "transB", 0) else 1))
     elif op == "MultiHeadAttention":  # [B, S, D] query → [B, S, v_hidden]
         q = of(node.input[0])
-        v = of(node.input[2]) if len(node.input) > 2 else None
-        found = q and (q[0], v[1] if v else None)
+        value = node.input[2] if len(node.input) > 2 else ""
+        if value and ev.rank(value) == 4:  # heads [B, N, L, H]: v_hidden = N·H
+            heads, size = _int_dim(ev, value, 1), _int_dim(ev, value, 3)
+            width = heads * size if heads and size else None
+        else:
+            v = of(value) if value else None
+            width = v[1] if v else None
+        found = q and (q[0], width)
     elif op == "Attention":  # com.microsoft, packed weights: [B, S, D_in] · [D_in, 3·D] → [B, S, D]
         x = of(node.input[0])
         packed = weight_dim(node.input[1], 1)

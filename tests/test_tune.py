@@ -85,7 +85,8 @@ def fused_models(tmp_path_factory):
     for rel in ("sample_models/tiny_bert.onnx", "sample_models/tiny_gpt2.onnx", "tests/models/convnext_torchscript_op14.onnx",
                 "tests/models/gpt2_torchscript_op14_ortopt.onnx", "tests/models/t5_torchscript_op15_ortfp16.onnx",
                 "tests/models/vit_torchscript_op15_ortfp16.onnx", "tests/models/bert_torchscript_op17.onnx",
-                "tests/models/bert_torchscript_op16_nofold.onnx", "tests/models/clip_text_torchscript_op16_ortfp16.onnx"):
+                "tests/models/bert_torchscript_op16_nofold.onnx", "tests/models/clip_text_torchscript_op16_ortfp16.onnx",
+                "tests/models/gpt_neox_torchscript_op16.onnx"):
         target = out / os.path.basename(rel)
         optimize_file(os.path.join(ROOT, rel), target)
         paths[os.path.basename(rel)] = target
@@ -223,10 +224,12 @@ def _actual_rows(path, feeds) -> dict[str, int]:
 
 @pytest.mark.parametrize("name", ["tiny_bert.onnx", "tiny_gpt2.onnx", "convnext_torchscript_op14.onnx",
                                   "gpt2_torchscript_op14_ortopt.onnx", "t5_torchscript_op15_ortfp16.onnx",
-                                  "vit_torchscript_op15_ortfp16.onnx", "clip_text_torchscript_op16_ortfp16.onnx"])
+                                  "vit_torchscript_op15_ortfp16.onnx", "clip_text_torchscript_op16_ortfp16.onnx",
+                                  "gpt_neox_torchscript_op16.onnx"])
 def test_row_counts_are_the_rows_ort_runs(fused_models, name):
-    """Worked out from the input shapes alone, through ORT's contrib ops, MultiHeadAttention and GPT-2's
-    Reshape→Gemm→Reshape: the same rows as running the model gives."""
+    """Worked out from the input shapes alone, through ORT's contrib ops, Attention, MultiHeadAttention (with
+    3-D or, after a rotary embedding, 4-D heads) and GPT-2's Reshape→Gemm→Reshape: the same rows as running the
+    model gives."""
     from onnxfuse.inputs import random_inputs
 
     path = fused_models[name]
@@ -237,6 +240,28 @@ def test_row_counts_are_the_rows_ort_runs(fused_models, name):
     for batch, shapes in plan:
         actual = _actual_rows(path, random_inputs(model, shapes))
         assert {n: r[batch] for n, r in rows.items()} == actual, batch
+
+
+def test_rows_through_multihead_attention_with_4d_heads():
+    """After a rotary embedding MHA reads key and value as heads [B, N, L, H]: its output is [B, S, N·H], so a
+    Reshape to [-1, N·H] behind it keeps B·S rows (not B·S·N, as H for the width would give)."""
+    from onnx import TensorProto as T
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(np.ones((16, 8), np.float32), "W")
+    flat = numpy_helper.from_array(np.array([-1, 8], np.int64), "flat")
+    nodes = [helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain="com.microsoft", num_heads=2),
+             helper.make_node("Reshape", ["y", "flat"], ["z"]),
+             helper.make_node(OP_TYPE, ["z", "W"], ["out"], domain="ai.onnxfuse", approximate="none", transB=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("q", T.FLOAT, ["B", "S", 8]),
+                                           helper.make_tensor_value_info("k", T.FLOAT, ["B", 2, "S", 4]),
+                                           helper.make_tensor_value_info("v", T.FLOAT, ["B", 2, "S", 4])],
+                              [helper.make_tensor_value_info("out", T.FLOAT, None)], [w, flat])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1),
+                                                    helper.make_opsetid("ai.onnxfuse", 1)])
+    nodes = tuning.tunable_nodes(model)
+    plan = [(3, {"q": (3, 5, 8), "k": (3, 2, 5, 4), "v": (3, 2, 5, 4)})]
+    assert tuning.row_counts(model, nodes, plan) == {nodes[0].name: {3: 15}}
 
 
 def test_rows_follow_shape_and_batch(fused_models):
