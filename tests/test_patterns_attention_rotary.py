@@ -22,7 +22,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from onnxfuse.patterns.attention import FLOAT32_MIN
-from tests.test_patterns_attention import MHA, _fuse, _fused_node, _session
+from tests.test_patterns_attention import MHA, _fuse, _fused_node, _session, assert_same_outputs
 
 D, N, H = 16, 2, 8
 INT64_MAX = 2**63 - 1
@@ -176,13 +176,7 @@ def _feeds(model: onnx.ModelProto, dtype, rng, magnitude: float = 3.0) -> dict:
 
 
 def _assert_matches(model, fused, dtype, rng, magnitude: float = 3.0):
-    feeds = _feeds(model, dtype, rng, magnitude)
-    tol = 4e-3 if dtype == T.FLOAT16 else 1e-5
-    for want, got in zip(_session(model).run(None, feeds), _session(fused).run(None, feeds)):
-        want, got = want.astype(np.float64), got.astype(np.float64)
-        assert np.array_equal(np.isnan(want), np.isnan(got))
-        ok = ~np.isnan(want)
-        assert np.max(np.abs(want[ok] - got[ok])) <= tol * max(1.0, np.max(np.abs(want[ok])))
+    assert_same_outputs(model, fused, _feeds(model, dtype, rng, magnitude), dtype)
 
 
 ACCEPTED = [
