@@ -105,8 +105,7 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
   if (a.dtype == cuda::DType::kFloat32) {
     return a.N >= a.K && a.M <= (large_w ? kGemvF32LargeWeightMaxRows : kGemvF32MaxRows);
   }
-  const bool vectors = a.K % 8 == 0 && Aligned16(a.x) && Aligned16(a.w);
-  return vectors && (a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w));
+  return cuda::gemv_reads_vectors(a) && (a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w));
 }
 
 CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {

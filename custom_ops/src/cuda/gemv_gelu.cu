@@ -264,6 +264,16 @@ int tn_k_split(int64_t K, int64_t N, int vec, const DeviceInfo& dev) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0; }
 
+}  // namespace
+
+bool gemv_reads_vectors(const GemmGeluArgs& a) {
+  const int64_t per_vector = kVectorBytes / static_cast<int64_t>(dtype_bytes(a.dtype));
+  if (!a.trans_b) return a.N % per_vector == 0 && aligned16(a.w);  // W's rows: N elements
+  return a.K % per_vector == 0 && aligned16(a.w) && aligned16(a.x);  // W's and X's rows: K elements
+}
+
+namespace {
+
 template <class T, int kRows>
 cudaError_t launch_rows(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
   constexpr int kVec = kPerVector<T>;
@@ -276,13 +286,13 @@ cudaError_t launch_rows(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream
   if (!a.trans_b) {
     constexpr int64_t kTileN = kSectorBytes / sizeof(T);
     const unsigned blocks = static_cast<unsigned>((a.N + kTileN - 1) / kTileN);
-    if (a.N % kVec == 0 && aligned16(w)) {
+    if (gemv_reads_vectors(a)) {
       gemv_nn_kernel<T, kRows, kVec><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, act);
     } else {
       gemv_nn_kernel<T, kRows, 1><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, act);
     }
   } else {
-    const bool vec = a.K % kVec == 0 && aligned16(w) && aligned16(x);
+    const bool vec = gemv_reads_vectors(a);
     const int k_split = tn_k_split(a.K, a.N, vec ? kVec : 1, dev);
     const int64_t block_cols = static_cast<int64_t>(kWarps / k_split) * kTnCols;
     const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);

@@ -26,4 +26,9 @@ inline constexpr const char* kGemvPathName = "gemv_gelu";
 // X's) allow them, element loads otherwise. Returns cudaErrorInvalidValue unless 1 <= M <= kGemvMaxRows.
 cudaError_t launch_gemv_gelu(const GemmGeluArgs& args, const DeviceInfo& dev, cudaStream_t stream);
 
+// Whether launch_gemv_gelu reads W (and, with transB, X) in 16-byte vectors for these arguments: rows of W (of
+// X) a multiple of 16 bytes, pointers 16-byte aligned. Otherwise it reads elements, several times slower at
+// long K (bench/results/cuda_kernel_gemv_h200.md), which the built-in path choice needs to know.
+bool gemv_reads_vectors(const GemmGeluArgs& args);
+
 }  // namespace onnxfuse::cuda
