@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 

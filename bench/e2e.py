@@ -65,6 +65,8 @@ SEQUENCE = 128
 BATCHES = (1, 8, 32)
 GOAL_B32_LATENCY_CUT = 0.10  # onnxfuse ≥ 10 % lower latency than ORT opt alone at B=32
 GOAL_B32_SDPA_SPEEDUP = 1.6  # on the default (sdpa) export, where onnxfuse fuses the attention ORT leaves
+# The run of onnxfuse on the export without ORT's optimizer (--without-ort-optimizer), against the same baseline.
+ALONE_LABEL = "onnxfuse_alone"
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,15 @@ SPECS = (
          dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
               image_size=32, patch_size=8, hidden_act="gelu"),
          ("pixel_values",), "vit", images=True),
+    # Rotary attention (Pythia-160M's shape: a quarter of each head rotated); not in the default set.
+    Spec("gpt-neox-160m", "GPTNeoXModel", "GPTNeoXConfig",
+         dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, rotary_pct=0.25,
+              hidden_act="gelu", use_cache=False),
+         dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, rotary_pct=0.25,
+              hidden_act="gelu", use_cache=False, vocab_size=512, max_position_embeddings=64),
+         ("input_ids", "attention_mask"), "gpt2"),
 )
+DEFAULT_MODELS = ("bert-base", "gpt2-small", "vit-b16")
 
 
 def log(message: str) -> None:
@@ -111,9 +121,10 @@ def log(message: str) -> None:
 # --- building the models ----------------------------------------------------------------------------------
 
 
-def export(spec: Spec, tiny: bool, path: Path, attn: str) -> None:
-    """Random-weight model from its config, exported by torch.onnx's TorchScript exporter, dynamic batch (and
-    sequence), with transformers' ``attn`` attention implementation."""
+def export(spec: Spec, tiny: bool, path: Path, attn: str, exporter: str = "torchscript", opset: int = 17) -> None:
+    """Random-weight model from its config, exported by torch.onnx (its TorchScript or dynamo exporter, at
+    ``opset``), dynamic batch (and sequence), with transformers' ``attn`` attention implementation. From opset
+    23 the dynamo exporter writes sdpa as ONNX's own ``Attention`` op."""
     import torch
     import transformers
 
@@ -130,20 +141,26 @@ def export(spec: Spec, tiny: bool, path: Path, attn: str) -> None:
         def forward(self, *args):
             return (self.model(**dict(zip(names, args))).last_hidden_state,)
 
+    batch = 2 if exporter == "dynamo" else 1  # torch.export specialises a dimension of size 1
     if spec.images:
         size = config.image_size
-        args = (torch.randn(1, 3, size, size),)
+        args = (torch.randn(batch, 3, size, size),)
         dynamic = {"pixel_values": {0: "batch"}}
     else:
-        ids = torch.randint(0, config.vocab_size, (1, 16))
+        ids = torch.randint(0, config.vocab_size, (batch, 16))
         args = (ids, torch.ones_like(ids))
         dynamic = {n: {0: "batch", 1: "sequence"} for n in names}
     dynamic["last_hidden_state"] = {0: "batch"} if spec.images else {0: "batch", 1: "sequence"}
     with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        torch.onnx.export(Positional().eval(), args, str(path), dynamo=False, opset_version=17,
-                          input_names=names, output_names=["last_hidden_state"], dynamic_axes=dynamic,
-                          do_constant_folding=True)
+        if exporter == "dynamo":
+            torch.onnx.export(Positional().eval(), args, str(path), dynamo=True, opset_version=opset,
+                              input_names=names, output_names=["last_hidden_state"],
+                              dynamic_shapes=(tuple(dynamic[n] for n in names),), external_data=False)  # one *args
+        else:
+            torch.onnx.export(Positional().eval(), args, str(path), dynamo=False, opset_version=opset,
+                              input_names=names, output_names=["last_hidden_state"], dynamic_axes=dynamic,
+                              do_constant_folding=True)
 
 
 def ort_optimize(spec: Spec, tiny: bool, src: Path, dst: Path, fp16: bool, use_gpu: bool) -> None:
@@ -161,6 +178,17 @@ def ort_optimize(spec: Spec, tiny: bool, src: Path, dst: Path, fp16: bool, use_g
         if fp16:
             opt.convert_float_to_float16(keep_io_types=True)
         opt.save_model_to_file(str(dst))
+
+
+def fp16_only(src: Path, dst: Path) -> None:
+    """The export converted to float16 by ORT's converter alone (the one the optimizer's path uses, same
+    ``keep_io_types``), none of ORT's fusions: what a user who skips ORT's optimizer would deploy."""
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    model = OnnxModel(onnx.load(str(src)))
+    with contextlib.redirect_stdout(io.StringIO()):
+        model.convert_float_to_float16(keep_io_types=True)
+    onnx.save(model.model, str(dst))
 
 
 def op_counts(path: Path) -> dict[str, int]:
@@ -194,13 +222,21 @@ def stage(record: dict, name: str, what: str):
 
 
 def run_model(spec: Spec, args, workdir: Path, out: Path, deadline: Deadline) -> dict:
-    raw, base, fused = (workdir / f"{spec.name}.{kind}.onnx" for kind in ("raw", "ortopt", "onnxfuse"))
+    raw, base, fused, alone = (workdir / f"{spec.name}.{kind}.onnx" for kind in ("raw", "ortopt", "onnxfuse", "alone"))
     record = {"model": spec.name, "config": spec.config(args.tiny), "dtype": args.dtype, "attn": args.attn,
               "seconds": {}, "runs": {}}
-    with stage(record, "export", f"exported (torch.onnx, TorchScript exporter, opset 17, {args.attn} attention)"):
-        export(spec, args.tiny, raw, args.attn)
+    with stage(record, "export", f"exported (torch.onnx, {args.exporter} exporter, opset {args.opset}, {args.attn} attention)"):
+        export(spec, args.tiny, raw, args.attn, args.exporter, args.opset)
     with stage(record, "ort_optimizer", f"ORT transformers optimizer{' + fp16' if args.dtype == 'fp16' else ''}"):
         ort_optimize(spec, args.tiny, raw, base, fp16=args.dtype == "fp16", use_gpu=args.provider == "cuda")
+    if args.without_ort_optimizer:
+        with stage(record, "onnxfuse_alone", "onnxfuse optimize on the export itself (no ORT optimizer)"):
+            if args.dtype == "fp16":
+                fp16_only(raw, raw)
+            alone_report = optimize_file(str(raw), str(alone))
+        record["alone"] = {"fused_blocks": len(alone_report.fused), "fused_by_op": alone_report.fused_by_op,
+                           "refused": len(alone_report.refused), "ops": op_counts(alone)}
+        log(f"{spec.name} without ORT's optimizer: {len(alone_report.fused)} blocks fused ({alone_report.fused_by_op})")
     raw.unlink()
     with stage(record, "onnxfuse", "onnxfuse optimize"):
         fuse_report = optimize_file(str(base), str(fused))
@@ -220,6 +256,11 @@ def run_model(spec: Spec, args, workdir: Path, out: Path, deadline: Deadline) ->
         accuracy = compare_models(str(base), str(fused), provider=args.provider, shapes=shapes, progress=False)
     record["accuracy"] = {"passed": accuracy.passed, "summary": accuracy.summary()}
     log(f"{spec.name}: accuracy vs ORT opt: {accuracy.summary()}")
+    if args.without_ort_optimizer:
+        with stage(record, "accuracy_alone", "accuracy check of onnxfuse alone (batch 1)"):
+            accuracy = compare_models(str(base), str(alone), provider=args.provider, shapes=shapes, progress=False)
+        record["alone"]["accuracy"] = {"passed": accuracy.passed, "summary": accuracy.summary()}
+        log(f"{spec.name}: accuracy of onnxfuse alone vs ORT opt: {accuracy.summary()}")
 
     for graph in ([False, True] if args.provider == "cuda" and not args.no_graph else [False]):
         label = "cuda_graph" if graph else "default"
@@ -238,8 +279,22 @@ def run_model(spec: Spec, args, workdir: Path, out: Path, deadline: Deadline) ->
         mode = ", CUDA graph" if graph else ""
         plot_model_bench(report, out / f"e2e_{spec.name}{'_cudagraph' if graph else ''}.png",
                          title=f"{spec.name} {args.dtype}, {args.provider}{mode}: ORT opt (baseline) vs + onnxfuse")
-    for path in (base, fused):
-        path.unlink()
+    if args.without_ort_optimizer:
+        label = ALONE_LABEL
+        if deadline.passed():
+            record["runs"][label] = {"error": "skipped: the time limit was reached"}
+        else:
+            try:
+                with stage(record, f"bench_{label}", f"timed [{label}]"):
+                    report = bench_models(str(alone), str(base), provider=args.provider, shapes=shapes,
+                                          batches=[max(args.batches)], cuda_graph=False,
+                                          policy=TimingPolicy(budget_s=args.budget))
+                record["runs"][label] = report.to_dict()
+            except Exception as e:
+                record["runs"][label] = {"error": f"{type(e).__name__}: {one_line(e)}"}
+                log(f"{spec.name} [{label}]: FAILED: {record['runs'][label]['error']}")
+    for path in (base, fused, alone):
+        path.unlink(missing_ok=True)
         Path(f"{path}.data").unlink(missing_ok=True)
     return record
 
@@ -255,15 +310,16 @@ def table(records: list[dict], sequence: int) -> list[str]:
     for rec in records:
         for label, run in rec["runs"].items():
             graph = "on" if label == "cuda_graph" else "off"
+            model = rec["model"] + (" (onnxfuse alone: no ORT opt before it)" if label == ALONE_LABEL else "")
             if "error" in run:
-                lines.append(f"| {rec['model']} | – | {graph} | not measured: {run['error']} | | | |")
+                lines.append(f"| {model} | – | {graph} | not measured: {run['error']} | | | |")
                 continue
             for r in run["results"]:
                 shape = f"{r['batch']} images" if rec["model"].startswith("vit") else f"{r['batch']}×{sequence}"
                 b, o = r["baseline"], r["optimized"]
                 flag = "" if b["stable"] and o["stable"] else " *"
                 lines.append(
-                    f"| {rec['model']} | {shape} | {graph} | {b['median_ms']:.3f} / {b['p90_ms']:.3f} | "
+                    f"| {model} | {shape} | {graph} | {b['median_ms']:.3f} / {b['p90_ms']:.3f} | "
                     f"{o['median_ms']:.3f} / {o['p90_ms']:.3f} | {r['speedup']:.3f}×{flag} | "
                     f"{1 - 1 / r['speedup']:+.1%} |"
                 )
@@ -276,6 +332,9 @@ def verdicts(records: list[dict]) -> list[str]:
     for rec in records:
         for label, run in rec["runs"].items():
             if "error" in run:
+                continue
+            if label == ALONE_LABEL:
+                lines.append(_alone_verdict(rec, run))
                 continue
             results = run["results"]
             by_batch = {r["batch"]: r for r in results}
@@ -294,11 +353,22 @@ def verdicts(records: list[dict]) -> list[str]:
     return lines
 
 
+def _alone_verdict(rec: dict, run: dict) -> str:
+    """What ORT's optimizer adds before onnxfuse: both pipelines' speedup over ORT opt alone at one batch."""
+    (alone,) = run["results"]
+    with_opt = next((r for r in rec["runs"].get("default", {}).get("results", []) if r["batch"] == alone["batch"]), None)
+    line = f"{rec['model']}: onnxfuse alone on the export {alone['speedup']:.3f}× ORT opt alone at B={alone['batch']}"
+    if with_opt is not None:
+        line += f"; ORT opt, then onnxfuse {with_opt['speedup']:.3f}×"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--provider", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--tiny", action="store_true", help="toy-size models (checks the chain on a CPU; numbers mean nothing)")
-    parser.add_argument("--models", default=",".join(s.name for s in SPECS), help="comma-separated subset of: %(default)s")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help="comma-separated, of: " + ", ".join(s.name for s in SPECS) + " (default: %(default)s)")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--sequence", type=int, default=None, help=f"sequence length (default {SEQUENCE}; 16 with --tiny)")
     parser.add_argument("--dtype", choices=["fp16", "fp32"], default=None, help="default: fp16 on cuda, fp32 on cpu")
@@ -306,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph runs")
     parser.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
                         help="transformers' attention implementation for the export (default: sdpa, its own default)")
+    parser.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                        help="torch.onnx's exporter (default: %(default)s)")
+    parser.add_argument("--opset", type=int, default=17, help="the export's opset (default: %(default)s)")
+    parser.add_argument("--without-ort-optimizer", action="store_true",
+                        help="also run onnxfuse on the export itself (float16 by ORT's converter only, none of ORT's "
+                             "fusions) and time it against the same baseline at the largest batch, graphs off")
     parser.add_argument("--time-limit", type=float, default=420.0,
                         help="seconds after which no new model or timing run starts (the device call's limit is 9 min)")
     parser.add_argument("--out", default=os.environ.get("OUT") or "bench/results")
@@ -353,6 +429,8 @@ def write_results(records: list[dict], args, command: str, out: Path, seconds: f
         "provider": args.provider,
         "dtype": args.dtype,
         "attn": args.attn,
+        "exporter": args.exporter,
+        "opset": args.opset,
         "sequence": args.sequence,
         "batches": args.batches,
         "seconds": round(seconds, 1),

@@ -77,9 +77,10 @@ def summarise(per_kernel: dict[str, float]) -> dict:
     }
 
 
-def run_model(spec: e2e.Spec, batch: int, sequence: int, reps: int, workdir: Path, attn: str) -> dict:
+def run_model(spec: e2e.Spec, batch: int, sequence: int, reps: int, workdir: Path, attn: str,
+              exporter: str = "torchscript", opset: int = 17) -> dict:
     raw, base, fused = (workdir / f"{spec.name}.{kind}.onnx" for kind in ("raw", "ortopt", "onnxfuse"))
-    e2e.export(spec, False, raw, attn)
+    e2e.export(spec, False, raw, attn, exporter, opset)
     e2e.ort_optimize(spec, False, raw, base, fp16=True, use_gpu=True)
     raw.unlink()
     report = optimize_file(str(base), str(fused))
@@ -87,7 +88,7 @@ def run_model(spec: e2e.Spec, batch: int, sequence: int, reps: int, workdir: Pat
         shapes = {spec.inputs[0]: (batch, 3, spec.full["image_size"], spec.full["image_size"])}
     else:
         shapes = {name: (batch, sequence) for name in spec.inputs}
-    record = {"model": spec.name, "batch": batch, "attn": attn, "fused_blocks": len(report.fused),
+    record = {"model": spec.name, "batch": batch, "attn": attn, "exporter": exporter, "opset": opset, "fused_blocks": len(report.fused),
               "fused_by_op": report.fused_by_op, "profiles": {}}
     for role, path in (("baseline", base), ("onnxfuse", fused)):
         proto = onnx.load(str(path), load_external_data=False)
@@ -124,12 +125,14 @@ def table(records: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(s.name for s in e2e.SPECS))
+    parser.add_argument("--models", default=",".join(e2e.DEFAULT_MODELS), help="of: " + ", ".join(s.name for s in e2e.SPECS))
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--sequence", type=int, default=e2e.SEQUENCE)
     parser.add_argument("--reps", type=int, default=20, help="profiled inferences per model and role")
     parser.add_argument("--out", default=os.environ.get("OUT") or "bench/results")
     parser.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="attention implementation of the export")
+    parser.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript", help="torch.onnx's exporter")
+    parser.add_argument("--opset", type=int, default=17, help="the export's opset")
     args = parser.parse_args(argv)
     preload_cuda_libraries()
     if not cuda_usable():
@@ -140,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for spec in wanted:
-            records.append(run_model(spec, args.batch, args.sequence, args.reps, Path(tmp), args.attn))
+            records.append(run_model(spec, args.batch, args.sequence, args.reps, Path(tmp), args.attn, args.exporter,
+                                     args.opset))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python3 bench/e2e_kernels.py " + shlex.join(argv if argv is not None else sys.argv[1:])

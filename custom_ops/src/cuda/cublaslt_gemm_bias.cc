@@ -2,6 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <atomic>
+#include <limits>
+
 #include <cstring>
 #include <tuple>
 
@@ -23,6 +27,29 @@ constexpr const char* kLibraryName = "libcublasLt.so." ONNXFUSE_STR(CUBLAS_VER_M
 // The largest workspace offered to the heuristic. cuBLASLt's Hopper kernels ask for up to 32 MiB (split-K
 // and stream-K reductions); the plan allocates only what the chosen algorithm needs, from ORT's allocator.
 constexpr uint64_t kMaxWorkspaceBytes = uint64_t{32} << 20;
+
+// Problems of at most this many multiply-adds time the heuristic's first kCandidates answers (kTimedRuns runs
+// each after one warm-up) on their first call and keep the fastest. 16x4096x16384 is 2^30: at most ~100 µs a
+// run on H200, so a problem's timing costs a few milliseconds once. Larger problems keep the heuristic's first
+// answer: their fallback cells measured well ahead of ORT (4096x770x3074 fp16 146 µs against 223), and timing
+// them would cost tens of milliseconds on a first call.
+constexpr int64_t kTimedMaxMultiplyAdds = int64_t{1} << 31;
+constexpr int kCandidates = 8;
+constexpr int kTimedRuns = 3;
+// Timing noise must not make two sessions of one model pick different algorithms (their results can differ
+// in the last bits): the heuristic's first answer is left only for a candidate at least kSwitchGain faster,
+// and among candidates within kTieBand of the fastest the heuristic's order decides.
+constexpr float kSwitchGain = 0.90f;
+constexpr float kTieBand = 1.03f;
+
+// The index to keep, given each candidate's time (infinity where it did not run), in the heuristic's order.
+size_t ChooseTimed(const std::vector<float>& ms) {
+  const size_t fastest = static_cast<size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+  if (!(ms[fastest] <= kSwitchGain * ms[0])) return 0;  // (nothing ran: every time infinite, the loop gives 0)
+  size_t i = 0;
+  while (!(ms[i] <= kTieBand * ms[fastest])) ++i;
+  return i;
+}
 
 // The functions used here, typed by the header's own declarations, resolved once per process.
 struct CublasLt {
@@ -157,9 +184,15 @@ class DeviceScope {
 
 }  // namespace
 
-struct CublasLtGemmBias::Algorithm {
-  cublasLtMatmulAlgo_t algo;
-  size_t workspace_bytes;
+struct CublasLtGemmBias::Choice {
+  struct Candidate {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace_bytes;
+  };
+  std::vector<Candidate> candidates;  // the heuristic's answers, its best first
+  size_t max_workspace_bytes = 0;     // the most any candidate needs
+  Candidate chosen{};                 // written once, before `settled` is set
+  std::atomic<bool> settled{false};
 };
 
 bool CublasLtAvailable(std::string* why) {
@@ -206,11 +239,13 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, bool fp32_product, Plan* o
   }
   const Key key = key_of(args, fp32_product);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = algorithms_.find(key); it != algorithms_.end()) {
-    *out = Plan{handle_, it->second.get(), it->second->workspace_bytes, fp32_product};
+  if (auto it = choices_.find(key); it != choices_.end()) {
+    Choice* c = it->second.get();
+    *out = Plan{handle_, c, c->settled.load(std::memory_order_relaxed) ? c->chosen.workspace_bytes : c->max_workspace_bytes,
+                fp32_product};
     return true;
   }
-  // A problem's first call: create the handle if needed, and ask the heuristic for its best algorithm.
+  // A problem's first call: create the handle if needed, and ask the heuristic for its candidates.
   if (handle_ == nullptr) {
     DeviceScope scope(device_);
     cublasLtHandle_t h = nullptr;
@@ -243,39 +278,134 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, bool fp32_product, Plan* o
   for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; ++i) {
     s = lt.preference_set(preference, align_attr[i], &align[i], sizeof(align[i]));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  const int wanted = args.M <= kTimedMaxMultiplyAdds / args.N / args.K ? kCandidates : 1;  // no overflow
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS) {
     s = lt.heuristic(static_cast<cublasLtHandle_t>(handle_), &desc.op, &desc.a, &desc.b, &desc.d, &desc.d, preference,
-                     1, &result, &found);
+                     wanted, results, &found);
   }
   lt.preference_destroy(preference);
-  if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-    *error = found == 0 && s == CUBLAS_STATUS_SUCCESS ? std::string("cuBLASLt has no algorithm for this GEMM")
-                                                      : StatusText(lt, "cublasLtMatmulAlgoGetHeuristic", s);
+  auto choice = std::make_unique<Choice>();
+  for (int i = 0; i < found && s == CUBLAS_STATUS_SUCCESS; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    choice->candidates.push_back(Choice::Candidate{results[i].algo, results[i].workspaceSize});
+    choice->max_workspace_bytes = std::max(choice->max_workspace_bytes, results[i].workspaceSize);
+  }
+  if (s != CUBLAS_STATUS_SUCCESS || choice->candidates.empty()) {
+    *error = s == CUBLAS_STATUS_SUCCESS ? std::string("cuBLASLt has no algorithm for this GEMM")
+                                        : StatusText(lt, "cublasLtMatmulAlgoGetHeuristic", s);
     return false;
   }
-  const Algorithm* algorithm =
-      algorithms_.emplace(key, std::make_unique<Algorithm>(Algorithm{result.algo, result.workspaceSize})).first->second.get();
-  *out = Plan{handle_, algorithm, algorithm->workspace_bytes, fp32_product};
+  if (choice->candidates.size() == 1) {  // nothing to time
+    choice->chosen = choice->candidates.front();
+    choice->settled.store(true, std::memory_order_release);
+  }
+  Choice* c = choices_.emplace(key, std::move(choice)).first->second.get();
+  *out = Plan{handle_, c, c->settled.load(std::memory_order_relaxed) ? c->chosen.workspace_bytes : c->max_workspace_bytes,
+              fp32_product};
+  return true;
+}
+
+namespace {
+
+// desc is not const: cuBLASLt takes its descriptors by non-const handle.
+cublasStatus_t Matmul(const CublasLt& lt, void* handle, Descriptors& desc, const GemmGeluArgs& args,
+                      const cublasLtMatmulAlgo_t& algo, void* d, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+  const float alpha = 1.0f, beta = 0.0f;
+  // C = D with beta = 0: C is never read, but cuBLASLt wants a C descriptor and pointer.
+  return lt.matmul(static_cast<cublasLtHandle_t>(handle), &desc.op, &alpha, args.w, &desc.a, args.x, &desc.b, &beta, d,
+                   &desc.d, d, &desc.d, &algo, workspace, workspace_bytes, stream);
+}
+
+// Two events for timing on one stream, destroyed with the scope.
+class EventPair {
+ public:
+  EventPair() { ok_ = cudaEventCreate(&start_) == cudaSuccess && cudaEventCreate(&stop_) == cudaSuccess; }
+  ~EventPair() {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  bool ok() const { return ok_; }
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t stop() const { return stop_; }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  bool ok_ = false;
+};
+
+}  // namespace
+
+bool CublasLtGemmBias::settle(Choice* choice, const GemmGeluArgs& args, bool fp32_product, void* d, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (choice->settled.load(std::memory_order_relaxed)) return true;  // another thread timed it meanwhile
+  const CublasLt& lt = Library();
+  // Under a capture nothing may synchronize: the heuristic's first answer, as before timing existed.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const bool capturing = cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone;
+  size_t best = 0;
+  if (!capturing && workspace_bytes >= choice->max_workspace_bytes) {
+    Descriptors desc;
+    cublasStatus_t s = Describe(lt, args, fp32_product, &desc);
+    EventPair events;
+    if (s != CUBLAS_STATUS_SUCCESS || !events.ok()) {
+      *error = s != CUBLAS_STATUS_SUCCESS ? StatusText(lt, "describing the GEMM", s)
+                                          : std::string("cannot create CUDA events to time cuBLASLt's candidates");
+      return false;
+    }
+    std::vector<float> ms(choice->candidates.size(), std::numeric_limits<float>::infinity());
+    for (size_t i = 0; i < choice->candidates.size(); ++i) {
+      const Choice::Candidate& c = choice->candidates[i];
+      // A candidate cuBLASLt refuses at run time is passed over (the warm-up run tells).
+      if (Matmul(lt, handle_, desc, args, c.algo, d, workspace, workspace_bytes, stream) != CUBLAS_STATUS_SUCCESS) continue;
+      bool ran = cudaEventRecord(events.start(), stream) == cudaSuccess;
+      for (int r = 0; r < kTimedRuns && ran; ++r) {
+        ran = Matmul(lt, handle_, desc, args, c.algo, d, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+      }
+      float elapsed = 0.0f;
+      if (ran && cudaEventRecord(events.stop(), stream) == cudaSuccess && cudaEventSynchronize(events.stop()) == cudaSuccess &&
+          cudaEventElapsedTime(&elapsed, events.start(), events.stop()) == cudaSuccess) {
+        ms[i] = elapsed;
+      }
+    }
+    best = ChooseTimed(ms);
+    // A launch error left by any of the runs would surface in ORT's next CUDA call; report it here instead.
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+      *error = std::string("timing cuBLASLt's candidates failed: ") + cudaGetErrorString(e);
+      return false;
+    }
+  }
+  choice->chosen = choice->candidates[best];
+  choice->settled.store(true, std::memory_order_release);
   return true;
 }
 
 bool CublasLtGemmBias::run(const Plan& plan, const GemmGeluArgs& args, void* d, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream, std::string* error) const {
+                           size_t workspace_bytes, cudaStream_t stream, std::string* error) {
   const CublasLt& lt = Library();
-  if (plan.algorithm == nullptr || plan.handle == nullptr) {
+  if (plan.choice == nullptr || plan.handle == nullptr) {
     *error = "cuBLASLt GEMM run without a plan";
+    return false;
+  }
+  if (!plan.choice->settled.load(std::memory_order_acquire) &&
+      !settle(plan.choice, args, plan.fp32_product, d, workspace, workspace_bytes, stream, error)) {
+    return false;
+  }
+  const Choice::Candidate& chosen = plan.choice->chosen;
+  if (workspace_bytes < chosen.workspace_bytes) {
+    *error = "cuBLASLt GEMM run with " + std::to_string(workspace_bytes) + " bytes of workspace; its algorithm needs " +
+             std::to_string(chosen.workspace_bytes);
     return false;
   }
   Descriptors desc;
   cublasStatus_t s = Describe(lt, args, plan.fp32_product, &desc);
-  const float alpha = 1.0f, beta = 0.0f;
-  if (s == CUBLAS_STATUS_SUCCESS) {
-    // C = D with beta = 0: C is never read, but cuBLASLt wants a C descriptor and pointer.
-    s = lt.matmul(static_cast<cublasLtHandle_t>(plan.handle), &desc.op, &alpha, args.w, &desc.a, args.x, &desc.b, &beta,
-                  d, &desc.d, d, &desc.d, &plan.algorithm->algo, workspace, workspace_bytes, stream);
-  }
+  if (s == CUBLAS_STATUS_SUCCESS) s = Matmul(lt, plan.handle, desc, args, chosen.algo, d, workspace, workspace_bytes, stream);
   if (s != CUBLAS_STATUS_SUCCESS) {
     *error = StatusText(lt, "cublasLtMatmul", s);
     return false;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -27,12 +28,16 @@ inline constexpr const char* kFallbackPathName = "cublaslt_bias+act_inplace";
 // call (thread-safe); later calls only read. `why`, when given, receives the reason it is unavailable.
 bool CublasLtAvailable(std::string* why = nullptr);
 
-// One node's cuBLASLt state: a handle for its device and the algorithm cuBLASLt's heuristic chose per
-// problem. Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
+// One node's cuBLASLt state: a handle for its device and the algorithm chosen per problem. The heuristic's
+// first answer is not always its fastest where W is read by few rows (float32 4..16x4096x16384 on H200: 85 µs
+// against ORT's MatMul's 72-78), so small problems time the heuristic's candidates once, on their first call
+// outside a CUDA-graph capture, and keep the fastest (the way ORT's and PyTorch's TunableOp tune on first
+// use). Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
 // only read after it is created (cuBLASLt takes stream and workspace per call, so a handle has no per-call
 // state and cuBLAS documents its functions as callable from several threads with one handle); it and the
-// algorithm cache are guarded by a mutex, held only for a lookup except on a problem's first call, and a Plan
-// carries what run() needs, so run() takes no lock.
+// choice cache are guarded by a mutex, held only for a lookup except on a problem's first calls (its
+// heuristic in plan(), its timing in run()); a settled choice is never written again, so run() reads it
+// without the lock.
 class CublasLtGemmBias {
  public:
   explicit CublasLtGemmBias(int device);  // nothing happens on the device until the first plan()
@@ -40,15 +45,15 @@ class CublasLtGemmBias {
   CublasLtGemmBias(const CublasLtGemmBias&) = delete;
   CublasLtGemmBias& operator=(const CublasLtGemmBias&) = delete;
 
-  struct Algorithm;  // cuBLASLt's choice for one problem (cublaslt_gemm_bias.cc)
+  struct Choice;  // one problem's candidates and the algorithm settled on (cublaslt_gemm_bias.cc)
   struct Plan {
     void* handle = nullptr;  // cublasLtHandle_t
-    const Algorithm* algorithm = nullptr;
-    size_t workspace_bytes = 0;  // what the chosen algorithm needs; the caller allocates it
+    Choice* choice = nullptr;
+    size_t workspace_bytes = 0;  // what the settled algorithm, or while unsettled every candidate, needs
     bool fp32_product = false;   // D is the fp32 product X·W(ᵀ), no bias (see plan())
   };
 
-  // The plan for `args` (M, N, K > 0): the cached algorithm, or on a problem's first call cuBLASLt's heuristic
+  // The plan for `args` (M, N, K > 0): the cached choice, or on a problem's first call cuBLASLt's heuristic
   // (host work only, no GPU sync; ORT's first runs of a CUDA-graph session are not captured, so the captured
   // runs find the cache filled). False with `error` set when cuBLASLt is unavailable or has no algorithm.
   // fp32_product: D is the float32 accumulator X·W(ᵀ) without the bias, for a 16-bit node whose bias and
@@ -56,11 +61,14 @@ class CublasLtGemmBias {
   // is Y itself, X·W(ᵀ) + B in args.dtype (the bias epilogue).
   bool plan(const GemmGeluArgs& args, bool fp32_product, Plan* out, std::string* error);
 
-  // Enqueues D = X·W(ᵀ) (+ B unless the plan's fp32_product) on `stream` with the plan's algorithm; D is `d`
-  // (M×N of float32 for fp32_product, else args.y). No host allocation, no synchronization: capturable in a
-  // CUDA graph. False with `error` set when cuBLASLt refuses the call.
+  // Enqueues D = X·W(ᵀ) (+ B unless the plan's fp32_product) on `stream` with the settled algorithm; D is `d`
+  // (M×N of float32 for fp32_product, else args.y). Once settled: no host allocation, no synchronization,
+  // capturable in a CUDA graph. A problem's first call settles it: where it has several candidates and the
+  // stream is not capturing, each runs a few times into D on `stream` (timed by events, which waits for the
+  // stream) and the fastest is kept; under capture the heuristic's first answer is. False with `error` set
+  // when cuBLASLt refuses the call.
   bool run(const Plan& plan, const GemmGeluArgs& args, void* d, void* workspace, size_t workspace_bytes,
-           cudaStream_t stream, std::string* error) const;
+           cudaStream_t stream, std::string* error);
 
  private:
   // Everything the heuristic's answer depends on: the problem, the compute type and the pointers' alignments.
@@ -76,7 +84,11 @@ class CublasLtGemmBias {
   const int device_;
   std::mutex mutex_;
   void* handle_ = nullptr;  // cublasLtHandle_t, created on the first plan() (on device_), destroyed with this
-  std::map<Key, std::unique_ptr<Algorithm>> algorithms_;  // never erased: a Plan points into it
+  std::map<Key, std::unique_ptr<Choice>> choices_;  // never erased: a Plan points into it
+
+  // Times the unsettled choice's candidates (under mutex_) and settles it on the fastest.
+  bool settle(Choice* choice, const GemmGeluArgs& args, bool fp32_product, void* d, void* workspace,
+              size_t workspace_bytes, cudaStream_t stream, std::string* error);
 };
 
 }  // namespace onnxfuse::cuda

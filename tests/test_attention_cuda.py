@@ -1,0 +1,69 @@
+"""The fused attentions on ONNX Runtime's CUDA provider: every committed export whose attention the rule fuses
+(packed ``Attention``, ``MultiHeadAttention``, rotary heads, padding and causal masks) gives on CUDA what the
+original gives there, with a different padding in every batch row (right, left, none, all).
+
+The reference is the original model on ORT's CPU provider. The fused model's CUDA error against it must stay
+within twice the original's own CUDA error (ORT's CUDA MatMuls run TF32 for float32 and its kernels reorder
+float16 sums; the fused attention kernels do the same), plus the CPU tests' tolerance; NaN where the original
+has NaN, and nowhere else. Skips, with the reason, where there is no CUDA provider or no GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from test_patterns_attention import ENTRIES, FUSED_MODELS, TOLERANCE, _feeds, _fuse, _load, _session
+
+from onnxfuse.runtime import CUDA, cuda_device_count
+
+
+def _why_no_cuda() -> str | None:
+    if CUDA not in ort.get_available_providers():
+        return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
+    if cuda_device_count() == 0:
+        return "no CUDA device: the driver (libcuda) sees no GPU on this machine"
+    return None
+
+
+_NO_CUDA = _why_no_cuda()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_CUDA is not None, reason=f"CUDA tests: {_NO_CUDA}")]
+
+
+def _cuda_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the graphs as written
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=[CUDA, "CPUExecutionProvider"])
+
+
+def _relative_error(want: np.ndarray, got: np.ndarray) -> float:
+    ok = ~np.isnan(want)
+    if not ok.any():
+        return 0.0
+    return float(np.max(np.abs(want[ok] - got[ok])) / max(1.0, np.max(np.abs(want[ok]))))
+
+
+# bert_torchscript_op17.onnx keeps its weights in external data: test_patterns_attention covers it on CPU.
+@pytest.mark.parametrize("file", [f for f in FUSED_MODELS if f != "bert_torchscript_op17.onnx"])
+@pytest.mark.parametrize("batch,seq", [(6, 7), (8, 16)])
+def test_fused_attention_on_cuda_matches_the_original(file, batch, seq, rng):
+    original = _load(file)
+    fused = _fuse(original).model
+    fused_ops = {n.op_type for n in fused.graph.node if n.domain == "com.microsoft"}
+    assert fused_ops & {"Attention", "MultiHeadAttention"}, f"{file}: no attention fused"
+    reference = _session(original)
+    feeds = _feeds(file, reference, batch, seq, rng)
+    names = [o.name for o in reference.get_outputs()]
+    want_cpu = reference.run(None, feeds)
+    original_cuda = _cuda_session(original).run(None, feeds)
+    fused_session = _cuda_session(fused)
+    assert any(CUDA in p for p in fused_session.get_providers())
+    fused_cuda = fused_session.run(None, feeds)
+    tol = TOLERANCE[ENTRIES[file]["dtype"]]
+    for name, want, base, got in zip(names, want_cpu, original_cuda, fused_cuda):
+        want, base, got = (a.astype(np.float64) for a in (want, base, got))
+        assert np.array_equal(np.isnan(want), np.isnan(got)), f"{name}: NaN where the original has none, or none where it has"
+        base_err, err = _relative_error(want, base), _relative_error(want, got)
+        assert err <= 2 * base_err + tol, f"{name}: fused {err:.2e} against the original's {base_err:.2e} on CUDA"
