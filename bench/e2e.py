@@ -81,6 +81,9 @@ class Spec:
     inputs: tuple[str, ...]
     ort_type: str
     images: bool = False
+    # ORT 1.31's rotary fusion takes the position ids the export traced at batch 1 into RotaryEmbedding, which
+    # then rejects every batch above 1 ("position_ids dimension 0 should be of size batch_size"): off for it.
+    ort_rotary: bool = True
 
     def config(self, tiny: bool) -> dict:
         return self.tiny if tiny else self.full
@@ -109,7 +112,7 @@ SPECS = (
               hidden_act="gelu", use_cache=False),
          dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, rotary_pct=0.25,
               hidden_act="gelu", use_cache=False, vocab_size=512, max_position_embeddings=64),
-         ("input_ids", "attention_mask"), "gpt2"),
+         ("input_ids", "attention_mask"), "gpt2", ort_rotary=False),
 )
 DEFAULT_MODELS = ("bert-base", "gpt2-small", "vit-b16")
 
@@ -167,14 +170,17 @@ def ort_optimize(spec: Spec, tiny: bool, src: Path, dst: Path, fp16: bool, use_g
     """ONNX Runtime's transformers optimizer (attention, layer-norm, bias-GELU fusions), then its fp16
     converter (``keep_io_types``: fp32 pixels in, fp32 hidden states out, as an application would)."""
     from onnxruntime.transformers import optimizer
+    from onnxruntime.transformers.fusion_options import FusionOptions
 
     cfg = spec.config(tiny)
+    options = FusionOptions(spec.ort_type)
+    options.enable_rotary_embeddings = spec.ort_rotary
     heads = cfg.get("num_attention_heads", cfg.get("n_head"))
     hidden = cfg.get("hidden_size", cfg.get("n_embd"))
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     with contextlib.redirect_stdout(io.StringIO()):
         opt = optimizer.optimize_model(str(src), model_type=spec.ort_type, num_heads=heads, hidden_size=hidden,
-                                       opt_level=0, use_gpu=use_gpu)
+                                       opt_level=0, use_gpu=use_gpu, optimization_options=options)
         if fp16:
             opt.convert_float_to_float16(keep_io_types=True)
         opt.save_model_to_file(str(dst))

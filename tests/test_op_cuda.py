@@ -660,8 +660,9 @@ def test_path_under_cuda_graph_replay(library, path, rows):
 @pytest.mark.parametrize("dtype,rows", [("float32", 8), ("float16", 16)])
 def test_fallback_timed_algorithm_is_settled_once_and_repeatable(library, dtype, rows):
     """A small problem's first fallback call times cuBLASLt's candidates and keeps one: that call's result is
-    every later call's, bit for bit, a second session settles on the same bits, and both are within ORT's
-    error (4096 x 16384, the weight-bound cells the timing is for)."""
+    every later call's, bit for bit, a second session in the process runs the same algorithm (the choice is
+    the process's), and the result is within ORT's error (4096 x 16384, the weight-bound cells the timing is
+    for)."""
     rng = np.random.default_rng(zlib.crc32(f"timed/{dtype}/{rows}".encode()))
     k, n = 4096, 16384
     x, w_nk, b = make_inputs(rng, (rows, k), n, dtype, 1, True)

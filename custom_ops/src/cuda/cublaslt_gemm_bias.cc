@@ -36,6 +36,10 @@ constexpr uint64_t kMaxWorkspaceBytes = uint64_t{32} << 20;
 constexpr int64_t kTimedMaxMultiplyAdds = int64_t{1} << 31;
 constexpr int kCandidates = 8;
 constexpr int kTimedRuns = 3;
+// A candidate's runs are timed again, more of them, until they take at least this long: event timing of a
+// few microseconds is noise.
+constexpr float kMinTimedMs = 0.25f;
+constexpr int kMaxTimedRuns = 64;
 // Timing noise must not make two sessions of one model pick different algorithms (their results can differ
 // in the last bits): the heuristic's first answer is left only for a candidate at least kSwitchGain faster,
 // and among candidates within kTieBand of the fastest the heuristic's order decides.
@@ -63,6 +67,7 @@ struct CublasLt {
   decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy = nullptr;
   decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set = nullptr;
   decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmulAlgoCapGetAttribute) algo_cap = nullptr;
   decltype(&cublasLtMatmul) matmul = nullptr;
   std::string unavailable;  // empty when every function resolved
 };
@@ -95,6 +100,7 @@ const CublasLt& Library() {
            Resolve(library, "cublasLtMatmulPreferenceDestroy", &t.preference_destroy, &u) &&
            Resolve(library, "cublasLtMatmulPreferenceSetAttribute", &t.preference_set, &u) &&
            Resolve(library, "cublasLtMatmulAlgoGetHeuristic", &t.heuristic, &u) &&
+           Resolve(library, "cublasLtMatmulAlgoCapGetAttribute", &t.algo_cap, &u) &&
            Resolve(library, "cublasLtMatmul", &t.matmul, &u));
     return t;
   }();
@@ -201,15 +207,25 @@ bool CublasLtAvailable(std::string* why) {
   return lt.unavailable.empty();
 }
 
+struct CublasLtGemmBias::Choices {
+  std::mutex mutex;
+  std::map<Key, std::unique_ptr<Choice>> map;
+};
+
+CublasLtGemmBias::Choices& CublasLtGemmBias::process_choices() {
+  static Choices* const choices = new Choices;  // never destroyed: kernels may outlive static destruction
+  return *choices;
+}
+
 bool CublasLtGemmBias::Key::operator<(const Key& o) const {
-  return std::tie(M, N, K, dtype, trans_b, bias, tf32, fp32_product, align_x, align_w, align_y, align_bias) <
-         std::tie(o.M, o.N, o.K, o.dtype, o.trans_b, o.bias, o.tf32, o.fp32_product, o.align_x, o.align_w, o.align_y,
+  return std::tie(device, M, N, K, dtype, trans_b, bias, tf32, fp32_product, align_x, align_w, align_y, align_bias) <
+         std::tie(o.device, o.M, o.N, o.K, o.dtype, o.trans_b, o.bias, o.tf32, o.fp32_product, o.align_x, o.align_w, o.align_y,
                   o.align_bias);
 }
 
 CublasLtGemmBias::Key CublasLtGemmBias::key_of(const GemmGeluArgs& a, bool fp32_product) const {
   // The fp32 product goes to the caller's workspace, which its allocator aligns to 256 bytes.
-  return Key{a.M, a.N, a.K, static_cast<int>(a.dtype), a.trans_b, a.bias != nullptr && !fp32_product,
+  return Key{device_, a.M, a.N, a.K, static_cast<int>(a.dtype), a.trans_b, a.bias != nullptr && !fp32_product,
              a.dtype == DType::kFloat32 && a.allow_tf32, fp32_product, Alignment(a.x), Alignment(a.w),
              fp32_product ? 256u : Alignment(a.y), a.bias != nullptr && !fp32_product ? Alignment(a.bias) : 256u};
 }
@@ -238,24 +254,30 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, bool fp32_product, Plan* o
     return false;
   }
   const Key key = key_of(args, fp32_product);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = choices_.find(key); it != choices_.end()) {
+  void* handle = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (handle_ == nullptr) {
+      DeviceScope scope(device_);
+      cublasLtHandle_t h = nullptr;
+      const cublasStatus_t s = lt.create(&h);
+      if (s != CUBLAS_STATUS_SUCCESS) {
+        *error = StatusText(lt, "cublasLtCreate", s);
+        return false;
+      }
+      handle_ = h;
+    }
+    handle = handle_;
+  }
+  Choices& choices = process_choices();
+  std::lock_guard<std::mutex> lock(choices.mutex);
+  if (auto it = choices.map.find(key); it != choices.map.end()) {
     Choice* c = it->second.get();
-    *out = Plan{handle_, c, c->settled.load(std::memory_order_relaxed) ? c->chosen.workspace_bytes : c->max_workspace_bytes,
+    *out = Plan{handle, c, c->settled.load(std::memory_order_relaxed) ? c->chosen.workspace_bytes : c->max_workspace_bytes,
                 fp32_product};
     return true;
   }
-  // A problem's first call: create the handle if needed, and ask the heuristic for its candidates.
-  if (handle_ == nullptr) {
-    DeviceScope scope(device_);
-    cublasLtHandle_t h = nullptr;
-    const cublasStatus_t s = lt.create(&h);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-      *error = StatusText(lt, "cublasLtCreate", s);
-      return false;
-    }
-    handle_ = h;
-  }
+  // A problem's first call in this process: ask the heuristic for its candidates.
   Descriptors desc;
   cublasStatus_t s = Describe(lt, args, fp32_product, &desc);
   if (s != CUBLAS_STATUS_SUCCESS) {
@@ -282,13 +304,26 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, bool fp32_product, Plan* o
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS) {
-    s = lt.heuristic(static_cast<cublasLtHandle_t>(handle_), &desc.op, &desc.a, &desc.b, &desc.d, &desc.d, preference,
+    s = lt.heuristic(static_cast<cublasLtHandle_t>(handle), &desc.op, &desc.a, &desc.b, &desc.d, &desc.d, preference,
                      wanted, results, &found);
   }
   lt.preference_destroy(preference);
   auto choice = std::make_unique<Choice>();
+  // The candidates of the first answer's numerical kind (where cuBLASLt tells it), in the heuristic's order.
+  uint64_t kind = 0;
+  bool kind_known = false;
   for (int i = 0; i < found && s == CUBLAS_STATUS_SUCCESS; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    uint64_t flags = 0;
+    size_t written = 0;
+    const bool known = lt.algo_cap(&results[i].algo, CUBLASLT_ALGO_CAP_NUMERICAL_IMPL_FLAGS, &flags, sizeof(flags),
+                                   &written) == CUBLAS_STATUS_SUCCESS && written == sizeof(flags);
+    if (choice->candidates.empty()) {
+      kind = flags;
+      kind_known = known;
+    } else if (!kind_known || !known || flags != kind) {
+      continue;
+    }
     choice->candidates.push_back(Choice::Candidate{results[i].algo, results[i].workspaceSize});
     choice->max_workspace_bytes = std::max(choice->max_workspace_bytes, results[i].workspaceSize);
   }
@@ -301,8 +336,8 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, bool fp32_product, Plan* o
     choice->chosen = choice->candidates.front();
     choice->settled.store(true, std::memory_order_release);
   }
-  Choice* c = choices_.emplace(key, std::move(choice)).first->second.get();
-  *out = Plan{handle_, c, c->settled.load(std::memory_order_relaxed) ? c->chosen.workspace_bytes : c->max_workspace_bytes,
+  Choice* c = choices.map.emplace(key, std::move(choice)).first->second.get();
+  *out = Plan{handle, c, c->settled.load(std::memory_order_relaxed) ? c->chosen.workspace_bytes : c->max_workspace_bytes,
               fp32_product};
   return true;
 }
@@ -340,9 +375,9 @@ class EventPair {
 
 }  // namespace
 
-bool CublasLtGemmBias::settle(Choice* choice, const GemmGeluArgs& args, bool fp32_product, void* d, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream, std::string* error) {
-  std::lock_guard<std::mutex> lock(mutex_);
+bool CublasLtGemmBias::settle(Choice* choice, void* handle, const GemmGeluArgs& args, bool fp32_product, void* d,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream, std::string* error) {
+  std::lock_guard<std::mutex> lock(process_choices().mutex);
   if (choice->settled.load(std::memory_order_relaxed)) return true;  // another thread timed it meanwhile
   const CublasLt& lt = Library();
   // Under a capture nothing may synchronize: the heuristic's first answer, as before timing existed.
@@ -358,19 +393,28 @@ bool CublasLtGemmBias::settle(Choice* choice, const GemmGeluArgs& args, bool fp3
                                           : std::string("cannot create CUDA events to time cuBLASLt's candidates");
       return false;
     }
-    std::vector<float> ms(choice->candidates.size(), std::numeric_limits<float>::infinity());
-    for (size_t i = 0; i < choice->candidates.size(); ++i) {
-      const Choice::Candidate& c = choice->candidates[i];
-      // A candidate cuBLASLt refuses at run time is passed over (the warm-up run tells).
-      if (Matmul(lt, handle_, desc, args, c.algo, d, workspace, workspace_bytes, stream) != CUBLAS_STATUS_SUCCESS) continue;
+    // The time of `runs` back-to-back runs of candidate c, in ms; infinity where one did not run.
+    auto time_runs = [&](const Choice::Candidate& c, int runs) {
       bool ran = cudaEventRecord(events.start(), stream) == cudaSuccess;
-      for (int r = 0; r < kTimedRuns && ran; ++r) {
-        ran = Matmul(lt, handle_, desc, args, c.algo, d, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+      for (int r = 0; r < runs && ran; ++r) {
+        ran = Matmul(lt, handle, desc, args, c.algo, d, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
       }
       float elapsed = 0.0f;
       if (ran && cudaEventRecord(events.stop(), stream) == cudaSuccess && cudaEventSynchronize(events.stop()) == cudaSuccess &&
           cudaEventElapsedTime(&elapsed, events.start(), events.stop()) == cudaSuccess) {
-        ms[i] = elapsed;
+        return elapsed / static_cast<float>(runs);
+      }
+      return std::numeric_limits<float>::infinity();
+    };
+    std::vector<float> ms(choice->candidates.size(), std::numeric_limits<float>::infinity());
+    for (size_t i = 0; i < choice->candidates.size(); ++i) {
+      const Choice::Candidate& c = choice->candidates[i];
+      // A candidate cuBLASLt refuses at run time is passed over (the warm-up run tells).
+      if (Matmul(lt, handle, desc, args, c.algo, d, workspace, workspace_bytes, stream) != CUBLAS_STATUS_SUCCESS) continue;
+      ms[i] = time_runs(c, kTimedRuns);
+      if (ms[i] * kTimedRuns < kMinTimedMs) {
+        const int runs = std::min(kMaxTimedRuns, static_cast<int>(kMinTimedMs / std::max(ms[i], 1e-4f)) + 1);
+        ms[i] = time_runs(c, runs);
       }
     }
     best = ChooseTimed(ms);
@@ -394,7 +438,7 @@ bool CublasLtGemmBias::run(const Plan& plan, const GemmGeluArgs& args, void* d, 
     return false;
   }
   if (!plan.choice->settled.load(std::memory_order_acquire) &&
-      !settle(plan.choice, args, plan.fp32_product, d, workspace, workspace_bytes, stream, error)) {
+      !settle(plan.choice, plan.handle, args, plan.fp32_product, d, workspace, workspace_bytes, stream, error)) {
     return false;
   }
   const Choice::Candidate& chosen = plan.choice->chosen;

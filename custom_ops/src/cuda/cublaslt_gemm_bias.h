@@ -28,16 +28,19 @@ inline constexpr const char* kFallbackPathName = "cublaslt_bias+act_inplace";
 // call (thread-safe); later calls only read. `why`, when given, receives the reason it is unavailable.
 bool CublasLtAvailable(std::string* why = nullptr);
 
-// One node's cuBLASLt state: a handle for its device and the algorithm chosen per problem. The heuristic's
+// One node's cuBLASLt state: a handle for its device, and the algorithm chosen per problem. The heuristic's
 // first answer is not always its fastest where W is read by few rows (float32 4..16x4096x16384 on H200: 85 µs
 // against ORT's MatMul's 72-78), so small problems time the heuristic's candidates once, on their first call
 // outside a CUDA-graph capture, and keep the fastest (the way ORT's and PyTorch's TunableOp tune on first
-// use). Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
+// use). Only candidates of the first answer's numerical kind are timed (FMA or Tensor Cores, and their input
+// precision), so timing changes speed, never precision. The choices are the process's, per device and
+// problem: a model's identical layers time once, and every session in the process runs the same algorithm
+// for the same problem (the same bits; another process may settle on another). Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
 // only read after it is created (cuBLASLt takes stream and workspace per call, so a handle has no per-call
-// state and cuBLAS documents its functions as callable from several threads with one handle); it and the
-// choice cache are guarded by a mutex, held only for a lookup except on a problem's first calls (its
-// heuristic in plan(), its timing in run()); a settled choice is never written again, so run() reads it
-// without the lock.
+// state and cuBLAS documents its functions as callable from several threads with one handle), under this
+// object's mutex; the process's choices are under their own, held only for a lookup except on a problem's
+// first calls (its heuristic in plan(), its timing in run()); a settled choice is never written again, so
+// run() reads it without a lock.
 class CublasLtGemmBias {
  public:
   explicit CublasLtGemmBias(int device);  // nothing happens on the device until the first plan()
@@ -73,6 +76,7 @@ class CublasLtGemmBias {
  private:
   // Everything the heuristic's answer depends on: the problem, the compute type and the pointers' alignments.
   struct Key {
+    int device;
     int64_t M, N, K;
     int dtype;
     bool trans_b, bias, tf32, fp32_product;
@@ -82,13 +86,14 @@ class CublasLtGemmBias {
   Key key_of(const GemmGeluArgs& args, bool fp32_product) const;
 
   const int device_;
-  std::mutex mutex_;
+  std::mutex mutex_;        // guards handle_'s creation
   void* handle_ = nullptr;  // cublasLtHandle_t, created on the first plan() (on device_), destroyed with this
-  std::map<Key, std::unique_ptr<Choice>> choices_;  // never erased: a Plan points into it
+  struct Choices;                  // the process's choices, per device and problem (never erased: a Plan points in)
+  static Choices& process_choices();
 
-  // Times the unsettled choice's candidates (under mutex_) and settles it on the fastest.
-  bool settle(Choice* choice, const GemmGeluArgs& args, bool fp32_product, void* d, void* workspace,
-              size_t workspace_bytes, cudaStream_t stream, std::string* error);
+  // Times the unsettled choice's candidates (under the choices' mutex) and settles it on the fastest.
+  static bool settle(Choice* choice, void* handle, const GemmGeluArgs& args, bool fp32_product, void* d,
+                     void* workspace, size_t workspace_bytes, cudaStream_t stream, std::string* error);
 };
 
 }  // namespace onnxfuse::cuda
