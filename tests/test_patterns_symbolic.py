@@ -80,6 +80,18 @@ def test_element_type_is_not_invented_through_an_unknown_op():
     assert ev.dtype("m") is None and ev.dtype("r") is None
 
 
+def test_skip_normalisation_sum_output_is_the_residual_stream():
+    """Output 3 (input + skip) has the input's dimensions and type, as ORT's optimizer uses it for the next
+    block's residual (GPT-NeoX); the statistics outputs 1 and 2 are not followed."""
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "x", "gamma"], ["n", "mean", "inv_std", "sum"],
+                              domain="com.microsoft"),
+             helper.make_node("Neg", ["sum"], ["y"])]
+    ev = _evaluator(_model(nodes, [numpy_helper.from_array(np.ones(8, np.float32), "gamma")]))
+    assert [ev.dim("y", a) for a in range(3)] == [B, S, Dim(8)]
+    assert ev.dtype("sum") == T.FLOAT
+    assert not ev.dim("mean", 0).is_int and ev.dim("mean", 0) != B
+
+
 def test_cast_gives_its_target_type():
     nodes = [helper.make_node("SkipLayerNormalization", ["x", "x", "gamma"], ["n"], domain="com.microsoft"),
              helper.make_node("Cast", ["n"], ["c"], to=T.FLOAT16)]

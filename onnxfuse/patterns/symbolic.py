@@ -43,6 +43,14 @@ _SAME_SHAPE_OPS = {"Softmax", "Cast", "IsNaN", "Identity", "Relu", "Tanh", "Erf"
 _NORMALIZATIONS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                    "SkipSimplifiedLayerNormalization"}
 _CONTRIB_TYPED = {"SkipLayerNormalization", "FastGelu", "BiasGelu", "QuickGelu", "Gelu"}  # com.microsoft, T→T
+# ORT's Skip*LayerNormalization also returns input + skip (+ bias), the residual stream, as output 3: the
+# input's dimensions and type (ORT's optimizer routes the next block's residual through it, e.g. GPT-NeoX).
+_SKIP_NORMALIZATIONS = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
+_SKIP_SUM_OUTPUT = 3
+
+
+def _is_skip_sum(node, k: int) -> bool:
+    return node.op_type in _SKIP_NORMALIZATIONS and k == _SKIP_SUM_OUTPUT
 # Elementwise ops of one operand, followed by the forward pass only (their values are not modelled).
 _UNARY_OPS = {"Abs", "Log", "Exp", "Floor", "Ceil", "Round", "Reciprocal", "Sign", "Cos", "Sin"}
 _BROADCAST_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "And", "Or", "Equal", "Less", "LessOrEqual",
@@ -229,7 +237,8 @@ class Evaluator:
                 for k, out in enumerate(node.output):
                     if out:
                         self._dtypes[out] = self.view.dtype(out) or (self._forward_dtype(node) if k == 0 or
-                                                                    node.op_type == "Split" else None)
+                                                                    node.op_type == "Split" or _is_skip_sum(node, k)
+                                                                    else None)
         if name in self._dtypes:
             return self._dtypes[name]
         return self.view.dtype(name)
@@ -294,11 +303,12 @@ class Evaluator:
     def _forward(self, node, k: int) -> tuple | None:
         """Output ``k``'s dimensions from its inputs', or None (then shape inference's are used)."""
         op = node.op_type
-        if k != 0 and op != "Split":  # of the ops followed here, only Split has more than one traced output
+        # of the ops followed here, only Split and the skip normalizations' sum have more than one traced output
+        if k != 0 and op != "Split" and not _is_skip_sum(node, k):
             return None
         ins = [self._in(x) for x in node.input]
         x0 = ins[0] if ins else None
-        if op in _SAME_SHAPE_OPS or (op in _NORMALIZATIONS and k == 0):
+        if op in _SAME_SHAPE_OPS or (op in _NORMALIZATIONS and k == 0) or _is_skip_sum(node, k):
             return x0
         if node.domain not in ("", "ai.onnx"):
             return None
