@@ -568,7 +568,8 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             expect = auto_path if forced == "auto" else forced
             assert _path_ran(sess, x) == expect, f"cuda_path={forced} K={k} N={n}"
     # A few rows: the gemv kernel, forced in every dtype and layout; built in for transB = 1 (where it was
-    # measured) up to 4 rows in 16-bit and 8 in float32.
+    # measured) up to 4 rows in 16-bit and 16 in float32; transB = 0 takes the fallback (768 x 3072 is above
+    # the 16-bit few-rows bound of 2^21 weights).
     for dtype in DTYPES:
         for trans_b in (1, 0):
             x, w_nk, b = make_inputs(rng, (16, 768), 3072, dtype, trans_b, True)
@@ -576,20 +577,26 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             forced = cuda_session(path_model(dtype, 768, w, b, "none", trans_b, cuda_path="gemv"), library)
             assert _path_ran(forced, x) == "gemv", f"cuda_path=gemv {dtype} transB={trans_b}"
             auto = cuda_session(path_model(dtype, 768, w, b, "none", trans_b), library)
-            rows = 8 if dtype == "float32" else 4
-            expect = "gemv" if trans_b else ("fallback" if dtype == "float32" else "fused")
+            rows = 16 if dtype == "float32" else 4
+            expect = "gemv" if trans_b else "fallback"
             assert _path_ran(auto, x[:rows]) == expect, f"auto {dtype} transB={trans_b} M={rows}"
     # 16-bit with 2-16 rows of a large W (reading W bounds it): the fallback; one row: gemv.
     x, w_nk, b = make_inputs(rng, (16, 4096), 16384, "float16", 1, True)
     large = cuda_session(path_model("float16", 4096, w_nk, b, "none", 1), library)
     assert [_path_ran(large, x[:m]) for m in (1, 2, 16)] == ["gemv", "fallback", "fallback"]
+    # 16-bit with 5-16 rows of a W of 2^21 weights or more: the fallback; below that size the fused kernel.
+    x, w_nk, b = make_inputs(rng, (17, 1024), 4096, "float16", 1, True)
+    mid = cuda_session(path_model("float16", 1024, w_nk, b, "none", 1), library)
+    assert [_path_ran(mid, x[:m]) for m in (4, 5, 16, 17)] == ["gemv", "fallback", "fallback", "fused"]
+    x, w_nk, b = make_inputs(rng, (16, 384), 1536, "float16", 1, True)
+    assert _path_ran(cuda_session(path_model("float16", 384, w_nk, b, "none", 1), library), x) == "fused"
     # float32 beyond 16 rows: TF32 in the fused kernel, or the fallback in strict fp32.
     x, w_nk, b = make_inputs(rng, (512, 768), 3072, "float32", 1, True)
     assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fused"
     strict = cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library, config={"onnxfuse.strict_fp32": "1"})
     assert _path_ran(strict, x) == "fallback"
-    assert _path_ran(strict, x[:8]) == "gemv"
-    assert _path_ran(strict, x[:16]) == "fallback"
+    assert _path_ran(strict, x[:16]) == "gemv"
+    assert _path_ran(strict, x[:17]) == "fallback"
 
 
 def test_tuned_table_selects_the_path_on_its_device_only(library):

@@ -75,12 +75,16 @@ constexpr int64_t kStrictF32MaxRows = 16;
 // cuBLASLt's GEMV-like kernels read it faster than the fused kernel's tiles.
 constexpr int64_t kWeightBoundMaxRows = 16;
 constexpr int64_t kWeightBoundMinWeights = int64_t{1} << 25;
+// From this many weights on, 16-bit calls of 5-16 rows (beyond the gemv kernel's reach) run the fallback:
+// 8x1024x4096 fp16 5.0 µs against the fused kernel's 6.4 and ORT's 6.3, 16x768x3072 4.7 / 5.0 / 6.3; below
+// it the fused kernel is ahead (16x384x1536 3.6 / 4.0 fallback).
+constexpr int64_t kFewRowsFallbackMinWeights = int64_t{1} << 21;
 // The gemv kernel's measured reach (transB = 1, the layout the optimizer writes for constant weights): 16-bit
-// with up to 4 rows below kWeightBoundMinWeights weights, or one row of any W; float32 with up to 8 rows below
-// that size, or up to 2 rows of any W, where W is at least as wide as it is deep (N >= K: the up-projections
-// this op fuses; a narrow, deep W leaves too few columns to spread over the SMs).
+// with up to 4 rows below kWeightBoundMinWeights weights, or one row of any W; float32 with up to 16 rows
+// below that size, or up to 2 rows of any W, where W is at least as wide as it is deep (N >= K: the
+// up-projections this op fuses; a narrow, deep W leaves too few columns to spread over the SMs).
 constexpr int64_t kGemv16BitMaxRows = 4;
-constexpr int64_t kGemvF32MaxRows = 8;
+constexpr int64_t kGemvF32MaxRows = 16;
 constexpr int64_t kGemvF32LargeWeightMaxRows = 2;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -89,8 +93,11 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // (bench/results/cuda_kernel_gemv_h200.md and cuda_kernel_never_slower_h200.md: `bench/cuda_kernel.py --grid
 // never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
 //  - few rows, transB = 1: the gemv kernel: fp16 1x768x3072 5.1 / 4.5 / 2.5 / 5.5, 4x1024x4096 6.6 / 4.9 /
-//    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 2x4096x16384 491 / 85.9 / 65.5 / 70.7. Beyond its
-//    reach it loses: 8x4096x16384 fp16 39.0 / 35.0 / 63.1 / 35.6, 16x768x3072 fp32 106 / 8.8 / 9.0 / 10.2;
+//    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 16x768x3072 106 / 10.3 / 8.7 / 10.2, 16x1000x3000
+//    137 / 12.7 / 10.8 / 11.3, 2x4096x16384 491 / 85.9 / 65.5 / 70.7. Beyond its reach it loses:
+//    8x4096x16384 fp16 39.0 / 35.0 / 63.1 / 35.6, 4x4096x16384 fp32 525 / 86.1 / 87.4 / 73.7 (there no path
+//    of this library matches ORT's cuBLAS: bench/results/cuda_kernel_never_slower_h200.md);
+//  - fp16/bf16 with 5-16 rows of a W of 2^21 weights or more: the fallback (kFewRowsFallbackMinWeights);
 //  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
 //    reach only the fused path's any-alignment WMMA kernel: 4096x770x3074 606 / 146 / 223, 16384x4095x1023
 //    4730 / 1063 / 1084 (wall): fallback;
@@ -116,7 +123,7 @@ CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {
   const bool rows_aligned = a.K % 8 == 0 && a.N % 8 == 0 && Aligned16(a.x) && Aligned16(a.w) && Aligned16(a.y) &&
                             (a.bias == nullptr || Aligned16(a.bias));
   if (!rows_aligned) return CudaPath::kFallback;
-  const bool weight_bound = a.M <= kWeightBoundMaxRows && a.K * a.N >= kWeightBoundMinWeights;
+  const bool weight_bound = a.M <= kWeightBoundMaxRows && a.K * a.N >= kFewRowsFallbackMinWeights;
   return weight_bound ? CudaPath::kFallback : CudaPath::kFused;
 }
 
