@@ -419,14 +419,45 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
     return FuseResult(out, ctx.report, ctx.derived, ctx.base_dir)
 
 
-def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET) -> Report:
-    """What ``optimize`` would do to the model at ``path`` for ``target``: the blocks it would fuse and
-    every refusal. The rewrite runs in memory (on placeholders: weights are not read); nothing is written."""
+def _fuse_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, ort_fusions: bool, **fuse_args):
+    """fuse_model on the model after ORT's transformer fusions, where asked and applicable (ort_fusions.py
+    says why and when). Of ORT's model types the one after which the rules fuse the most blocks is kept
+    (then the smaller graph, then ``MODEL_TYPES``' order). Returns the result, the model the rules ran on
+    and the step's report (None when not asked)."""
+    if not ort_fusions:
+        return fuse_model(model, target=target, **fuse_args), model, None
+    from .ort_fusions import MODEL_TYPES, OrtFusionsReport, apply_ort_fusions, why_not
+
+    reason = why_not(model, target.name)
+    if reason is not None:
+        return fuse_model(model, target=target, **fuse_args), model, OrtFusionsReport(False, why_not=reason).to_dict()
+    best, failures = None, []
+    for rank, model_type in enumerate(MODEL_TYPES):
+        fused_input, step = apply_ort_fusions(model, model_type=model_type, use_gpu=target.name == "cuda")
+        if not step.applied:
+            failures.append(step)
+            continue
+        result = fuse_model(fused_input, target=target, **fuse_args)
+        score = (len(result.report.fused), -len(result.model.graph.node), -rank)
+        if best is None or score > best[0]:
+            best = (score, result, fused_input, step)
+    if best is None:
+        return fuse_model(model, target=target, **fuse_args), model, failures[0].to_dict()
+    _, result, fused_input, step = best
+    return result, fused_input, step.to_dict()
+
+
+def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False) -> Report:
+    """What ``optimize`` would do to the model at ``path`` for ``target``: ORT's transformer fusions first
+    (``ort_fusions``), then the blocks it would fuse and every refusal. The rewrite runs in memory (on
+    placeholders: weights are not read); nothing is written."""
     start = time.perf_counter()
     target = cost_model.get_target(target)  # an unknown name is refused before the model is read
     notes = model_io.LoadNotes()
     model = model_io.load_model(path, notes=notes)
-    report = fuse_model(model, base_dir=base_dir_of(path), target=target).report
+    result, _, step = _fuse_after_ort_fusions(model, target, ort_fusions, base_dir=base_dir_of(path))
+    report = result.report
+    report.ort_fusions = step
     report.tuning = read_tuning(model)
     report.warnings = notes.warnings
     report.model = os.fspath(path)
@@ -435,9 +466,9 @@ def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET) -> Report:
 
 
 def optimize_file(input_path, output_path, *, approximate: str | None = None, before_publish=None,
-                  target: str = cost_model.DEFAULT_TARGET) -> Report:
-    """Load ``input_path``, fuse for ``target``, check, and write ``output_path`` atomically (external data
-    streamed).
+                  target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False) -> Report:
+    """Load ``input_path``, run ORT's transformer fusions (``ort_fusions``; ort_fusions.py says when they
+    apply), fuse for ``target``, check, and write ``output_path`` atomically (external data streamed).
     ``before_publish(temp_model_path)`` runs on the finished file before it takes ``output_path``'s place;
     an exception it raises leaves ``output_path`` as it was."""
     start = time.perf_counter()
@@ -445,7 +476,8 @@ def optimize_file(input_path, output_path, *, approximate: str | None = None, be
     model_io.check_output_path(input_path, output_path)
     notes = model_io.LoadNotes()
     model = model_io.load_model(input_path, notes=notes)
-    result = fuse_model(model, approximate=approximate, base_dir=base_dir_of(input_path), target=target)
+    result, model, step = _fuse_after_ort_fusions(model, target, ort_fusions, approximate=approximate,
+                                                  base_dir=base_dir_of(input_path))
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
     # default domain (ORT's transformers optimizer output), which it rejects before we touch them. An
     # input it rejects (that ORT runs) may keep its own checker error, and gain none.
@@ -453,6 +485,7 @@ def optimize_file(input_path, output_path, *, approximate: str | None = None, be
                 input_checker_error=notes.checker_error)
     report = result.report
     report.warnings = notes.warnings
+    report.ort_fusions = step
     report.model, report.output = os.fspath(input_path), os.fspath(output_path)
     report.seconds = time.perf_counter() - start
     return report

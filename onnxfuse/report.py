@@ -59,6 +59,8 @@ class Report:
     tuning: dict | None = None
     # What was tolerated in an input ONNX Runtime runs (nodes re-ordered, an onnx.checker error): one line each
     warnings: list[str] = field(default_factory=list)
+    # The library step before the rules (ort_fusions.OrtFusionsReport.to_dict()); None when it was not asked
+    ort_fusions: dict | None = None
 
     @property
     def fused_by_form(self) -> dict[str, int]:
@@ -85,5 +87,6 @@ class Report:
             "refusals": [asdict(r) for r in self.refused],
             "tuning": self.tuning,
             "warnings": list(self.warnings),
+            "ort_fusions": self.ort_fusions,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }

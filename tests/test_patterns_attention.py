@@ -44,9 +44,8 @@ PACKED = ("com.microsoft", "Attention")
 # 2 cross attentions); what is not fused is refused for a reason of its form, never silently.
 # After ORT's optimizer and float16 converter the hidden states are typed by shape inference up to ORT's
 # contrib ops and from there by the rule's own forward pass (symbolic.Evaluator: normalisations, Casts,
-# GPT-2's c_attn Split with its constant sizes); T5's later blocks read the hidden states through ops
-# neither types: the head split cannot be proved there.
-SHAPES_UNKNOWN = "is not known to be [batch, sequence, hidden]"
+# GPT-2's c_attn Split with its constant sizes, SkipSimplifiedLayerNormalization's sum output); T5's first
+# blocks return the key heads as the cache (T5_CACHE).
 # T5's first layers return the key heads as the cache; its decoder's position bias reads the query heads' shape
 T5_CACHE = "a cache output or a shape read outside the attention"
 EXPECTED = {
@@ -94,8 +93,9 @@ EXPECTED = {
     # cache; the decoder's position bias reads the query heads' shape): the engine's single-use check
     # leaves them alone (rule "single-use", not counted here).
     "t5_torchscript_op15.onnx": (2, T5_CACHE),
-    "t5_torchscript_op15_ortopt.onnx": (0, (SHAPES_UNKNOWN, T5_CACHE)),
-    "t5_torchscript_op15_ortfp16.onnx": (0, (SHAPES_UNKNOWN, T5_CACHE)),
+    # the second blocks read their residual from SkipSimplifiedLayerNormalization's sum output (followed)
+    "t5_torchscript_op15_ortopt.onnx": (2, T5_CACHE),
+    "t5_torchscript_op15_ortfp16.onnx": (2, T5_CACHE),
     "vit_dynamo_op20.onnx": (2, None),
     "vit_torchscript_op15.onnx": (2, None),
     "vit_freshinit_torchscript_op17.onnx": (2, None),
@@ -119,6 +119,8 @@ FUSED_MODELS = sorted(f for f, (n, _) in EXPECTED.items() if n)
 SEPARATE_QKV = {
     # the one cross-attention T5 fuses: its query is the decoder's, its key and value the encoder's
     "t5_torchscript_op15.onnx": (1, "projections of different tensors"),
+    "t5_torchscript_op15_ortopt.onnx": (1, "projections of different tensors"),
+    "t5_torchscript_op15_ortfp16.onnx": (1, "projections of different tensors"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
     **{f: (2, "computed per head") for f in ENTRIES if f.startswith("gpt_neox_")},
 }

@@ -1,0 +1,136 @@
+"""ONNX Runtime's own transformer fusions, run by ``optimize --ort-fusions`` before onnxfuse's rules.
+
+Why: onnxfuse's rules fuse what ORT's optimizer leaves unfused (the sdpa attention, Linear+GELU into one
+kernel); ORT's transformers optimizer (``onnxruntime.transformers.optimizer``) fuses what onnxfuse's rules
+do not: the residual Add into ``SkipLayerNormalization``, the embeddings into ``EmbedLayerNormalization``,
+GELU forms into ``BiasGelu``/``FastGelu`` (which onnxfuse's GELU rule then takes in), the eager attention
+into ``Attention``. Measured on the H200 (``bench/results/e2e_h200.md``, BERT-base, GPT-2 and ViT-B/16
+exported with transformers' defaults, batch 32): onnxfuse after ORT's fusions was 1.24-1.27x faster than
+onnxfuse on the export itself in fp16 and 1.08-1.15x in fp32.
+
+Why it is asked for, not the default: onnxfuse's rules never change the math, ORT's fusions sometimes do.
+On GPT-NeoX's dynamo export (tests/models/gpt_neox_tanh_dynamo_op20.onnx) ORT's GELU fusion turns ONNX's
+``Gelu(approximate="tanh")`` into the exact-erf ``BiasGelu``: the outputs move by 6e-4 (magnitude 3), five times
+``compare``'s float32 tolerance. Its output may also hold ops onnx.checker rejects (``LayerNormalization``
+below opset 17, which only ORT runs) and contrib ops whose shapes ``tune`` cannot follow. So the step runs
+where the user asks (``optimize --ort-fusions``, best with ``--verify``), or the user runs ORT's optimizer
+first, as its documentation says; onnxfuse then fuses what it left.
+
+What runs: ``optimize_model(model_type=..., opt_level=0)``, ORT's Python fusions only (the session applies
+its own graph optimizations when it loads the model anyway), for each of ``MODEL_TYPES``: "bert", ORT's
+generic set (also what it uses for ViT), and "gpt2", which also turns GPT-2's Conv1D (Reshape, Gemm,
+Reshape) into MatMuls. ``fuse.py`` keeps the one after which onnxfuse's rules fuse the most blocks (then
+the smaller graph, then this order): on GPT-2's export the "bert" set leaves the Gemm form, whose query
+shape the attention rule cannot prove, so only "gpt2" lets the attention fuse. ORT's rotary-embedding fusion is off:
+on GPT-NeoX's export it writes a ``RotaryEmbedding`` that takes the position ids traced at batch 1 and
+then fails at every larger batch (measured with ORT 1.31).
+
+When it does not run (the report says which, and why): the target is TensorRT (it fuses for itself and runs
+no com.microsoft ops); the model already has ORT's fused ops (ORT's optimizer ran before); the model keeps
+tensors in external data (ORT's fusions read constants without the model's folder); ORT's optimizer raises.
+The rules then run on the model as it was. ``optimize --verify`` compares the final model with the input,
+so the gate covers both steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import onnx
+
+ORT_DOMAIN = "com.microsoft"
+# ORT's fused ops: a model with any of them has been through ORT's optimizer (or was written with them).
+_ORT_FUSED_OPS = frozenset({
+    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization", "BiasGelu",
+    "FastGelu", "Gelu", "QuickGelu", "Attention", "MultiHeadAttention", "GroupQueryAttention", "BiasAdd",
+    "BiasSplitGelu", "RotaryEmbedding", "SimplifiedLayerNormalization",
+})
+MODEL_TYPES = ("bert", "gpt2")  # tried in this order (fuse.py picks)
+
+
+@dataclass
+class OrtFusionsReport:
+    """What the library step did: ``applied`` with the ops it added, or why it did not run."""
+
+    applied: bool
+    why_not: str | None = None
+    model_type: str | None = None
+    added: dict[str, int] = field(default_factory=dict)  # "domain.op" -> count, ops the step added
+    nodes_before: int = 0
+    nodes_after: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        if not self.applied:
+            return f"ORT's transformer fusions not run: {self.why_not}"
+        added = ", ".join(f"{n} {op.rsplit('.', 1)[1]}" for op, n in self.added.items()) or "nothing"
+        return (f"ORT's transformer fusions ({self.model_type}): {added}; "
+                f"{self.nodes_before} → {self.nodes_after} nodes")
+
+
+def _op_counts(model: onnx.ModelProto) -> Counter:
+    return Counter(f"{n.domain or 'ai.onnx'}.{n.op_type}" for n in model.graph.node)
+
+
+def _has_external_data(model: onnx.ModelProto) -> bool:
+    from .model_io import all_tensors
+
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model))
+
+
+def why_not(model: onnx.ModelProto, target: str) -> str | None:
+    """Why the step does not apply to ``model`` for ``target``, or None where it does."""
+    if target == "tensorrt":
+        return "the target is TensorRT, which fuses the graph itself and runs no com.microsoft ops"
+    from .domain import DOMAIN
+
+    if any(n.domain == DOMAIN for n in model.graph.node):
+        return "the model was optimized by onnxfuse already"
+    fused = sorted({n.op_type for n in model.graph.node if n.domain == ORT_DOMAIN and n.op_type in _ORT_FUSED_OPS})
+    if fused:
+        return f"the model already has ORT's fused ops ({', '.join(fused)}): ORT's optimizer ran before"
+    if _has_external_data(model):
+        return ("the model keeps tensors in external data, which ORT's fusions would read without the model's "
+                "folder; run onnxruntime.transformers.optimizer on it first to have them")
+    return None
+
+
+def apply_ort_fusions(model: onnx.ModelProto, *, model_type: str, use_gpu: bool) -> tuple[onnx.ModelProto, OrtFusionsReport]:
+    """``model`` with ORT's ``model_type`` transformer fusions applied (a new ModelProto; ``model`` is not
+    changed), or ``model`` itself with the reason the step did not run. Call :func:`why_not` first."""
+    from onnxruntime.transformers import optimizer
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    options = FusionOptions(model_type)
+    options.enable_rotary_embeddings = False  # see the module's docstring
+    work = onnx.ModelProto()
+    work.CopyFrom(model)  # ORT's fusions edit the proto they are given
+    before = _op_counts(model)
+    quiet = logging.getLogger("onnxruntime.transformers")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            fused = optimizer.optimize_model(work, model_type=model_type, num_heads=0, hidden_size=0, opt_level=0,
+                                             use_gpu=use_gpu, optimization_options=options).model
+    except Exception as e:  # ORT's optimizer is another project's code: its failure must not fail optimize
+        from .errors import one_line
+
+        return model, OrtFusionsReport(applied=False, why_not=f"ORT's optimizer failed ({type(e).__name__}: "
+                                                              f"{one_line(e)}); the model is left as it was")
+    finally:
+        quiet.setLevel(level)
+    # ORT's optimizer adds the import of its domain only when it saves a file (OnnxModel.save_model_to_file)
+    if any(n.domain == ORT_DOMAIN for n in fused.graph.node) and all(o.domain != ORT_DOMAIN for o in fused.opset_import):
+        fused.opset_import.append(onnx.helper.make_opsetid(ORT_DOMAIN, 1))
+    after = _op_counts(fused)
+    added = {op: n - before.get(op, 0) for op, n in sorted(after.items()) if n > before.get(op, 0)}
+    report = OrtFusionsReport(applied=True, model_type=model_type, added=added, nodes_before=len(model.graph.node),
+                              nodes_after=len(fused.graph.node))
+    return fused, report

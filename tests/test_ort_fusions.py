@@ -1,0 +1,121 @@
+"""``optimize --ort-fusions``: ORT's transformer fusions as the step before onnxfuse's rules.
+
+On the sample exports: the step runs ORT's fusions, onnxfuse then fuses the FFNs and attentions it left,
+and the result matches the original (``compare``); for GPT-2 the "gpt2" model type is the one kept (only
+after it can the attention rule prove the query's shape). Where it does not apply (a model ORT's optimizer
+has seen, one optimized by onnxfuse, TensorRT, external data, ORT's optimizer failing) the rules run on the
+model as it was and the report says why. Without the flag nothing of ORT's runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from onnxfuse import ort_fusions
+from onnxfuse.compare import compare_models
+from onnxfuse.fuse import inspect_file, optimize_file
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_models"
+MODELS = Path(__file__).resolve().parent / "models"
+
+
+def _ops(path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for n in onnx.load(str(path), load_external_data=False).graph.node:
+        key = f"{n.domain or 'ai.onnx'}.{n.op_type}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("sample,model_type", [("tiny_bert", "bert"), ("tiny_gpt2", "gpt2"),
+                                               ("tiny_clip_text_quickgelu", "bert")])
+def test_ort_fusions_then_rules_match_the_original(tmp_path, sample, model_type):
+    src = SAMPLES / f"{sample}.onnx"
+    out = tmp_path / "out.onnx"
+    report = optimize_file(src, out, ort_fusions=True)
+    step = report.ort_fusions
+    assert step["applied"] and step["model_type"] == model_type, step
+    assert step["added"].get("com.microsoft.SkipLayerNormalization", 0) == 4
+    ops = _ops(out)
+    assert ops["com.microsoft.SkipLayerNormalization"] == 4
+    assert report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}, report.fused_by_op
+    assert report.refused == []
+    assert compare_models(str(src), str(out), samples=2, progress=False).passed
+
+
+def test_without_the_flag_nothing_of_orts_runs(tmp_path):
+    out = tmp_path / "out.onnx"
+    report = optimize_file(SAMPLES / "tiny_bert.onnx", out)
+    assert report.ort_fusions is None
+    assert not any(op.startswith("com.microsoft.Skip") for op in _ops(out))
+
+
+@pytest.mark.parametrize("model,target,why", [
+    (MODELS / "bert_torchscript_op14_ortopt.onnx", "cuda", "already has ORT's fused ops"),
+    (SAMPLES / "tiny_bert.onnx", "tensorrt", "TensorRT"),
+])
+def test_where_the_step_does_not_apply_the_report_says_why(tmp_path, model, target, why):
+    report = optimize_file(model, tmp_path / "out.onnx", ort_fusions=True, target=target)
+    assert report.ort_fusions["applied"] is False and why in report.ort_fusions["why_not"], report.ort_fusions
+
+
+def test_a_model_onnxfuse_optimized_is_not_fused_by_ort_again(tmp_path):
+    once = tmp_path / "once.onnx"
+    optimize_file(SAMPLES / "tiny_bert.onnx", once)
+    report = optimize_file(once, tmp_path / "twice.onnx", ort_fusions=True)
+    assert "optimized by onnxfuse" in report.ort_fusions["why_not"]
+
+
+def test_external_data_is_left_to_ort_optimizer_run_by_the_user(tmp_path):
+    src = tmp_path / "m.onnx"
+    shutil.copy(MODELS / "bert_torchscript_op17.onnx", src)
+    shutil.copy(MODELS / "bert_torchscript_op17.onnx.data", tmp_path / "bert_torchscript_op17.onnx.data")
+    report = optimize_file(src, tmp_path / "out.onnx", ort_fusions=True)
+    assert report.ort_fusions["applied"] is False and "external data" in report.ort_fusions["why_not"]
+    assert report.fused  # the rules still ran
+
+
+def test_ort_optimizer_failing_leaves_the_model_to_the_rules(tmp_path, monkeypatch):
+    from onnxruntime.transformers import optimizer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(optimizer, "optimize_model", broken)
+    out = tmp_path / "out.onnx"
+    report = optimize_file(SAMPLES / "tiny_bert.onnx", out, ort_fusions=True)
+    assert report.ort_fusions["applied"] is False and "RuntimeError: boom" in report.ort_fusions["why_not"]
+    assert report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}
+    assert not any(op.startswith("com.microsoft.Skip") for op in _ops(out))
+
+
+def test_orts_gelu_fusion_can_change_the_math_which_is_why_the_step_is_asked_for():
+    """The reason the step is not the default: on GPT-NeoX's dynamo export ORT's fusion writes the exact
+    erf BiasGelu where the graph computes ONNX's Gelu(approximate="tanh")."""
+    model = onnx.load(str(MODELS / "gpt_neox_tanh_dynamo_op20.onnx"))
+    fused, step = ort_fusions.apply_ort_fusions(model, model_type="bert", use_gpu=False)
+    assert step.applied and step.added.get("com.microsoft.BiasGelu") == 2
+    tanh_gelu = [n for n in model.graph.node if n.op_type == "Gelu" and onnx.helper.get_node_attr_value(n, "approximate") == b"tanh"]
+    assert len(tanh_gelu) == 2
+    assert not any(n.op_type == "Gelu" for n in fused.graph.node)
+
+
+def test_inspect_and_the_cli_report_the_step(tmp_path):
+    report = inspect_file(SAMPLES / "tiny_gpt2.onnx", ort_fusions=True)
+    assert report.ort_fusions["model_type"] == "gpt2" and report.to_dict()["ort_fusions"]["applied"]
+    out = tmp_path / "out.onnx"
+    run = subprocess.run([sys.executable, "-m", "onnxfuse.cli", "optimize", str(SAMPLES / "tiny_bert.onnx"), "-o",
+                          str(out), "--ort-fusions", "--json", "-"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["ort_fusions"]["added"]["com.microsoft.SkipLayerNormalization"] == 4
+    table = subprocess.run([sys.executable, "-m", "onnxfuse.cli", "optimize", str(SAMPLES / "tiny_bert.onnx"), "-o",
+                            str(out), "--ort-fusions"], capture_output=True, text=True, timeout=300)
+    assert "ORT's transformer fusions (bert): 2 BiasGelu, 4 SkipLayerNormalization" in table.stdout, table.stdout
