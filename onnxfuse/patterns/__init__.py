@@ -15,7 +15,7 @@ adding a rule to :func:`default_rules`.
 
 from __future__ import annotations
 
-from .attention import Attention
+from .attention import Attention, OnnxAttention
 from .linear_gelu import ACTIVATION_RULES, APPROXIMATIONS, LinearGelu
 from .rule import Activation, FusionRule, NewTensor, OpKey, Plan, Refusal
 
@@ -23,7 +23,7 @@ from .rule import Activation, FusionRule, NewTensor, OpKey, Plan, Refusal
 def default_rules(approximate: str | None = None) -> tuple[FusionRule, ...]:
     """The rules ``optimize`` and ``inspect`` run, in priority order (a node claimed by an earlier plan is not
     fused again). ``approximate``: see :class:`LinearGelu`."""
-    return (LinearGelu(approximate), Attention())
+    return (LinearGelu(approximate), Attention(), OnnxAttention())
 
 
 def emitted_ops(rules: tuple[FusionRule, ...] | None = None) -> tuple[OpKey, ...]:
@@ -37,5 +37,5 @@ def emitted_op_types(rules: tuple[FusionRule, ...] | None = None) -> tuple[str, 
     return tuple(dict.fromkeys(op_type for _, op_type in emitted_ops(rules)))
 
 
-__all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "Attention", "FusionRule", "LinearGelu", "NewTensor", "Plan",
+__all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "Attention", "FusionRule", "LinearGelu", "NewTensor", "OnnxAttention", "Plan",
            "Refusal", "default_rules", "emitted_op_types", "emitted_ops"]

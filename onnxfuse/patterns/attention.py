@@ -134,7 +134,8 @@ by ``bench/e2e_kernels.py``. One difference: Attention's flash path needs S ≥ 
 ``MinSeqLenForFlashAttentionPackedQkv``; MHA's separate inputs take flash at any length), so a float16
 causal-only attention of fewer tokens runs cuDNN SDPA or memory-efficient attention instead.
 
-Not handled (no such form among the committed exports): ONNX's own ``Attention`` op, ALiBi as bloom
+ONNX's own ``Attention`` op (opset 23, the dynamo exporter's sdpa) is the second anchor (:class:`OnnxAttention`),
+rewritten on the same proofs. Not handled (no such form among the committed exports): ALiBi as bloom
 writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not a candidate), a row guard derived from a bias's values (which would admit non-finite biases).
 """
 
@@ -478,6 +479,107 @@ class Attention:
         return plan
 
 
+class OnnxAttention:
+    """ONNX's own ``Attention`` op (opset 23: the dynamo exporter's scaled_dot_product_attention) →
+    ``com.microsoft.Attention`` or ``MultiHeadAttention``, on the same proofs as :class:`Attention`.
+
+    ORT runs ONNX's op, but slower than its contrib ops (H200, BERT-base fp16 at batch 32: 387 µs of attention
+    kernels per inference against 192 µs, and three Q/K/V GEMMs where the contrib op packs one;
+    bench/results/e2e_kernels_h200_dynamo_op23.md). Taken: Q, K and V as head splits [B, N, S, H] of
+    projections (or 3-D [B, S, N·H] with ``q_num_heads``), the output merged back by the graph (4-D) or 3-D;
+    ``attn_mask`` absent, boolean and proved padding and/or causal (a dropped key gets -inf, as the op
+    defines), or a finite additive tensor; ``is_causal`` with the query and key lengths proved equal; the
+    op's own scale or its default 1/√head_size. A row that sees no key is 0, as ORT's kernel makes it
+    (measured on its CPU provider), kept by the row guard. Refused with the reason: a KV cache
+    (``past_key``/``past_value``, ``nonpad_kv_seqlen``), present key/value or ``qk_matmul_output`` read,
+    ``softcap``, grouped K/V heads (``kv_num_heads`` ≠ ``q_num_heads``), ``is_causal`` with a mask, and
+    whatever the Softmax form refuses for its Q, K, V and mask."""
+
+    name = RULE
+    anchors = (("", "Attention"),)
+    emits = Attention.emits
+
+    def match(self, view: GraphView, i: int):
+        try:
+            plan = _plan_onnx(view, i)
+        except _Refused as why:
+            return Refusal(RULE, str(why), (view.node_name(i),))
+        escape = view.escaping_intermediate(plan.nodes, plan.outputs)
+        if escape is not None:
+            out, reader = escape
+            where = "is a graph output" if reader is None else f"is also read by {view.node_name(reader)}"
+            return Refusal(RULE, f"the attention's intermediate '{out}' {where}", (view.node_name(i),))
+        return plan
+
+
+def _plan_onnx(view: GraphView, i: int) -> AttentionPlan:
+    node = view.nodes[i]
+    ev = Evaluator(view)
+    ins = list(node.input) + [""] * (7 - len(node.input))
+    if any(ins[4:7]):
+        raise _Refused("ONNX Attention with a KV cache (past_key/past_value or nonpad_kv_seqlen): not a "
+                       "self-attention over the inputs alone")
+    read = [o for o in node.output[1:] if o and (view.consumers_of(o) or o in view.graph_outputs)]
+    if read:
+        raise _Refused(f"ONNX Attention's present key/value or qk_matmul_output ('{read[0]}') is read")
+    if attr(node, "softcap", 0.0) != 0.0:
+        raise _Refused(f"ONNX Attention with softcap {attr(node, 'softcap', 0.0):g}: the contrib ops have none")
+    nodes = {i}
+    rank = ev.rank(ins[0])
+    if rank == 4:
+        q, k, v = (_heads(view, ev, t, nodes, what) for t, what in zip(ins[:3], ("query", "key", "value")))
+        if q.computed or k.computed or v.computed:
+            raise _Refused("ONNX Attention whose heads the graph computes per head (a rotary embedding): "
+                           "not taken from this op")
+    elif rank == 3:
+        q_heads, kv_heads = attr(node, "q_num_heads", 0), attr(node, "kv_num_heads", 0)
+        if q_heads <= 0 or kv_heads != q_heads:
+            raise _Refused(f"ONNX Attention with 3-D inputs and {q_heads} query / {kv_heads} key-value heads "
+                           "(grouped key/value heads, or none given)")
+        q, k, v = (_projection_heads(view, ev, t, q_heads, what) for t, what in zip(ins[:3], ("query", "key", "value")))
+    else:
+        raise _Refused(f"ONNX Attention's query is not known to be 3-D or 4-D (rank {rank})")
+    if not (q.heads == k.heads == v.heads):
+        raise _Refused(f"ONNX Attention with {q.heads} query and {k.heads}/{v.heads} key/value heads (grouped "
+                       "key/value heads)")
+    dtype = ev.dtype(q.typed)
+    if dtype is None:
+        raise _Refused("the attention's dtype is not known (no projection's type can be derived)")
+    if dtype not in _SUPPORTED or ev.dtype(k.typed) != dtype:
+        raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
+    mask = _NO_MASK
+    if ins[3]:
+        if ev.dtype(ins[3]) == T.BOOL:
+            mask = _proved_keep(view, ev, ins[3], -math.inf, q, k, dtype)
+        else:
+            mask = _additive_bias(view, ev, ins[3], q, k, dtype, "the float attn_mask is added to the scores")
+    if attr(node, "is_causal", 0):
+        if ins[3]:
+            raise _Refused("ONNX Attention with is_causal and an attn_mask: not taken")
+        if q.seq != k.seq:
+            raise _Refused("ONNX Attention with is_causal where the query and key lengths are not shown equal "
+                           "(its causal mask is aligned to the top left, MultiHeadAttention's to the bottom right)")
+        mask = _Mask("causal", causal=True)
+    head_size = q.head_size
+    scale = attr(node, "scale", None)
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_size)
+    if rank == 4:
+        merged, flat_shape = _merge_heads(view, ev, node.output[0], q, q.heads * q.head_size, nodes)
+    else:
+        merged, flat_shape = node.output[0], None
+    return _finish(view, ev, nodes, q, k, v, dtype, mask, merged, flat_shape, scale, ("ONNX Attention", ""), 0.0,
+                   node.name or f"attention_{i}")
+
+
+def _projection_heads(view: GraphView, ev: Evaluator, t: str, heads: int, what: str) -> _Heads:
+    """A 3-D [B, S, N·H] input of ONNX Attention: the projection itself, as MultiHeadAttention reads it."""
+    if not ev.dim(t, 2).is_int or ev.dim(t, 2).coef % heads:
+        raise _Refused(f"the {what} '{t}' is not known to be [batch, sequence, {heads} × head_size]")
+    hidden = ev.dim(t, 2).coef
+    return _with_bias_add(view, _Heads(t, heads, hidden // heads, ev.dim(t, 0), ev.dim(t, 1)), t, hidden)
+
+
 @dataclass
 class _Scores:
     matmul: int
@@ -590,7 +692,23 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     per_head = q.computed or k.computed or v.computed
     hidden = _value_hidden(ev, v) if per_head else q.heads * q.head_size
     merged, flat_shape = _merge_heads(view, ev, view.nodes[pv].output[0], q, hidden, nodes)
+    scaling = ("√scale on Q and Kᵀ" if q_scale != 1.0 and k_scale != 1.0 else
+               "scaled Q" if q_scale != 1.0 else "scaled Kᵀ" if k_scale != 1.0 else
+               "scaled scores" if sc.scale != 1.0 else "unscaled")
+    # A row that sees no key (an all-padding batch row; left padding under causality) is NaN in the graph
+    # with the -inf fill, and 0 after its guard: reproduced whatever the kernel makes of such a row. With a
+    # finite fill such a row is the graph's plain softmax of equal scores, which MHA computes the same way.
+    no_key_row = 0.0 if guarded else math.nan
+    return _finish(view, ev, nodes, q, k, v, dtype, mask, merged, flat_shape, scale,
+                   (scaling, "IsNaN guard" if guarded else ""), no_key_row, view.nodes[softmax].name or f"attention_{softmax}")
 
+
+def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v: _Heads, dtype: int, mask: _Mask,
+            merged: str, flat_shape: tuple | None, scale: float, form_notes: tuple, no_key_row: float,
+            name_hint: str) -> AttentionPlan:
+    """The plan of a matched attention (either anchor): packing, biases, the mask's input and the rows that
+    see no key. ``no_key_row`` is the graph's value for such a row where the fill is -inf (0 or NaN)."""
+    per_head = q.computed or k.computed or v.computed
     if ev.dtype(v.typed) != dtype:
         raise _Refused(f"the value is {dtype_name(ev.dtype(v.typed))}, the query {dtype_name(dtype)}")
     if per_head:
@@ -617,23 +735,18 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         query, key, value = q.projected, k.projected, v.projected
     nodes = _absorb_shape_readers(view, nodes)
     padded = mask.tensor is not None
-    # A row that sees no key (an all-padding batch row; left padding under causality) is NaN in the graph
-    # with the -inf fill, and 0 after its guard: reproduced whatever the kernel makes of such a row. With a
-    # finite fill such a row is the graph's plain softmax of equal scores, which MHA computes the same way.
-    hidden_rows = (0.0 if guarded else math.nan) if padded and mask.fill == -math.inf else None
+    hidden_rows = no_key_row if padded and mask.fill == -math.inf else None
     if padded and view.opset is None:
         raise _Refused("the model imports no ONNX opset: the mask's ops cannot be written")
     if scale == 0.0:  # MHA reads scale 0 as "the default 1/√head_size"
         raise _Refused("the scores are scaled by 0")
-    scaling = ("√scale on Q and Kᵀ" if q_scale != 1.0 and k_scale != 1.0 else
-               "scaled Q" if q_scale != 1.0 else "scaled Kᵀ" if k_scale != 1.0 else
-               "scaled scores" if sc.scale != 1.0 else "unscaled")
+    scaling, guard_note = form_notes
     form = ", ".join(p for p in ("heads computed per head" if per_head else "", scaling, mask.kind or "no mask",
-                                 "IsNaN guard" if guarded else "") if p)
+                                 guard_note) if p)
     extra = {"packed": packed} if packed else {"separate_because": separate_because}
     return (PackedAttentionPlan if packed else AttentionPlan)(
         rule=RULE, form=f"attention ({form})", nodes=frozenset(nodes), outputs=(merged,),
-        name_hint=view.nodes[softmax].name or f"attention_{softmax}",
+        name_hint=name_hint,
         query=query, key=key, value=value, biases=biases,
         mask_kind=mask.kind, padding=mask.tensor,
         padding_is_bool=padded and view.dtype(mask.tensor) == T.BOOL, fill=mask.fill,
@@ -780,6 +893,12 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
     nodes |= {ti, ri}
     heads = _Heads(xp, n.coef, h.coef, ev.dim(xp, 0), ev.dim(xp, 1), tensor=t if perm == (0, 2, 1, 3) else None,
                    split_nodes=frozenset({ti, ri}))
+    return _with_bias_add(view, heads, xp, hidden)
+
+
+def _with_bias_add(view: GraphView, heads: _Heads, xp: str, hidden: int) -> _Heads:
+    """``heads`` with the projection's bias Add recorded, where ``xp = Add(MatMul(X, W), b)`` with b an
+    inline [hidden] constant."""
     ai = view.producer.get(xp)
     if ai is not None and is_op(view.nodes[ai], "Add") and len(view.nodes[ai].input) == 2:
         for a, b in ((view.nodes[ai].input[0], view.nodes[ai].input[1]), (view.nodes[ai].input[1], view.nodes[ai].input[0])):
@@ -1022,9 +1141,15 @@ def _proved_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads
     zero, fill = view.scalar(w.input[1]), view.scalar(w.input[2])
     if zero is None or zero[0] != 0.0 or fill is None or not fill[0] < 0.0:
         raise _Refused("the mask is a Where whose kept value is not 0 or whose fill is not a negative constant")
-    fill_value = fill[0]
+    return _proved_keep(view, ev, w.input[0], fill[0], q, k, dtype)
+
+
+def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: float, q: _Heads, k: _Heads,
+                 dtype: int) -> _Mask:
+    """The boolean ``keep_name`` (true where a key is kept; dropped keys get ``fill_value``) proved to be
+    padding and/or causal."""
     try:
-        keep = ev.index(w.input[0])
+        keep = ev.index(keep_name)
     except NotSymbolic as e:
         raise _Refused(f"the mask is not provably padding or causal: {e}") from None
     if len(keep.extents) > 4:
@@ -1071,7 +1196,7 @@ def _proved_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads
     kind = "+".join(p for p, on in (("causal", causal), ("key-padding", padding is not None)) if on)
     if not kind:
         return _NO_MASK  # keeps every key: adding its zero bias changes nothing
-    return _Mask(kind, padding.name if padding else None, causal, fill_value, keep=w.input[0],
+    return _Mask(kind, padding.name if padding else None, causal, fill_value, keep=keep_name,
                  rank=len(keep.extents), has_query_axis=extents[2] != Dim(1))
 
 
