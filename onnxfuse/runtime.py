@@ -233,10 +233,13 @@ def cuda_not_usable(why: str) -> BadInputError:
                          "use the CPU provider (--provider cpu)")
 
 
-def _why_cuda_is_not_usable() -> str:
+def cuda_unusable_reason() -> str | None:
+    """Why CUDA cannot be used here (for errors and for the GPU tests' skip reasons), or None when it can."""
     if CUDA not in ort.get_available_providers():
-        return "this onnxruntime has no CUDA provider"
-    return "no CUDA device found: no GPU or no driver"
+        return "this onnxruntime has no CUDA provider (install onnxruntime-gpu)"
+    if cuda_device_count() == 0:
+        return "no CUDA device found: no GPU or no driver"
+    return None
 
 
 def provider_list(name: str) -> list[str]:
@@ -245,7 +248,7 @@ def provider_list(name: str) -> list[str]:
     if name not in PROVIDERS:
         raise BadInputError(f"unknown provider '{name}': use {' or '.join(PROVIDERS)}")
     if CUDA in PROVIDERS[name] and not cuda_usable():
-        raise cuda_not_usable(_why_cuda_is_not_usable())
+        raise cuda_not_usable(cuda_unusable_reason())
     return list(PROVIDERS[name])
 
 
@@ -274,7 +277,7 @@ def resolve_providers(spec: ProviderSpec = None) -> list:
         if name not in available:
             raise BadInputError(f"provider {name} is not available in this onnxruntime ({', '.join(sorted(available))})")
         if name == CUDA and cuda_device_count() == 0:
-            raise cuda_not_usable(_why_cuda_is_not_usable())
+            raise cuda_not_usable(cuda_unusable_reason())
         out.append(p)
     return out
 

@@ -16,18 +16,10 @@ import onnxruntime as ort
 import pytest
 from test_patterns_attention import ENTRIES, FUSED_MODELS, TOLERANCE, _feeds, _fuse, _load, _session
 
-from onnxfuse.runtime import CUDA, cuda_device_count
+from onnxfuse.runtime import CUDA, cuda_unusable_reason
 
 
-def _why_no_cuda() -> str | None:
-    if CUDA not in ort.get_available_providers():
-        return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
-    if cuda_device_count() == 0:
-        return "no CUDA device: the driver (libcuda) sees no GPU on this machine"
-    return None
-
-
-_NO_CUDA = _why_no_cuda()
+_NO_CUDA = cuda_unusable_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_CUDA is not None, reason=f"CUDA tests: {_NO_CUDA}")]
 
 

@@ -19,18 +19,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfuse.domain import DOMAIN, DOMAIN_VERSION, OP_TYPE
-from onnxfuse.runtime import CUDA, cuda_device_count
+from onnxfuse.runtime import CUDA, cuda_unusable_reason
 
 
-def _why_no_cuda() -> str | None:
-    if CUDA not in ort.get_available_providers():
-        return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
-    if cuda_device_count() == 0:
-        return "no CUDA device: the driver (libcuda) sees no GPU on this machine"
-    return None
-
-
-_NO_CUDA = _why_no_cuda()
+_NO_CUDA = cuda_unusable_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_CUDA is not None, reason=f"CUDA tests: {_NO_CUDA}")]
 
 DTYPES = ("float32", "float16", "bfloat16")

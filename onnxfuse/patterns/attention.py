@@ -468,15 +468,20 @@ class Attention:
             plan = _plan(view, i, scores)
         except _Refused as why:
             return Refusal(RULE, str(why), (view.node_name(i),))
-        # An attention whose heads or scores are read elsewhere (T5's first layers return the key heads as
-        # the cache; its decoder's position bias reads the query heads' shape) stays, with this rule's reason.
-        escape = view.escaping_intermediate(plan.nodes, plan.outputs)
-        if escape is not None:
-            out, reader = escape
-            where = "is a graph output" if reader is None else f"is also read by {view.node_name(reader)}"
-            return Refusal(RULE, f"the attention's intermediate '{out}' {where} (a cache output or a shape "
-                                 "read outside the attention)", (view.node_name(i),))
+        return _unless_escaping(view, i, plan)
+
+
+def _unless_escaping(view: GraphView, anchor: int, plan: AttentionPlan) -> AttentionPlan | Refusal:
+    """``plan``, unless a tensor it removes is read elsewhere: an attention whose heads or scores are read
+    outside it (T5's first layers return the key heads as the cache; its decoder's position bias reads the
+    query heads' shape) stays, with this rule's reason."""
+    escape = view.escaping_intermediate(plan.nodes, plan.outputs)
+    if escape is None:
         return plan
+    out, reader = escape
+    where = "is a graph output" if reader is None else f"is also read by {view.node_name(reader)}"
+    return Refusal(RULE, f"the attention's intermediate '{out}' {where} (a cache output or a shape read outside "
+                         "the attention)", (view.node_name(anchor),))
 
 
 class OnnxAttention:
@@ -504,12 +509,7 @@ class OnnxAttention:
             plan = _plan_onnx(view, i)
         except _Refused as why:
             return Refusal(RULE, str(why), (view.node_name(i),))
-        escape = view.escaping_intermediate(plan.nodes, plan.outputs)
-        if escape is not None:
-            out, reader = escape
-            where = "is a graph output" if reader is None else f"is also read by {view.node_name(reader)}"
-            return Refusal(RULE, f"the attention's intermediate '{out}' {where}", (view.node_name(i),))
-        return plan
+        return _unless_escaping(view, i, plan)
 
 
 def _plan_onnx(view: GraphView, i: int) -> AttentionPlan:
