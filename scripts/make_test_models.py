@@ -392,6 +392,7 @@ EXPORTS: list[Export] = [
     Export("bert", "torchscript", 17, external=True),
     Export("bert", "torchscript", 20, note="ONNX Gelu (opset 20)"),
     Export("bert", "dynamo", 18),
+    Export("bert", "dynamo", 23, note="ONNX Attention (opset 23): the dynamo exporter's sdpa"),
     Export("gpt2", "torchscript", 14),
     Export("gpt2", "dynamo", 18),
     Export("gpt2", "dynamo", 19, fold=False, note="optimize=False: the dynamo exporter's graph before its optimizer"),

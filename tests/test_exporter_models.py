@@ -181,7 +181,7 @@ def test_manifest_covers_the_issue_matrix():
     assert {m["exporter"] for m in ENTRIES.values()} == {"torchscript", "dynamo", "tf2onnx"}
     assert {m["post"] for m in ENTRIES.values()} == {"raw", "ort-optimizer", "ort-fp16", "ort-fp16-converter",
                                                      "graphsurgeon"}
-    assert {m["opset"] for m in ENTRIES.values()} == set(range(13, 21))
+    assert {m["opset"] for m in ENTRIES.values()} == set(range(13, 21)) | {23}  # 23: ONNX's Attention op
     assert any(m["external_data"] for m in ENTRIES.values())
     # Freshly initialised TorchScript exports (the framework's own init, no randomising) of these families.
     fresh = {m["family"] for m in ENTRIES.values() if m.get("variant", "").startswith("framework-default")}

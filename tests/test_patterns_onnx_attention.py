@@ -1,6 +1,8 @@
 """ONNX's own ``Attention`` op (opset 23, what the dynamo exporter writes for sdpa) → ORT's contrib attention.
 
-Hand-built graphs in the exporter's layout: Q, K and V projections split into heads [B, N, S, H] (or fed
+The dynamo exporter's own opset-23 BERT (tests/models/bert_dynamo_op23.onnx): both attentions fuse, packed,
+and its outputs equal the original's with a different padding in every batch row. Hand-built graphs in the
+exporter's layout: Q, K and V projections split into heads [B, N, S, H] (or fed
 3-D with ``q_num_heads``), the op, its output merged back. Accepted forms fuse into ``com.microsoft.Attention``
 (the three projections packed) and give the original's outputs on ORT's CPU provider, fp32 and fp16, with a
 different padding in every batch row, an all-padding row included (0 there, as ORT's kernel makes it).
@@ -165,6 +167,25 @@ def test_negatives_stay_bit_identical(form, reason):
     (refusal,) = result.report.refused
     assert reason in refusal.reason, refusal.reason
     assert result.model.SerializeToString() == model.SerializeToString()
+
+
+def test_the_dynamo_exporters_opset_23_bert_fuses_and_matches(rng):
+    from test_patterns_attention import MODELS, _feeds, _session
+
+    model = onnx.load(str(MODELS / "bert_dynamo_op23.onnx"))
+    assert sum(n.op_type == "Attention" and n.domain == "" for n in model.graph.node) == 2
+    result = fuse_model(model)
+    assert result.report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}
+    assert result.report.refused == []
+    attention = [b for b in result.report.fused if b.rule == "attention"]
+    assert all(b.form == "attention (ONNX Attention, key-padding)" and b.details["qkv"] == "packed" for b in attention)
+    only_attention = fuse_model(model, rules=RULES).model  # the CPU provider runs it without the op library
+    reference, fused = _session(model), _session(only_attention)
+    for batch, seq in ((6, 7), (8, 16)):
+        feeds = _feeds("bert_dynamo_op23.onnx", reference, batch, seq, rng)
+        for want, got in zip(reference.run(None, feeds), fused.run(None, feeds)):
+            assert np.array_equal(np.isnan(want), np.isnan(got))
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_default_rules_take_onnx_attention():
