@@ -119,3 +119,17 @@ def test_inspect_and_the_cli_report_the_step(tmp_path):
     table = subprocess.run([sys.executable, "-m", "onnxfuse.cli", "optimize", str(SAMPLES / "tiny_bert.onnx"), "-o",
                             str(out), "--ort-fusions"], capture_output=True, text=True, timeout=300)
     assert "ORT's transformer fusions (bert): 2 BiasGelu, 4 SkipLayerNormalization" in table.stdout, table.stdout
+
+
+def test_tune_reads_the_rows_of_a_model_after_orts_fusions(tmp_path):
+    """ORT's fusions write LayerNormalization in the default domain at opset 14 (ConvNeXt), which ONNX's shape
+    inference has no schema for; inference reads it as an Identity of its input, so every node's rows follow."""
+    from onnxfuse import tuning
+
+    out = tmp_path / "out.onnx"
+    report = optimize_file(MODELS / "convnext_torchscript_op14.onnx", out, ort_fusions=True)
+    assert report.ort_fusions["added"].get("ai.onnx.LayerNormalization")
+    model = onnx.load(str(out))
+    nodes = tuning.tunable_nodes(model)
+    rows = tuning.row_counts(model, nodes, [(b, {"pixel_values": (b, 3, 32, 32)}) for b in (1, 8)])
+    assert sorted(r[1] for r in rows.values()) == [16, 64, 64] and all(r[8] == 8 * r[1] for r in rows.values())

@@ -358,9 +358,42 @@ def rank_of(view: GraphView, name: str, depth: int = 0) -> int | None:
     return None
 
 
+# ORT's ops whose output (and, for the skip normalisations, the input + skip sum, output 3) has the first
+# input's type and shape. ONNX's inference has no schema for them (contrib ops; LayerNormalization below
+# opset 17, as ORT's optimizer writes it in the default domain), and types nothing downstream of the first:
+# for inference alone they are read as Identity of their first input, so an ORT-optimized model is typed
+# to the end (``tune`` reads the rows of every fused node from these types).
+_ORT_SAME_AS_FIRST = {("com.microsoft", op): outs for op, outs in (
+    ("SkipLayerNormalization", (0, 3)), ("SkipSimplifiedLayerNormalization", (0, 3)), ("BiasGelu", (0,)),
+    ("FastGelu", (0,)), ("Gelu", (0,)), ("QuickGelu", (0,)))}
+_DEFAULT_WITHOUT_SCHEMA_SAME_AS_FIRST = {"LayerNormalization", "SimplifiedLayerNormalization"}
+
+
+def _default_opset(model: onnx.ModelProto) -> int | None:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def _for_inference(node: onnx.NodeProto, opset: int | None) -> list[onnx.NodeProto]:
+    """``node`` as shape inference should read it: itself, or for the ops above an Identity of its first
+    input per output kept (new node protos; ops with subgraphs are never among them, so the copy's subgraph
+    order is the model's)."""
+    outs = _ORT_SAME_AS_FIRST.get((node.domain, node.op_type))
+    if outs is None and node.domain in ("", "ai.onnx") and node.op_type in _DEFAULT_WITHOUT_SCHEMA_SAME_AS_FIRST \
+            and opset is not None:
+        try:
+            onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            outs = (0,)
+    if outs is None or not node.input:
+        return [node]
+    kept = [node.output[k] for k in outs if k < len(node.output) and node.output[k]]
+    return [onnx.helper.make_node("Identity", [node.input[0]], [o], name=f"{node.name}/{o}") for o in kept]
+
+
 def infer_types(model: onnx.ModelProto) -> onnx.GraphProto:
-    """Shape inference on a weightless copy of ``model`` (its graph, node for node the model's, with the
-    inferred ``value_info`` in it and its subgraphs): large initializers become typed graph inputs, so
+    """Shape inference on a weightless copy of ``model`` (its graph, with the inferred ``value_info`` in it
+    and its subgraphs; node for node the model's but for ORT's shape-keeping ops, read as Identities of
+    their first input: ``_for_inference``): large initializers become typed graph inputs, so
     this costs as little for a 6 GB model as for a tiny one and never touches external data. Inference
     failures (custom ops without schema, odd models) just leave types unknown; rules then refuse or
     reason without them."""
@@ -371,7 +404,9 @@ def infer_types(model: onnx.ModelProto) -> onnx.GraphProto:
     g = light.graph
     src = model.graph
     g.name = src.name
-    g.node.extend(src.node)
+    opset = _default_opset(model)
+    for n in src.node:
+        g.node.extend(_for_inference(n, opset))
     g.input.extend(src.input)
     g.output.extend(src.output)
     g.value_info.extend(src.value_info)
