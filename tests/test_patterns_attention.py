@@ -251,6 +251,26 @@ def test_outputs_match_the_original(file, batch, seq, rng):
         assert err <= tol, f"{name}: {err:.2e}"
 
 
+@pytest.mark.parametrize("file", ["bert_torchscript_op14.onnx", "gpt2_torchscript_op14.onnx"])
+def test_row_guard_reads_whole_flags_made_once(file, rng):
+    # ORT's CUDA Where runs its simple kernel only when every operand is whole or a scalar (the broadcast
+    # form cost 1.7x on the H200): every guard reads the flags expanded to its own output's shape, and the
+    # layers share the one Expand that makes them.
+    model = _fuse(_load(file)).model
+    guards = [n for n in model.graph.node if n.op_type == "Where" and n.name.endswith("_hidden_rows")]
+    producer = {o: n for n in model.graph.node for o in n.output}
+    assert len(guards) == 2
+    assert len({g.input[0] for g in guards}) == 1 and producer[guards[0].input[0]].op_type == "Expand"
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    watched = sorted({t for g in guards for t in g.input[:2]})
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in watched)
+    sess = _session(probe)
+    values = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, _feeds(file, sess, 6, 7, rng))))
+    for g in guards:
+        assert values[g.input[0]].shape == values[g.input[1]].shape == (6, 7, values[g.input[1]].shape[2])
+
+
 def test_fp16_runs_in_float16():
     result = _fuse(_load("bert_dynamo_op18_ortfp16.onnx"))
     fused = [n for n in result.model.graph.node if n.op_type == "Attention"]
