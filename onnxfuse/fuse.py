@@ -438,7 +438,9 @@ def _fuse_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, o
             failures.append(step)
             continue
         result = fuse_model(fused_input, target=target, **fuse_args)
-        score = (len(result.report.fused), -len(result.model.graph.node), -rank)
+        # a bias moved into an existing node is no block fused: the fusion set that lets both rank alike
+        fused = sum(not b.details.get("moves_only") for b in result.report.fused)
+        score = (fused, -len(result.model.graph.node), -rank)
         if best is None or score > best[0]:
             best = (score, result, fused_input, step)
     if best is None:

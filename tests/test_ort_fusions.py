@@ -46,7 +46,10 @@ def test_ort_fusions_then_rules_match_the_original(tmp_path, sample, model_type)
     assert step["added"].get("com.microsoft.SkipLayerNormalization", 0) == 4
     ops = _ops(out)
     assert ops["com.microsoft.SkipLayerNormalization"] == 4
-    assert report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}, report.fused_by_op
+    expected = {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}
+    if model_type == "gpt2":  # ORT leaves the attention output projections Gemms with C: their biases move
+        expected["com.microsoft.SkipLayerNormalization"] = 2
+    assert report.fused_by_op == expected, report.fused_by_op
     assert report.refused == []
     assert compare_models(str(src), str(out), samples=2, progress=False).passed
 
