@@ -81,11 +81,12 @@ constexpr int64_t kWeightBoundMinWeights = int64_t{1} << 25;
 constexpr int64_t kFewRowsFallbackMinWeights = int64_t{1} << 21;
 // The gemv kernel's measured reach (transB = 1, the layout the optimizer writes for constant weights): 16-bit
 // with up to 4 rows below kWeightBoundMinWeights weights, or one row of any W; float32 with up to 16 rows
-// below that size, or up to 2 rows of any W, where W is at least as wide as it is deep (N >= K: the
-// up-projections this op fuses; a narrow, deep W leaves too few columns to spread over the SMs).
+// below that size, or up to 4 rows of any W (8 columns per group at 4 rows: gemv_gelu.cu), where W is at
+// least as wide as it is deep (N >= K: the up-projections this op fuses; a narrow, deep W leaves too few
+// columns to spread over the SMs).
 constexpr int64_t kGemv16BitMaxRows = 4;
 constexpr int64_t kGemvF32MaxRows = 16;
-constexpr int64_t kGemvF32LargeWeightMaxRows = 2;
+constexpr int64_t kGemvF32LargeWeightMaxRows = 4;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -94,9 +95,11 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
 //  - few rows, transB = 1: the gemv kernel: fp16 1x768x3072 5.1 / 4.5 / 2.5 / 5.5, 4x1024x4096 6.6 / 4.9 /
 //    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 16x768x3072 106 / 10.3 / 8.7 / 10.2, 16x1000x3000
-//    137 / 12.7 / 10.8 / 11.3, 2x4096x16384 491 / 85.9 / 65.5 / 70.7. Beyond its reach it loses:
-//    8x4096x16384 fp16 39.0 / 35.0 / 63.1 / 35.6, 4x4096x16384 fp32 525 / 86.1 / 87.4 / 73.7 (there no path
-//    of this library matches ORT's cuBLAS: bench/results/cuda_kernel_never_slower_h200.md);
+//    137 / 12.7 / 10.8 / 11.3, 2x4096x16384 491 / 85.9 / 65.5 / 70.7, 4x4096x16384 491 / 82.0 / 65.6 / 70.7
+//    (cuda_kernel_fp32_few_rows_h200.json). Beyond its reach it loses: 8x4096x16384 fp16 39.0 / 35.0 /
+//    63.1 / 35.6; 8x4096x16384 fp32 490 / 78.6 / 78.2 / 72.0, where no path of this library matches ORT's
+//    cuBLAS, whose MatMul reads W as [K, N] (NN: 65-68 µs for the GEMM; every cuBLAS call on this op's
+//    [N, K] takes 76-84: lab/results/cublas_fp32_few_rows_h200.txt);
 //  - fp16/bf16 with 5-16 rows of a W of 2^21 weights or more: the fallback (kFewRowsFallbackMinWeights);
 //  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
 //    reach only the fused path's any-alignment WMMA kernel: 4096x770x3074 606 / 146 / 223, 16384x4095x1023

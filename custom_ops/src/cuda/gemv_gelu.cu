@@ -7,9 +7,9 @@
 //    of W: 16 fp16/bf16 or 8 fp32 columns) and its 128 threads split K: each thread reads a 16-byte piece of
 //    a row, kSlicesK rows apart. The strip's partial sums meet in registers (shuffles across the lanes that
 //    share columns) and then in shared memory (across the block's warps).
-//  transB = 1, W [N, K] (K contiguous): one to four warps own kTnCols columns and their 32 lanes walk K side
-//    by side, 16 bytes each, reading X's rows the same way; a butterfly of shuffles sums the lanes, shared
-//    memory the warps.
+//  transB = 1, W [N, K] (K contiguous): one to four warps own a group of kTnCols columns (4, or 8 for fp32 at
+//    4 and 8 rows) and their 32 lanes walk K side by side, 16 bytes each, reading X's rows the same way; a
+//    butterfly of shuffles sums the lanes, shared memory the warps.
 //
 // Thin strips keep every SM busy at the N of real layers (3072 fp16 columns are 192 blocks). Rows up to the
 // next power of two are computed (a template parameter: the accumulators must be registers), the rows beyond
@@ -40,8 +40,15 @@ constexpr int kVectorBytes = 16;
 // Rows of W each thread loads before the FMAs that use them (transB = 0): with 4 warps per block and several
 // blocks per SM, enough bytes in flight to cover DRAM latency.
 constexpr int kNnUnroll = 4;
-// Columns per warp (transB = 1): each X vector loaded is used for this many columns of W.
-constexpr int kTnCols = 4;
+// Columns per group (transB = 1). Each X vector a lane loads serves the group's columns only: every group
+// reads all of X again (from L1/L2), so X's traffic is kRows / kTnCols times W's and grows with the rows (4x W's
+// at 16 rows of 4 columns). 8 columns halve it where the sums still fit in registers: fp32 at 4 and 8 rows
+// (up to 8x8 sums beside 8x4 floats of W); 16-bit W takes twice the registers per vector, 16 rows twice the
+// sums, and at 1 or 2 rows X is at most half of W's traffic while 4 columns give twice the groups to spread
+// a small N over the SMs. Measured on H200, float32 4096x16384 (bench/results/cuda_kernel_fp32_few_rows_h200.json,
+// `bench/cuda_kernel.py --paths`): 4 rows 87-90 µs with 4 columns, 65.6 with 8; 8 rows 131 -> 78.2.
+template <class T, int kRows>
+constexpr int kTnCols = std::is_same_v<T, float> && (kRows == 4 || kRows == 8) ? 8 : 4;
 
 template <class T>
 constexpr int kPerVector = kVectorBytes / static_cast<int>(sizeof(T));
@@ -157,47 +164,47 @@ __global__ void __launch_bounds__(kThreads) gemv_nn_kernel(const T* __restrict__
   }
 }
 
-// transB = 1. Each group of kTnCols columns belongs to k_split warps of one block (1, 2 or kWarps: more warps
+// transB = 1. Each group of kCols columns belongs to k_split warps of one block (1, 2 or kWarps: more warps
 // where N alone gives too few to cover DRAM latency); warp `slice` of a group walks steps slice, slice +
 // k_split, ... of K, lane l reading elements l·kVec.. of each step's 32·kVec, of the group's rows of W and of
 // every row of X.
-template <class T, int kRows, int kVec>
+template <class T, int kRows, int kVec, int kCols>
 __global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__ x, const T* __restrict__ w,
                                                            const T* __restrict__ bias, T* __restrict__ y, int M,
                                                            int64_t K, int64_t N, int k_split, ActivationParams act) {
-  constexpr int kOutputs = kRows * kTnCols;
+  constexpr int kOutputs = kRows * kCols;
   constexpr int kSlots = (kOutputs + 31) / 32;  // outputs per lane in the epilogue
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int slice = warp % k_split;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / k_split) + warp / k_split) * kTnCols;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / k_split) + warp / k_split) * kCols;
   const bool active = n0 < N;  // a whole warp past Y still takes part in the block's reduction
 
-  float acc[kRows][kTnCols];
+  float acc[kRows][kCols];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int c = 0; c < kTnCols; ++c) acc[r][c] = 0.0f;
+    for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
 
   if (active) {
-    const T* wr[kTnCols];
+    const T* wr[kCols];
 #pragma unroll
-    for (int c = 0; c < kTnCols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;  // past N: never stored
+    for (int c = 0; c < kCols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;  // past N: never stored
     const T* xr[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) xr[r] = x + static_cast<int64_t>(r < M ? r : M - 1) * K;
     const int64_t stride = static_cast<int64_t>(32) * kVec * k_split;
 #pragma unroll 2
     for (int64_t k = (static_cast<int64_t>(slice) * 32 + lane) * kVec; k < K; k += stride) {
-      float wv[kTnCols][kVec];
+      float wv[kCols][kVec];
 #pragma unroll
-      for (int c = 0; c < kTnCols; ++c) load_floats<T, kVec>(wr[c] + k, wv[c]);
+      for (int c = 0; c < kCols; ++c) load_floats<T, kVec>(wr[c] + k, wv[c]);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float xv[kVec];
         load_floats<T, kVec>(xr[r] + k, xv);
 #pragma unroll
-        for (int c = 0; c < kTnCols; ++c)
+        for (int c = 0; c < kCols; ++c)
 #pragma unroll
           for (int v = 0; v < kVec; ++v) acc[r][c] = fmaf(xv[v], wv[c][v], acc[r][c]);
       }
@@ -209,14 +216,14 @@ __global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int c = 0; c < kTnCols; ++c) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], offset);
+      for (int c = 0; c < kCols; ++c) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], offset);
 
   // Every lane now holds every sum of its warp; lane l takes outputs l, l + 32, ... (row-major over rows x
   // columns).
   float mine[kSlots] = {};
 #pragma unroll
   for (int j = 0; j < kOutputs; ++j)
-    if (j % 32 == lane) mine[j / 32] = acc[j / kTnCols][j % kTnCols];
+    if (j % 32 == lane) mine[j / 32] = acc[j / kCols][j % kCols];
 
   if (k_split > 1) {  // the group's slices meet in shared memory; its first warp sums them in slice order
     __shared__ float partial[kWarps][kOutputs];
@@ -237,8 +244,8 @@ __global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     const int j = s * 32 + lane;
-    const int r = j / kTnCols;
-    const int64_t n = n0 + j % kTnCols;
+    const int r = j / kCols;
+    const int64_t n = n0 + j % kCols;
     if (j < kOutputs && r < M && n < N) y[static_cast<int64_t>(r) * N + n] = from_float<T>(epilogue(mine[s], bias, n, act));
   }
 }
@@ -251,10 +258,10 @@ __global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__
 constexpr int64_t kTnWarpsPerSm = 16;
 constexpr int64_t kTnMinStepsPerWarp = 8;
 
-// 1, 2 or kWarps: the fewest warps per column group that give every SM kTnWarpsPerSm warps, while each warp
-// keeps kTnMinStepsPerWarp steps of K.
-int tn_k_split(int64_t K, int64_t N, int vec, const DeviceInfo& dev) {
-  const int64_t groups = (N + kTnCols - 1) / kTnCols;
+// 1, 2 or kWarps: the fewest warps per group of `cols` columns that give every SM kTnWarpsPerSm warps, while
+// each warp keeps kTnMinStepsPerWarp steps of K.
+int tn_k_split(int64_t K, int64_t N, int cols, int vec, const DeviceInfo& dev) {
+  const int64_t groups = (N + cols - 1) / cols;
   const int64_t steps = (K + 32 * vec - 1) / (32 * vec);
   const int64_t target = kTnWarpsPerSm * (dev.sm_count > 0 ? dev.sm_count : 1);
   int split = 1;
@@ -292,14 +299,15 @@ cudaError_t launch_rows(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream
       gemv_nn_kernel<T, kRows, 1><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, act);
     }
   } else {
+    constexpr int kCols = kTnCols<T, kRows>;
     const bool vec = gemv_reads_vectors(a);
-    const int k_split = tn_k_split(a.K, a.N, vec ? kVec : 1, dev);
-    const int64_t block_cols = static_cast<int64_t>(kWarps / k_split) * kTnCols;
+    const int k_split = tn_k_split(a.K, a.N, kCols, vec ? kVec : 1, dev);
+    const int64_t block_cols = static_cast<int64_t>(kWarps / k_split) * kCols;
     const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
     if (vec) {
-      gemv_tn_kernel<T, kRows, kVec><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, k_split, act);
+      gemv_tn_kernel<T, kRows, kVec, kCols><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, k_split, act);
     } else {
-      gemv_tn_kernel<T, kRows, 1><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, k_split, act);
+      gemv_tn_kernel<T, kRows, 1, kCols><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, k_split, act);
     }
   }
   return cudaGetLastError();
