@@ -49,8 +49,9 @@ def _model(dtype=T.FLOAT, norm="SkipLayerNormalization", reshape=True, gemm_as_s
     norm_inputs = pair + ["gamma"] + (["beta"] if norm == "SkipLayerNormalization" else [])
     if norm_bias:
         norm_inputs.append("own_bias")
-    outputs = ["y", "", "", "sum"] if norm == "SkipLayerNormalization" else ["y", "", "", "sum"]
-    nodes.append(helper.make_node(norm, norm_inputs, outputs, name="norm", domain="com.microsoft", epsilon=1e-5))
+    # output 3, the sum the residual stream reads, at the same place in both normalizations
+    nodes.append(helper.make_node(norm, norm_inputs, ["y", "", "", "sum"], name="norm", domain="com.microsoft",
+                                  epsilon=1e-5))
     graph_outputs = [helper.make_tensor_value_info("y", dtype, None), helper.make_tensor_value_info("sum", dtype, None)]
     if read_twice:
         nodes.append(helper.make_node("Identity", [summand], ["seen"], name="elsewhere"))

@@ -234,9 +234,9 @@ class AttentionPlan(Plan):
             nodes += made
             # The flags expanded once to the output's whole [B, S, D] (every layer of one width shares them):
             # with each operand whole or a scalar ORT's CUDA Where runs its simple kernel, with the flags
-            # broadcast its general one, which does index arithmetic per element. Twelve guards on
-            # [32, 128, 768] float16, H200: 102 µs broadcast, 60 µs whole plus 8.5 µs for the one Expand
-            # (lab/kernels/ort_row_guard.py, lab/results/ort_row_guard_h200.txt).
+            # broadcast its general one, which does index arithmetic per element. H200, float16, batch 32:
+            # BERT-base's and GPT-2's twelve guards 104 -> 90 µs per inference (bench/results/e2e_h200.md);
+            # twelve chained in the lab 102 -> 60 µs plus 8.5 for the one Expand (lab/results/ort_row_guard_h200.txt).
             made, rows = out.shared(self._mask_key("rows_seeing_a_key_whole") + (self.output_width or self.name_hint,),
                                     lambda: self._whole(out, rows, mha_out))
             nodes += made
