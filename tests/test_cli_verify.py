@@ -29,7 +29,8 @@ def test_verify_passes_and_writes(tmp_path, library_path):
     assert r.exit_code == 0, r.output
     assert out.exists()
     data = json.loads(report.read_text())
-    assert data["fused_by_op"] == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}  # Q, K and V packed
+    assert data["fused_by_op"] == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2,  # Q, K and V packed
+                                   "com.microsoft.SkipLayerNormalization": 1}  # the embeddings
     assert data["verify"]["passed"] is True
     assert {o["name"] for o in data["verify"]["outputs"]} == {"last_hidden_state", "pooler_output"}
 

@@ -89,13 +89,14 @@ def test_inspect_json_gives_each_target_and_its_reasons():
         assert reports[target]["target"] == target
     r = cli("inspect", sample, "--json")
     assert json.loads(r.stdout) == reports["cuda"] | {"seconds": json.loads(r.stdout)["seconds"]}
-    assert reports["cuda"]["fused"] == reports["cpu"]["fused"] == 4 and reports["cuda"]["refused"] == 0
+    assert reports["cuda"]["fused"] == reports["cpu"]["fused"] == 5 and reports["cuda"]["refused"] == 0
     trt = reports["tensorrt"]
-    assert trt["fused"] == 0 and trt["refused"] == 4
+    assert trt["fused"] == 0 and trt["refused"] == 5
     reasons = sorted(r["reason"] for r in trt["refusals"])
     assert all(r["rule"] == "cost-model" for r in trt["refusals"])
     assert sum("no com.microsoft.Attention kernel" in r for r in reasons) == 2  # Q, K and V packed
     assert sum("ai.onnxfuse.FusedLinearGelu" in r and "erf-GELU+MatMul+Add" in r for r in reasons) == 2
+    assert sum("no com.microsoft.SkipLayerNormalization kernel" in r for r in reasons) == 1  # the embeddings
 
 
 def test_optimize_tensorrt_writes_the_model_unfused_and_says_why(tmp_path):

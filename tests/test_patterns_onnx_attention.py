@@ -175,7 +175,8 @@ def test_the_dynamo_exporters_opset_23_bert_fuses_and_matches(rng):
     model = onnx.load(str(MODELS / "bert_dynamo_op23.onnx"))
     assert sum(n.op_type == "Attention" and n.domain == "" for n in model.graph.node) == 2
     result = fuse_model(model)
-    assert result.report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2}
+    assert result.report.fused_by_op == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2,
+                                         "com.microsoft.SkipLayerNormalization": 1}  # the embeddings
     assert result.report.refused == []
     attention = [b for b in result.report.fused if b.rule == "attention"]
     assert all(b.form == "attention (ONNX Attention, key-padding)" and b.details["qkv"] == "packed" for b in attention)

@@ -10,6 +10,8 @@ adding a rule to :func:`default_rules`.
 - ``attention``: self-attention (Q·Kᵀ, mask, Softmax, P·V, head split/merge) → ``com.microsoft.Attention``
   with Q, K and V packed into one projection (``qkv``), else ``com.microsoft.MultiHeadAttention``;
   ``symbolic`` evaluates the shape and mask arithmetic it proves its forms with.
+- ``embedding_norm``: BERT-class embedding lookups, their sum and its LayerNormalization →
+  ``SkipLayerNormalization`` (a table row of uniform indices, the token types of today's exports, as its bias).
 - ``skip_norm_bias``: a Gemm's bias (C) moved into the ``SkipLayerNormalization`` that reads the Gemm,
   where ORT's CUDA Gemm would broadcast it into its output in a kernel of its own.
 - ``graph``: the read-only view every rule matches on; ``rule``: what rules return and the algebra they share.
@@ -18,6 +20,7 @@ adding a rule to :func:`default_rules`.
 from __future__ import annotations
 
 from .attention import Attention, OnnxAttention
+from .embedding_norm import EmbeddingsIntoSkipNorm
 from .linear_gelu import ACTIVATION_RULES, APPROXIMATIONS, LinearGelu
 from .rule import Activation, FusionRule, NewTensor, OpKey, Plan, Refusal
 from .skip_norm_bias import GemmBiasIntoSkipNorm
@@ -26,7 +29,7 @@ from .skip_norm_bias import GemmBiasIntoSkipNorm
 def default_rules(approximate: str | None = None) -> tuple[FusionRule, ...]:
     """The rules ``optimize`` and ``inspect`` run, in priority order (a node claimed by an earlier plan is not
     fused again). ``approximate``: see :class:`LinearGelu`."""
-    return (LinearGelu(approximate), Attention(), OnnxAttention(), GemmBiasIntoSkipNorm())
+    return (LinearGelu(approximate), Attention(), OnnxAttention(), EmbeddingsIntoSkipNorm(), GemmBiasIntoSkipNorm())
 
 
 def emitted_ops(rules: tuple[FusionRule, ...] | None = None) -> tuple[OpKey, ...]:
@@ -40,5 +43,5 @@ def emitted_op_types(rules: tuple[FusionRule, ...] | None = None) -> tuple[str, 
     return tuple(dict.fromkeys(op_type for _, op_type in emitted_ops(rules)))
 
 
-__all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "Attention", "FusionRule", "GemmBiasIntoSkipNorm", "LinearGelu", "NewTensor", "OnnxAttention", "Plan",
+__all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "Attention", "EmbeddingsIntoSkipNorm", "FusionRule", "GemmBiasIntoSkipNorm", "LinearGelu", "NewTensor", "OnnxAttention", "Plan",
            "Refusal", "default_rules", "emitted_op_types", "emitted_ops"]

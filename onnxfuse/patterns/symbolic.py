@@ -347,6 +347,8 @@ class Evaluator:
             a, b = ins
             batch = _broadcast_dims([a[:-2], b[:-2]])
             return batch + (a[-2], b[-1])
+        if op == "GatherElements" and len(ins) == 2:  # the indices' shape
+            return ins[1]
         if op == "Gather" and len(ins) == 2 and all(d is not None for d in ins):
             data, idx = ins
             ax = attr(node, "axis", 0) % max(len(data), 1)
@@ -405,11 +407,15 @@ class Evaluator:
             n = x0[j]
             if s == Dim(0) and e.is_int and e.coef >= INT64_MAX and st == Dim(1):
                 continue  # the whole axis
-            if n is None or not (n.is_int and s.is_int and e.is_int and st.is_int) or st.coef == 0:
-                out[j] = None
-                continue
-            out[j] = Dim(len(range(*slice(s.coef, e.coef, st.coef).indices(n.coef))))
+            out[j] = self._slice_extent(node, n, s, e, st)
         return tuple(out)
+
+    def _slice_extent(self, node, n: Dim | None, s: Dim, e: Dim, st: Dim) -> Dim | None:
+        """The extent of an axis of extent ``n`` sliced from ``s`` to ``e`` by ``st``: known where all four
+        are ints."""
+        if n is None or not (n.is_int and s.is_int and e.is_int and st.is_int) or st.coef == 0:
+            return None
+        return Dim(len(range(*slice(s.coef, e.coef, st.coef).indices(n.coef))))
 
     def _split_size(self, node, k: int, whole: Dim | None) -> Dim | None:
         """The extent of Split output ``k`` along the split axis: its entry of the ``split`` sizes (input
