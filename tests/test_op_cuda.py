@@ -572,6 +572,11 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             rows = 16 if dtype == "float32" else 4
             expect = "gemv" if trans_b else "fallback"
             assert _path_ran(auto, x[:rows]) == expect, f"auto {dtype} transB={trans_b} M={rows}"
+    # 16-bit rows that are no 16-byte vectors (770 x 3074): gemv at one or two rows, the fallback from 3 on.
+    for dtype in ("float16", "bfloat16"):
+        x, w_nk, b = make_inputs(rng, (4, 770), 3074, dtype, 1, True)
+        odd = cuda_session(path_model(dtype, 770, w_nk, b, "none", 1), library)
+        assert [_path_ran(odd, x[:m]) for m in (1, 2, 3, 4)] == ["gemv", "gemv", "fallback", "fallback"], dtype
     # 16-bit with 2-16 rows of a large W (reading W bounds it): the fallback; one row: gemv.
     x, w_nk, b = make_inputs(rng, (16, 4096), 16384, "float16", 1, True)
     large = cuda_session(path_model("float16", 4096, w_nk, b, "none", 1), library)

@@ -87,6 +87,12 @@ constexpr int64_t kFewRowsFallbackMinWeights = int64_t{1} << 21;
 constexpr int64_t kGemv16BitMaxRows = 4;
 constexpr int64_t kGemvF32MaxRows = 16;
 constexpr int64_t kGemvF32LargeWeightMaxRows = 4;
+// 16-bit rows that are not 16-byte vectors (K not a multiple of 8, or an operand at an odd offset): the gemv
+// kernel reads W an element at a time, which at one or two rows of a W at least as wide as deep still beats
+// the fallback's cuBLASLt kernels for such rows, in bfloat16 most (gemv / fallback / ORT, GPU µs, 770x3074:
+// bf16 1 row 6.6 / 9.2 / 7.6, 2 rows 5.2 / 6.2 / 11.0; fp16 1 row 6.7 / 6.1 / 7.7, 2 rows 5.3 / 6.9 / 9.6), and
+// at 4 rows no longer (9.1-9.3 / 6.9-9.3), nor for a narrow, deep W (4095x1023 fp16, 1 row: 13.7 / 8.4).
+constexpr int64_t kGemvUnaligned16BitMaxRows = 2;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -103,7 +109,7 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 //  - fp16/bf16 with 5-16 rows of a W of 2^21 weights or more: the fallback (kFewRowsFallbackMinWeights);
 //  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
 //    reach only the fused path's any-alignment WMMA kernel: 4096x770x3074 606 / 146 / 223, 16384x4095x1023
-//    4730 / 1063 / 1084 (wall): fallback;
+//    4730 / 1063 / 1084 (wall): fallback, but gemv at one or two rows (kGemvUnaligned16BitMaxRows);
 //  - fp16/bf16 with up to 16 rows and a large W: 8x4096x16384 fp16 as above: fallback;
 //  - float32 without TF32 in the fused path (onnxfuse.strict_fp32, or K or N not a multiple of 4) or with
 //    at most kStrictF32MaxRows rows (which it runs strictly): 1x4095x1023 1178 / 9.3 / 30.0 / 11.8: fallback;
@@ -115,7 +121,8 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
   if (a.dtype == cuda::DType::kFloat32) {
     return a.N >= a.K && a.M <= (large_w ? kGemvF32LargeWeightMaxRows : kGemvF32MaxRows);
   }
-  return cuda::gemv_reads_vectors(a) && (a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w));
+  if (!cuda::gemv_reads_vectors(a)) return a.M <= kGemvUnaligned16BitMaxRows && a.N >= a.K && !large_w;
+  return a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w);
 }
 
 CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {
