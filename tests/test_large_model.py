@@ -63,8 +63,9 @@ def _check(tmp_path: Path, layers: int, d_model: int, vocab: int, run: bool = Tr
     out = out_dir / "gpt.fused.onnx"
     report, rss, base_rss = _optimize_measured(src, out)
     # its attention (Split of one QKV projection after the head transpose) is no form the attention rule
-    # proves; only the GELU blocks fuse, every layer's
-    assert report["fused_by_op"] == {"ai.onnxfuse.FusedLinearGelu": layers}
+    # proves; the GELU blocks fuse, every layer's, and the embeddings (word and position lookups, their sum the
+    # residual stream) into one SkipLayerNormalization
+    assert report["fused_by_op"] == {"ai.onnxfuse.FusedLinearGelu": layers, "com.microsoft.SkipLayerNormalization": 1}
     assert [r["rule"] for r in report["refusals"]] == ["attention"] * layers
     accounting = data_file_accounting(out)
     assert accounting["files"] == 1

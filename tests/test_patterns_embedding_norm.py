@@ -44,18 +44,25 @@ def _close(want, got, dtype) -> None:
 
 # --- the committed exports -----------------------------------------------------------------------------
 
-# Every committed export where the rule applies: (lookups in the sum, whether the token types are one row).
+# Every committed export where the rule applies: (lookups in the sum, whether the token types are one row, whether
+# the sum is read elsewhere too: the residual stream of pre-norm GPT-2 and CLIP).
+BERT, GPT2 = (3, True, False), (2, False, True)
 EXPECTED = {
-    "bert_torchscript_op14_ortopt.onnx": (3, True), "bert_torchscript_op14_ortopt_nobiasgelu.onnx": (3, True),
-    "bert_torchscript_op14_ortfp16.onnx": (3, True), "bert_torchscript_op17.onnx": (3, True),
-    "bert_torchscript_op20.onnx": (3, True), "bert_freshinit_torchscript_op17.onnx": (3, True),
-    "bert_freshinit_torchscript_op17_gsunshaped.onnx": (3, True),
-    "bert_dynamo_op18.onnx": (3, True), "bert_dynamo_op18_ortopt.onnx": (3, True),
-    "bert_dynamo_op18_ortfp16.onnx": (3, True), "bert_dynamo_op23.onnx": (3, True),
-    "distilbert_freshinit_torchscript_op17.onnx": (2, False),
-    "mixed_precision/bert_torchscript_op14_ortfp16_keepbiasgelu.onnx": (3, True),
+    "bert_torchscript_op14_ortopt.onnx": BERT, "bert_torchscript_op14_ortopt_nobiasgelu.onnx": BERT,
+    "bert_torchscript_op14_ortfp16.onnx": BERT, "bert_torchscript_op17.onnx": BERT,
+    "bert_torchscript_op20.onnx": BERT, "bert_freshinit_torchscript_op17.onnx": BERT,
+    "bert_freshinit_torchscript_op17_gsunshaped.onnx": BERT,
+    "bert_dynamo_op18.onnx": BERT, "bert_dynamo_op18_ortopt.onnx": BERT,
+    "bert_dynamo_op18_ortfp16.onnx": BERT, "bert_dynamo_op23.onnx": BERT,
+    "distilbert_freshinit_torchscript_op17.onnx": (2, False, False),
+    "mixed_precision/bert_torchscript_op14_ortfp16_keepbiasgelu.onnx": BERT,
+    "gpt2_dynamo_op18.onnx": GPT2, "gpt2_torchscript_op14_ortopt.onnx": GPT2,
+    "gpt2_torchscript_op14_ortfp16.onnx": GPT2, "mixed_precision/gpt2_torchscript_op14_ortfp16_keepfastgelu.onnx": GPT2,
+    "clip_text_dynamo_op18.onnx": GPT2, "clip_text_freshinit_torchscript_op17.onnx": GPT2,
+    "clip_text_torchscript_op16_ortopt.onnx": GPT2, "clip_text_torchscript_op16_ortfp16.onnx": GPT2,
 }
-# (bert_torchscript_op14.onnx: that exporter wrote LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div, no LayerNormalization.)
+# (The raw opset-14/16 TorchScript exports write LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div: no LayerNormalization.)
+TOKEN_TABLES = ("word_embeddings", "wte", "token_embedding")
 
 
 @pytest.mark.parametrize("file", sorted(str(p.relative_to(MODELS)) for p in MODELS.rglob("*.onnx")))
@@ -66,9 +73,10 @@ def test_committed_exports(file):
     assert len(blocks) == (want is not None)
     assert [r for r in result.report.refused if r.rule == RULE] == []
     if want is not None:
-        lookups, row = want
+        lookups, row, sum_read = want
         assert blocks[0].form == "+".join(["Gather"] * lookups) + "+LayerNormalization"
         assert (blocks[0].details["bias_row"] is not None) == row
+        assert blocks[0].details["sum_read"] == sum_read
 
 
 @pytest.mark.parametrize("file", sorted(f for f in EXPECTED if "gsunshaped" not in f))
@@ -79,7 +87,7 @@ def test_committed_exports_match_the_original(file, rng):
     ops = Counter(n.op_type for n in result.model.graph.node)
     assert ops["LayerNormalization"] == Counter(n.op_type for n in model.graph.node)["LayerNormalization"] - 1
     ref, new = _session(model), _session(result.model)
-    vocab = min(t.dims[0] for t in model.graph.initializer if "word_embeddings" in t.name)
+    vocab = min(t.dims[0] for t in model.graph.initializer if any(k in t.name for k in TOKEN_TABLES))
     for batch, seq in ((3, 11), (1, 1), (2, 16)):
         mask = np.ones((batch, seq), np.int64)
         for b in range(batch):  # a different padded length per row, one row all padding
@@ -114,7 +122,8 @@ def test_runs_before_the_bias_move_and_after_attention():
 
 
 def _model(dtype=T.FLOAT, token_types="buffer", type_value=0, order="word_type_pos", axis=-1, stash_type=1,
-           mean_read=False, sum_read=False, extra_term=False, positions="buffer", rng=None) -> onnx.ModelProto:
+           mean_read=False, sum_read=False, partial_read=False, extra_term=False, positions="buffer",
+           rng=None) -> onnx.ModelProto:
     """A BERT-style embedding block: word[ids] + type[types] + position[0:S], then LayerNormalization.
 
     ``token_types``: "buffer" (a constant of ``type_value``s sliced to S and expanded to the batch, as today's
@@ -167,8 +176,10 @@ def _model(dtype=T.FLOAT, token_types="buffer", type_value=0, order="word_type_p
     graph_outputs = [helper.make_tensor_value_info("y", dtype, None)]
     if mean_read:
         graph_outputs.append(helper.make_tensor_value_info("mean", T.FLOAT, None))
-    if sum_read:
+    if sum_read:  # the residual stream of a pre-norm model
         graph_outputs.append(helper.make_tensor_value_info(total, dtype, None))
+    if partial_read:
+        graph_outputs.append(helper.make_tensor_value_info("sum0", dtype, None))
     graph = helper.make_graph(nodes, "embeddings", inputs, graph_outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
@@ -191,6 +202,8 @@ FORMS = [
     ({"dtype": T.FLOAT16}, 3, 0),
     ({"dtype": T.FLOAT16, "token_types": "input"}, 3, None),
     ({"axis": 2}, 3, 0),
+    ({"sum_read": True}, 3, 0),  # the normalization's sum output gives it
+    ({"sum_read": True, "token_types": "none", "dtype": T.FLOAT16}, 2, None),
 ]
 
 
@@ -202,6 +215,7 @@ def test_forms_fuse_and_match_the_original(form, lookups, row, rng):
     assert len(blocks) == 1
     assert blocks[0].form == "+".join(["Gather"] * lookups) + "+LayerNormalization"
     assert blocks[0].details["bias_row"] == (None if row is None else f"type[{row}]")
+    assert blocks[0].details["sum_read"] == form.get("sum_read", False)
     ops = Counter(n.op_type for n in result.model.graph.node)
     assert ops["LayerNormalization"] == 0 and ops["SkipLayerNormalization"] == 1
     assert ops["Add"] == (1 if form.get("token_types") in ("input", "mixed") else 0)
@@ -228,7 +242,7 @@ NEGATIVES = [
     ({"axis": 1}, "normalizes another axis"),
     ({"stash_type": 0}, "normalizes in the tensor's type"),
     ({"mean_read": True}, "its mean is read"),
-    ({"sum_read": True}, "the sum is read elsewhere"),
+    ({"partial_read": True}, "a partial sum is read elsewhere"),
     ({"extra_term": True}, "a summand that is no lookup"),
 ]
 

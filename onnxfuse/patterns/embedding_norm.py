@@ -4,7 +4,9 @@
 type is one value ``c``.
 
 Why: BERT-class encoders (transformers' ``BertEmbeddings`` and its copies: RoBERTa, ELECTRA, MiniLM;
-DistilBERT without token types) add two or three embedding lookups and normalize the sum. ORT's optimizer
+DistilBERT without token types) add two or three embedding lookups and normalize the sum; pre-norm models
+(GPT-2, CLIP's text encoder) add two and normalize the sum for the first block, which also reads the sum as
+its residual stream. ORT's optimizer
 fuses them into ``EmbedLayerNormalization`` only in the form it knows, and today's exports are not in it:
 called without ``token_type_ids``, the model reads its token types from a buffer of zeros (sliced by the
 position ids, expanded to the batch). ORT's optimizer then leaves three lookups of [B, S, D], two Adds and
@@ -19,7 +21,9 @@ same shape, or one row per position shared by the batch: [1, S, D] or [S, D], wh
 one whose indices are all the same value ``c`` — proved from the graph (:func:`value_range`: the buffer of
 zeros through Slice, GatherElements and Expand) — is row ``c`` of its table: the bias, a ``Gather`` of one
 row that ORT folds into a constant when the session starts. With three lookups of unknown indices
-(``token_type_ids`` given as an input), the inner Add of the first two stays and is the input.
+(``token_type_ids`` given as an input), the inner Add of the first two stays and is the input. Where the sum
+is read elsewhere too, the normalization's fourth output (input + skip + bias, rounded once to the tensor
+type) takes its place: for two lookups the very value the Add computed.
 
 Exact up to rounding: the graph rounds each partial sum to the tensor type and LayerNormalization
 normalizes in float32 (``stash_type`` 1); SkipLayerNormalization adds the three in float32 and normalizes
@@ -32,7 +36,7 @@ word lookup's ``S``, and the original fails at the broadcast; so does SkipLayerN
 another length. Everything else is proved as the attention rule proves its shapes (``symbolic``).
 
 Matched: LayerNormalization over the last axis (``stash_type`` 1, its mean and inverse-deviation outputs
-unread) of a tree of Adds, each read by the next alone, whose two or three summands are all ``Gather``
+unread) of a tree of Adds, each below the top one read by the next alone, whose two or three summands are all ``Gather``
 along axis 0 of a constant 2-D table of γ's width, in float32 or float16; a lookup of uniform indices reads
 its table within range. Not a candidate otherwise (a sum of anything but lookups is the residual Add that
 ORT's own fusion takes). A candidate whose shapes are not shown to fit is refused with the reason.
@@ -94,6 +98,7 @@ class EmbeddingNormPlan(Plan):
     skip: str
     row_table: str | None
     row: int | None
+    summed: str | None = None  # the sum, where something else reads it: the normalization's output 3
 
     op: ClassVar[OpKey] = (MS_DOMAIN, "SkipLayerNormalization")
 
@@ -109,13 +114,14 @@ class EmbeddingNormPlan(Plan):
         inputs = [self.input, self.skip, gamma, beta, bias]
         while not inputs[-1]:
             inputs.pop()
-        nodes.append(onnx.helper.make_node("SkipLayerNormalization", inputs, [norm.output[0]], name=name,
+        outputs = [norm.output[0], "", "", self.summed] if self.summed else [norm.output[0]]
+        nodes.append(onnx.helper.make_node("SkipLayerNormalization", inputs, outputs, name=name,
                                            domain=MS_DOMAIN, epsilon=float(attr(norm, "epsilon", 1e-5))))
         return nodes
 
     def details(self) -> dict[str, object]:
         return {"input": self.input, "skip": self.skip,
-                "bias_row": None if self.row is None else f"{self.row_table}[{self.row}]"}
+                "bias_row": None if self.row is None else f"{self.row_table}[{self.row}]", "sum_read": self.summed is not None}
 
 
 class EmbeddingsIntoSkipNorm:
@@ -189,8 +195,13 @@ class EmbeddingsIntoSkipNorm:
             if view.single_consumer(row.output) is not None:
                 nodes.add(row.node)
         form = "+".join(["Gather"] * len(summands)) + "+LayerNormalization"
+        # the sum read elsewhere too (pre-norm models: GPT-2's, CLIP's residual stream): the normalization's sum
+        # output, input + skip + bias, gives it
+        readers = [c for c in view.consumers_of(norm.input[0]) if c != i]
+        summed = norm.input[0] if readers or norm.input[0] in view.graph_outputs else None
         return EmbeddingNormPlan(
-            rule=RULE, form=form, nodes=frozenset(nodes), outputs=(norm.output[0],), name_hint=view.node_name(i),
+            rule=RULE, form=form, nodes=frozenset(nodes), outputs=(norm.output[0],) + ((summed,) if summed else ()),
+            name_hint=view.node_name(i), summed=summed,
             norm=i, input=input_, skip=skip, row_table=None if row is None else view.nodes[row.node].input[0],
             row=None if row is None else row.row)
 
@@ -200,14 +211,15 @@ def _read(view: GraphView, name: str) -> bool:
 
 
 def _sum_tree(view: GraphView, name: str, reader: int) -> tuple[set[int], list[str]]:
-    """The Adds of the tree that makes ``name`` (each read by its parent alone) and its summands."""
+    """The Adds of the tree that makes ``name`` (each below the top one read by its parent alone; the sum itself
+    may be read elsewhere too) and its summands."""
     adds: set[int] = set()
     summands: list[str] = []
 
     def visit(t: str, parent: int) -> None:
         j = view.producer.get(t)
         if (j is not None and is_op(view.nodes[j], "Add") and len(view.nodes[j].input) == 2
-                and view.single_consumer(t) == parent and len(summands) + len(adds) <= 2 * _MAX_LOOKUPS):
+                and (t == name or view.single_consumer(t) == parent) and len(summands) + len(adds) <= 2 * _MAX_LOOKUPS):
             adds.add(j)
             for x in view.nodes[j].input:
                 visit(x, j)
