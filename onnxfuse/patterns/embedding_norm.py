@@ -152,13 +152,13 @@ class EmbeddingsIntoSkipNorm:
         dtype = view.dtype(norm.input[0]) or view.dtype(norm.input[1])
         if dtype not in _NORM_TYPES or view.dtype(norm.input[1]) not in (None, dtype):
             return None
-        blocks = [view.node_name(j) for j in sorted(adds | {i})]
         axis = int(attr(norm, "axis", -1))
 
         rows = [lookup for lookup in lookups if lookup.row is not None]
         others = [lookup for lookup in lookups if lookup.row is None]
         if len(rows) > 1:
-            return Refusal(RULE, f"{len(rows)} lookups of one row each: one bias input takes one", tuple(blocks))
+            return Refusal(RULE, f"{len(rows)} lookups of one row each: one bias input takes one",
+                           tuple(view.node_name(j) for j in sorted(adds | {i})))
         shapes = _ShapesOfRuns(view).shapes()
         if len(others) == 3:  # token types given as an input: the Add of the first two stays, as the input
             top = view.nodes[view.producer[norm.input[0]]]
@@ -172,26 +172,27 @@ class EmbeddingsIntoSkipNorm:
             pool, input_fixed = [o.output for o in others], False
         else:
             return None  # one lookup and a row: nothing for a skip to take
+        blocks = tuple(view.node_name(j) for j in sorted(adds | {i}))
         chosen = _input_and_skip(shapes, pool, input_fixed)
         if chosen is None:
             return Refusal(RULE, "the lookups' shapes are not shown to fit one [B, S, D] input and a skip of the "
                                  f"same shape or [1, S, D]: {_shown({s: shapes.get(s) for s in summands})}",
-                           tuple(blocks))
+                           blocks)
         input_, skip = chosen
         input_dims = shapes.get(input_)
-        if len(input_dims) != 3 or axis not in (-1, 2) or input_dims[2] != Dim(hidden):
+        if axis not in (-1, 2) or input_dims[2] != Dim(hidden):
             return Refusal(RULE, f"LayerNormalization over axis {axis} of {_shown({input_: input_dims})}: "
-                                 "SkipLayerNormalization normalizes the last axis of a 3-D input", tuple(blocks))
+                                 "SkipLayerNormalization normalizes the last axis of a 3-D input", blocks)
         full = shapes.get(norm.input[0])
         if full is not None and len(full) == 3 and None not in full and tuple(full) != tuple(input_dims):
             return Refusal(RULE, f"the sum is {_shown({norm.input[0]: full})}, not the input's "
-                                 f"{_shown({input_: input_dims})}", tuple(blocks))
+                                 f"{_shown({input_: input_dims})}", blocks)
         nodes = set(adds) | {i}
         row = rows[0] if rows else None
         if row is not None:
             if not _fits(shapes.get(row.output), input_dims):
                 return Refusal(RULE, f"the row lookup {_shown({row.output: shapes.get(row.output)})} does not "
-                                     f"broadcast into the input {_shown({input_: input_dims})}", tuple(blocks))
+                                     f"broadcast into the input {_shown({input_: input_dims})}", blocks)
             if view.single_consumer(row.output) is not None:
                 nodes.add(row.node)
         form = "+".join(["Gather"] * len(summands)) + "+LayerNormalization"
