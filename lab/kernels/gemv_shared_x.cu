@@ -1,0 +1,333 @@
+// The transB = 1 gemv kernel with X's rows staged in shared memory, against the shipped one
+// (custom_ops/src/cuda/gemv_gelu.cu, included below so that its kernel and launch run in this process).
+//
+// Why: the shipped kernel gives each warp its own group of columns, and every group reads all of X again
+// from L1/L2. L1 does not hold X beside W's stream, so at 8-16 rows of a large W the L2 carries W once and X
+// kRows / kCols times more (fp32 8 rows: 256 MB of each at 4096x16384), and the kernel runs at L2's pace:
+// 78-84 µs where reading W from DRAM alone takes ~55 (bench/results/cuda_kernel_never_slower_h200.json; ORT's
+// cuBLAS 71-76). The variant copies each step of X (kRows x 512 bytes) into shared memory once per block
+// (cp.async, two buffers) and the block's warps read it there: X's L2 traffic falls by the warps per block.
+// Each lane keeps the shipped kernel's walk over K and its order of FMAs, so where the shipped kernel does not
+// split K the two are bit-identical.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icustom_ops/src/cuda -Icustom_ops/src \
+//        -Icustom_ops/src/cuda/hooks lab/kernels/gemv_shared_x.cu -o gemv_shared_x && ./gemv_shared_x
+// prints one line per shape and variant: GPU µs (CUDA events, median of 11 runs of 20 launches over rotating
+// copies of W), the ratio to the shipped kernel, the relative error against a float64 reference of sampled
+// columns, and whether Y is bit-identical to the shipped kernel's.
+#include "gemv_gelu.cu"  // the shipped kernel (its anonymous namespace is this translation unit's)
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+// Named namespaces: nvcc's host stubs cannot tell kernels of two anonymous namespaces apart.
+namespace onnxfuse::cuda::lab {
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(kPending)); }
+
+// A step is 32 lanes x kVec elements of K. Block: kBlockWarps warps, each its own group of kCols columns.
+template <class T, int kRows, int kCols, int kBlockWarps>
+__global__ void __launch_bounds__(kBlockWarps * 32) gemv_tn_shared_x_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                                            const T* __restrict__ bias, T* __restrict__ y,
+                                                                            int M, int64_t K, int64_t N, ActivationParams act) {
+  constexpr int kVec = kPerVector<T>;
+  constexpr int kStep = 32 * kVec;
+  constexpr int kPieces = kRows * 32;  // 16-byte pieces of X per step
+  constexpr int kOutputs = kRows * kCols;
+  constexpr int kSlots = (kOutputs + 31) / 32;
+  __shared__ __align__(16) T xs[2][kRows][kStep];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kBlockWarps + warp) * kCols;
+  const bool active = n0 < N;
+  const int64_t steps = (K + kStep - 1) / kStep;
+
+  // Step s's X into buffer b: piece p is row p / 32, lanes' vector p % 32; pieces past K are left as they are
+  // (the lanes that would read them have no W there either).
+  auto stage = [&](int64_t s, int b) {
+    for (int p = threadIdx.x; p < kPieces; p += kBlockWarps * 32) {
+      const int r = p / 32;
+      const int64_t k = s * kStep + static_cast<int64_t>(p % 32) * kVec;
+      if (k < K) cp_async16(&xs[b][r][(p % 32) * kVec], x + static_cast<int64_t>(r < M ? r : M - 1) * K + k);
+    }
+    cp_async_commit();
+  };
+
+  float acc[kRows][kCols];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
+
+  const T* wr[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;
+
+  stage(0, 0);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int b = static_cast<int>(s & 1);
+    if (s + 1 < steps) stage(s + 1, b ^ 1);
+    const int64_t k = s * kStep + lane * kVec;
+    const bool mine = active && k < K;
+    float wv[kCols][kVec];
+    if (mine) {
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) load_floats<T, kVec>(wr[c] + k, wv[c]);
+    }
+    if (s + 1 < steps) cp_async_wait<1>(); else cp_async_wait<0>();
+    __syncthreads();
+    if (mine) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float xv[kVec];
+        union {
+          uint4 bits;
+          T v[kVec];
+        } u;
+        u.bits = *reinterpret_cast<const uint4*>(&xs[b][r][lane * kVec]);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) xv[j] = to_float(u.v[j]);
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) acc[r][c] = fmaf(xv[v], wv[c][v], acc[r][c]);
+      }
+    }
+    __syncthreads();  // buffer b is refilled by the next iteration's stage
+  }
+
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], offset);
+  if (!active) return;
+  float mine_out[kSlots] = {};
+#pragma unroll
+  for (int j = 0; j < kOutputs; ++j)
+    if (j % 32 == lane) mine_out[j / 32] = acc[j / kCols][j % kCols];
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int j = s * 32 + lane;
+    const int r = j / kCols;
+    const int64_t n = n0 + j % kCols;
+    if (j < kOutputs && r < M && n < N) y[static_cast<int64_t>(r) * N + n] = from_float<T>(epilogue(mine_out[s], bias, n, act));
+  }
+}
+
+template <class T, int kRows, int kCols, int kBlockWarps>
+cudaError_t launch_shared_x(const GemmGeluArgs& a, cudaStream_t stream) {
+  const int64_t block_cols = static_cast<int64_t>(kBlockWarps) * kCols;
+  const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
+  gemv_tn_shared_x_kernel<T, kRows, kCols, kBlockWarps><<<blocks, kBlockWarps * 32, 0, stream>>>(
+      static_cast<const T*>(a.x), static_cast<const T*>(a.w), static_cast<const T*>(a.bias), static_cast<T*>(a.y),
+      static_cast<int>(a.M), a.K, a.N, activation_params(a));
+  return cudaGetLastError();
+}
+
+}  // namespace onnxfuse::cuda::lab
+
+using namespace onnxfuse::cuda;
+using namespace onnxfuse::cuda::lab;
+
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+namespace harness {
+
+template <class T>
+__global__ void fill_uniform(T* p, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<int64_t>(blockDim.x)) {
+    uint64_t z = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    p[i] = from_float<T>(scale * (static_cast<float>(z >> 40) / 8388608.0f - 1.0f));  // [-scale, scale)
+  }
+}
+
+template <class T>
+float host_float(T v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, __half>) return __half2float(v);
+  else return __bfloat162float(v);
+}
+
+using Launch = cudaError_t (*)(const GemmGeluArgs&, cudaStream_t);
+
+struct Variant {
+  const char* name;
+  Launch launch;
+};
+
+DeviceInfo g_dev;
+cudaError_t shipped(const GemmGeluArgs& a, cudaStream_t s) { return launch_gemv_gelu(a, g_dev, s); }
+
+template <class T, int kRows>
+std::vector<Variant> variants() {
+  std::vector<Variant> v = {{"shipped", shipped}};
+  if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kRows <= 8) {
+      v.push_back({"sx c8 w4", launch_shared_x<T, kRows, 8, 4>});
+      v.push_back({"sx c8 w8", launch_shared_x<T, kRows, 8, 8>});
+      v.push_back({"sx c4 w4", launch_shared_x<T, kRows, 4, 4>});
+    } else {
+      v.push_back({"sx c4 w4", launch_shared_x<T, kRows, 4, 4>});
+      v.push_back({"sx c4 w8", launch_shared_x<T, kRows, 4, 8>});
+      v.push_back({"sx c8 w4", launch_shared_x<T, kRows, 8, 4>});
+    }
+  } else {
+    v.push_back({"sx c4 w4", launch_shared_x<T, kRows, 4, 4>});
+    v.push_back({"sx c4 w8", launch_shared_x<T, kRows, 4, 8>});
+    v.push_back({"sx c8 w4", launch_shared_x<T, kRows, 8, 4>});
+  }
+  return v;
+}
+
+double gelu_erf64(double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); }
+
+template <class T, int kRows>
+void run_shape(const char* dtname, DType dtype, int64_t M, int64_t K, int64_t N) {
+  const size_t w_bytes = static_cast<size_t>(K) * N * sizeof(T);
+  const int copies = static_cast<int>(std::clamp<size_t>((400u << 20) / w_bytes, 1, 32));  // defeat L2 for small W
+  std::vector<T*> ws(copies);
+  for (int i = 0; i < copies; ++i) CHECK(cudaMalloc(&ws[i], w_bytes));
+  T *x, *b, *y, *y_ref;
+  CHECK(cudaMalloc(&x, M * K * sizeof(T)));
+  CHECK(cudaMalloc(&b, N * sizeof(T)));
+  CHECK(cudaMalloc(&y, M * N * sizeof(T)));
+  CHECK(cudaMalloc(&y_ref, M * N * sizeof(T)));
+  const uint64_t seed = std::random_device{}();
+  const float w_scale = 1.0f / std::sqrt(static_cast<float>(K));
+  for (int i = 0; i < copies; ++i) fill_uniform<<<1024, 256>>>(ws[i], K * N, seed + 7, w_scale);  // identical copies
+  fill_uniform<<<1024, 256>>>(x, M * K, seed + 1, 2.0f);
+  fill_uniform<<<64, 256>>>(b, N, seed + 3, 0.5f);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+
+  // float64 reference of sampled columns (and the last one), all rows.
+  std::vector<T> hx(M * K), hb(N);
+  CHECK(cudaMemcpy(hx.data(), x, M * K * sizeof(T), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hb.data(), b, N * sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<int64_t> cols;
+  for (int64_t n = 0; n < N; n += std::max<int64_t>(1, N / 192)) cols.push_back(n);
+  cols.push_back(N - 1);
+  std::vector<double> ref(M * cols.size());
+  std::vector<T> wrow(K);
+  for (size_t ci = 0; ci < cols.size(); ++ci) {
+    CHECK(cudaMemcpy(wrow.data(), ws[0] + cols[ci] * K, K * sizeof(T), cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < M; ++r) {
+      double s = host_float(hb[cols[ci]]);
+      for (int64_t k = 0; k < K; ++k) s += static_cast<double>(host_float(hx[r * K + k])) * host_float(wrow[k]);
+      ref[r * cols.size() + ci] = gelu_erf64(s);
+    }
+  }
+
+  GemmGeluArgs a{};
+  a.dtype = dtype;
+  a.act = onnxfuse::Activation::kGeluErf;
+  a.alpha = 1.702f;
+  a.trans_b = true;
+  a.allow_tf32 = false;
+  a.M = M; a.N = N; a.K = K;
+  a.x = x; a.bias = b;
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  double shipped_us = 0;
+  std::vector<T> hy(M * N), hy_ref(M * N);
+  for (const Variant& v : variants<T, kRows>()) {
+    // correctness: poisoned Y, fresh launch on copy 0
+    CHECK(cudaMemset(y, 0xFF, M * N * sizeof(T)));
+    a.w = ws[0];
+    a.y = y;
+    CHECK(v.launch(a, 0));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(hy.data(), y, M * N * sizeof(T), cudaMemcpyDeviceToHost));
+    bool finite = true;
+    for (const T& e : hy) finite = finite && std::isfinite(host_float(e));
+    double num = 0, den = 0;
+    for (size_t ci = 0; ci < cols.size(); ++ci)
+      for (int64_t r = 0; r < M; ++r) {
+        const double d = host_float(hy[r * N + cols[ci]]) - ref[r * cols.size() + ci];
+        num += d * d;
+        den += ref[r * cols.size() + ci] * ref[r * cols.size() + ci];
+      }
+    bool identical = true;
+    if (std::strcmp(v.name, "shipped") == 0) hy_ref = hy;
+    else identical = std::memcmp(hy.data(), hy_ref.data(), M * N * sizeof(T)) == 0;
+    // timing: 3 warm-up rounds, then 11 rounds of 20 launches over the copies of W
+    std::vector<float> times;
+    for (int round = 0; round < 14; ++round) {
+      CHECK(cudaEventRecord(e0));
+      for (int i = 0; i < 20; ++i) {
+        a.w = ws[(round * 20 + i) % copies];
+        v.launch(a, 0);
+      }
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      CHECK(cudaGetLastError());
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (round >= 3) times.push_back(ms * 1000.0f / 20.0f);
+    }
+    std::sort(times.begin(), times.end());
+    const double us = times[times.size() / 2];
+    if (shipped_us == 0) shipped_us = us;
+    const double floor_us = (w_bytes + (M * K + M * N) * sizeof(T)) / 4.3e6;  // bytes / 4.3 TB/s (copy rate)
+    std::printf("%-5s %3lldx%5lldx%5lld %-9s %8.2f us  x%5.3f of shipped  floor %6.1f  relerr %.3e  %s%s\n", dtname,
+                static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N), v.name, us,
+                us / shipped_us, floor_us, std::sqrt(num / den), identical ? "identical" : "differs",
+                finite ? "" : "  NON-FINITE");
+  }
+  for (T* p : ws) CHECK(cudaFree(p));
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(y));
+  CHECK(cudaFree(y_ref));
+}
+
+template <class T>
+void run_rows(const char* dtname, DType dtype, int64_t M, int64_t K, int64_t N) {
+  if (M <= 4) run_shape<T, 4>(dtname, dtype, M, K, N);
+  else if (M <= 8) run_shape<T, 8>(dtname, dtype, M, K, N);
+  else run_shape<T, 16>(dtname, dtype, M, K, N);
+}
+
+}  // namespace harness
+
+using namespace harness;
+
+int main() {
+  CHECK(cudaGetDevice(&g_dev.device));
+  CHECK(cudaDeviceGetAttribute(&g_dev.cc_major, cudaDevAttrComputeCapabilityMajor, g_dev.device));
+  CHECK(cudaDeviceGetAttribute(&g_dev.cc_minor, cudaDevAttrComputeCapabilityMinor, g_dev.device));
+  CHECK(cudaDeviceGetAttribute(&g_dev.sm_count, cudaDevAttrMultiProcessorCount, g_dev.device));
+  CHECK(cudaDeviceGetAttribute(&g_dev.l2_bytes, cudaDevAttrL2CacheSize, g_dev.device));
+  const long long shapes[][2] = {{4096, 16384}, {1024, 4096}, {768, 3072}, {1000, 3000}};
+  for (const auto& kn : shapes)
+    for (long long m : {4, 8, 16}) run_rows<float>("fp32", DType::kFloat32, m, kn[0], kn[1]);
+  for (const auto& kn : shapes)
+    for (long long m : {4, 8, 16}) run_rows<__half>("fp16", DType::kFloat16, m, kn[0], kn[1]);
+  for (long long m : {8, 16}) run_rows<__nv_bfloat16>("bf16", DType::kBFloat16, m, 4096, 16384);
+  return 0;
+}
