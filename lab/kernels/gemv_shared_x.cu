@@ -138,6 +138,145 @@ cudaError_t launch_shared_x(const GemmGeluArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+
+// v2: X staged in chunks of kChunkSteps steps (one barrier per chunk, not two per step), the next chunk's
+// cp.async in flight while this one is read, and W double-buffered in registers: step s + 1's W is loaded
+// before step s's FMAs, so across a chunk's barrier the next W is already on its way. Same walk over K and
+// order of FMAs as the shipped kernel (bit-identical wherever it does not split K).
+template <class T, int kRows, int kCols, int kBlockWarps, int kChunkSteps, int kMinBlocks>
+__global__ void __launch_bounds__(kBlockWarps * 32, kMinBlocks) gemv_tn_chunked_x_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                                             const T* __restrict__ bias, T* __restrict__ y,
+                                                                             int M, int64_t K, int64_t N, ActivationParams act) {
+  constexpr int kVec = kPerVector<T>;
+  constexpr int kStep = 32 * kVec;
+  constexpr int kChunk = kChunkSteps * kStep;      // elements of K per chunk
+  constexpr int kPieces = kRows * kChunk / kVec;   // 16-byte pieces of X per chunk
+  constexpr int kOutputs = kRows * kCols;
+  constexpr int kSlots = (kOutputs + 31) / 32;
+  static_assert(kChunkSteps % 2 == 0, "W's register buffer alternates per step and restarts at each chunk");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* xs = reinterpret_cast<T*>(smem_raw);  // [2][kRows][kChunk]
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kBlockWarps + warp) * kCols;
+  const bool active = n0 < N;
+  const int64_t steps = (K + kStep - 1) / kStep;
+  const int64_t chunks = (steps + kChunkSteps - 1) / kChunkSteps;
+
+  auto stage = [&](int64_t c, int b) {
+    for (int p = threadIdx.x; p < kPieces; p += kBlockWarps * 32) {
+      const int r = p / (kChunk / kVec);
+      const int e = (p % (kChunk / kVec)) * kVec;
+      const int64_t k = c * kChunk + e;
+      if (k < K) cp_async16(xs + (b * kRows + r) * kChunk + e, x + static_cast<int64_t>(r < M ? r : M - 1) * K + k);
+    }
+    cp_async_commit();
+  };
+
+  float acc[kRows][kCols];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
+
+  const T* wr[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;
+  auto load_w = [&](int64_t s, float (&wv)[kCols][kVec]) {
+    const int64_t k = s * kStep + lane * kVec;
+    if (active && s < steps && k < K) {
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) load_floats<T, kVec>(wr[c] + k, wv[c]);
+    }
+  };
+
+  float wv[2][kCols][kVec];
+  stage(0, 0);
+  load_w(0, wv[0]);
+  int64_t s = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int b = static_cast<int>(c & 1);
+    cp_async_wait<0>();
+    __syncthreads();  // chunk c is visible to the block, and every warp is done with chunk c - 1's buffer
+    if (c + 1 < chunks) stage(c + 1, b ^ 1);
+    const T* xb = xs + b * kRows * kChunk;
+#pragma unroll
+    for (int j = 0; j < kChunkSteps; ++j, ++s) {
+      // the register buffer is chosen at compile time: kChunkSteps is even or the loop alternates per chunk
+      float (&cur)[kCols][kVec] = wv[j & 1];
+      float (&nxt)[kCols][kVec] = wv[(j + 1) & 1];
+      load_w(s + 1, nxt);
+      const int64_t k = s * kStep + lane * kVec;
+      if (active && s < steps && k < K) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float xv[kVec];
+          union {
+            uint4 bits;
+            T v[kVec];
+          } u;
+          u.bits = *reinterpret_cast<const uint4*>(xb + r * kChunk + j * kStep + lane * kVec);
+#pragma unroll
+          for (int q = 0; q < kVec; ++q) xv[q] = to_float(u.v[q]);
+#pragma unroll
+          for (int cc = 0; cc < kCols; ++cc)
+#pragma unroll
+            for (int v = 0; v < kVec; ++v) acc[r][cc] = fmaf(xv[v], cur[cc][v], acc[r][cc]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], offset);
+  if (!active) return;
+  float mine_out[kSlots] = {};
+#pragma unroll
+  for (int j = 0; j < kOutputs; ++j)
+    if (j % 32 == lane) mine_out[j / 32] = acc[j / kCols][j % kCols];
+#pragma unroll
+  for (int q = 0; q < kSlots; ++q) {
+    const int j = q * 32 + lane;
+    const int r = j / kCols;
+    const int64_t n = n0 + j % kCols;
+    if (j < kOutputs && r < M && n < N) y[static_cast<int64_t>(r) * N + n] = from_float<T>(epilogue(mine_out[q], bias, n, act));
+  }
+}
+
+template <class T, int kRows, int kCols, int kBlockWarps, int kChunkSteps, int kMinBlocks = 1>
+cudaError_t launch_chunked_x(const GemmGeluArgs& a, cudaStream_t stream) {
+  constexpr size_t kSmem = 2u * kRows * kChunkSteps * 32 * kVectorBytes;
+  auto kernel = gemv_tn_chunked_x_kernel<T, kRows, kCols, kBlockWarps, kChunkSteps, kMinBlocks>;
+  static bool configured = false;
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  const int64_t block_cols = static_cast<int64_t>(kBlockWarps) * kCols;
+  const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
+  kernel<<<blocks, kBlockWarps * 32, kSmem, stream>>>(static_cast<const T*>(a.x), static_cast<const T*>(a.w),
+                                                      static_cast<const T*>(a.bias), static_cast<T*>(a.y),
+                                                      static_cast<int>(a.M), a.K, a.N, activation_params(a));
+  return cudaGetLastError();
+}
+
+
+template <int kRows, int kColTiles, int kSplit, bool kStream>
+cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
+  constexpr int kRowTiles = kRows <= 8 ? 1 : 2;
+  const int64_t block_cols = static_cast<int64_t>(4 / kSplit) * kColTiles * 16;
+  const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
+  gemv_tf32_kernel<kRowTiles, kColTiles, kSplit, kStream><<<blocks, 128, 0, stream>>>(
+      static_cast<const float*>(a.x), static_cast<const float*>(a.w), static_cast<const float*>(a.bias),
+      static_cast<float*>(a.y), static_cast<int>(a.M), a.K, a.N, activation_params(a));
+  return cudaGetLastError();
+}
+
 }  // namespace onnxfuse::cuda::lab
 
 using namespace onnxfuse::cuda;
@@ -182,23 +321,48 @@ struct Variant {
 DeviceInfo g_dev;
 cudaError_t shipped(const GemmGeluArgs& a, cudaStream_t s) { return launch_gemv_gelu(a, g_dev, s); }
 
+template <int kRows>
+void push_tf32(std::vector<Variant>& v) {
+  v.push_back({"tf32 t1 k4", launch_tf32<kRows, 1, 4, false>});
+  v.push_back({"tf32 t2 k4", launch_tf32<kRows, 2, 4, false>});
+  v.push_back({"tf32 t2 k2", launch_tf32<kRows, 2, 2, false>});
+  v.push_back({"tf32 t1 k4 na", launch_tf32<kRows, 1, 4, true>});
+  v.push_back({"tf32 t2 k4 na", launch_tf32<kRows, 2, 4, true>});
+  v.push_back({"tf32 t2 k2 na", launch_tf32<kRows, 2, 2, true>});
+  v.push_back({"tf32 t4 k4 na", launch_tf32<kRows, 4, 4, true>});
+}
+
 template <class T, int kRows>
 std::vector<Variant> variants() {
   std::vector<Variant> v = {{"shipped", shipped}};
   if constexpr (std::is_same_v<T, float>) {
     if constexpr (kRows <= 8) {
       v.push_back({"sx c8 w4", launch_shared_x<T, kRows, 8, 4>});
-      v.push_back({"sx c8 w8", launch_shared_x<T, kRows, 8, 8>});
-      v.push_back({"sx c4 w4", launch_shared_x<T, kRows, 4, 4>});
+      push_tf32<kRows>(v);
+      v.push_back({"cx c8 w8 s4", launch_chunked_x<T, kRows, 8, 8, 4>});
+      v.push_back({"cx c8 w4 s8", launch_chunked_x<T, kRows, 8, 4, 8>});
+      v.push_back({"cx c8 w8 s8", launch_chunked_x<T, kRows, 8, 8, 8>});
+      v.push_back({"cx c8 w4 s4 b2", launch_chunked_x<T, kRows, 8, 4, 4, 2>});
+      v.push_back({"cx c8 w8 s4 b2", launch_chunked_x<T, kRows, 8, 8, 4, 2>});
+      v.push_back({"cx c4 w8 s4", launch_chunked_x<T, kRows, 4, 8, 4>});
+      v.push_back({"cx c4 w8 s4 b2", launch_chunked_x<T, kRows, 4, 8, 4, 2>});
     } else {
-      v.push_back({"sx c4 w4", launch_shared_x<T, kRows, 4, 4>});
       v.push_back({"sx c4 w8", launch_shared_x<T, kRows, 4, 8>});
-      v.push_back({"sx c8 w4", launch_shared_x<T, kRows, 8, 4>});
+      push_tf32<kRows>(v);
+      v.push_back({"cx c4 w8 s4", launch_chunked_x<T, kRows, 4, 8, 4>});
+      v.push_back({"cx c4 w8 s8", launch_chunked_x<T, kRows, 4, 8, 8>});
+      v.push_back({"cx c4 w16 s2", launch_chunked_x<T, kRows, 4, 16, 2>});
+      v.push_back({"cx c4 w8 s4 b2", launch_chunked_x<T, kRows, 4, 8, 4, 2>});
+      v.push_back({"cx c4 w4 s4 b3", launch_chunked_x<T, kRows, 4, 4, 4, 3>});
+      v.push_back({"cx c8 w4 s4", launch_chunked_x<T, kRows, 8, 4, 4>});
+      v.push_back({"cx c8 w8 s2", launch_chunked_x<T, kRows, 8, 8, 2>});
     }
   } else {
     v.push_back({"sx c4 w4", launch_shared_x<T, kRows, 4, 4>});
-    v.push_back({"sx c4 w8", launch_shared_x<T, kRows, 4, 8>});
-    v.push_back({"sx c8 w4", launch_shared_x<T, kRows, 8, 4>});
+    v.push_back({"cx c4 w8 s4", launch_chunked_x<T, kRows, 4, 8, 4>});
+    v.push_back({"cx c4 w4 s8", launch_chunked_x<T, kRows, 4, 4, 8>});
+    v.push_back({"cx c4 w8 s4 b2", launch_chunked_x<T, kRows, 4, 8, 4, 2>});
+    if constexpr (kRows <= 8) v.push_back({"cx c8 w4 s4", launch_chunked_x<T, kRows, 8, 4, 4>});
   }
   return v;
 }
@@ -294,7 +458,7 @@ void run_shape(const char* dtname, DType dtype, int64_t M, int64_t K, int64_t N)
     const double us = times[times.size() / 2];
     if (shipped_us == 0) shipped_us = us;
     const double floor_us = (w_bytes + (M * K + M * N) * sizeof(T)) / 4.3e6;  // bytes / 4.3 TB/s (copy rate)
-    std::printf("%-5s %3lldx%5lldx%5lld %-9s %8.2f us  x%5.3f of shipped  floor %6.1f  relerr %.3e  %s%s\n", dtname,
+    std::printf("%-5s %3lldx%5lldx%5lld %-12s %8.2f us  x%5.3f of shipped  floor %6.1f  relerr %.3e  %s%s\n", dtname,
                 static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N), v.name, us,
                 us / shipped_us, floor_us, std::sqrt(num / den), identical ? "identical" : "differs",
                 finite ? "" : "  NON-FINITE");
