@@ -372,9 +372,11 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
     B = (torch.randn(N, device="cuda", dtype=torch.float32) * 0.1).to(tt)
     models = {v: build_model("unfused" if v == "unfused" else "fused", "M", K, N, dt, W, B, form,
                              cuda_path=v if v in CUDA_PATHS else None) for v in variants}
-    ys = {v: torch.empty(m_max, N, device="cuda", dtype=tt) for v in variants}
     cells = {M: {"dtype": dt, "M": M, "K": K, "N": N, "approximate": form} for M in rows}
     runs = {v: [M for M in rows if not path_skip_reason(v, M)] for v in variants}  # the row counts each variant runs
+    # One output per (variant, M): the errors below read what each row count's own runs wrote (a buffer shared
+    # across row counts would hold the largest M's rows by then).
+    ys = {(v, M): torch.empty(M, N, device="cuda", dtype=tt) for v in variants for M in runs[v]}
     for v in variants:
         for M in rows:
             if skip := path_skip_reason(v, M):
@@ -383,7 +385,7 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
     # GPU time: warm-up runs outside the window (the first call of a shape plans and, for the fallback, asks
     # cuBLASLt's heuristic), then every (M, variant) segment inside one profiler window.
     plain = {v: bench.session(models[v], cuda_graph=False) for v in variants}
-    binds = {(v, M): bench.bind(plain[v], x_all[:M], ys[v][:M]) for v in variants for M in runs[v]}
+    binds = {(v, M): bench.bind(plain[v], x_all[:M], ys[v, M]) for v in variants for M in runs[v]}
     for (v, M), b in binds.items():
         for _ in range(bench.warmup):
             plain[v].run_with_iobinding(b)
@@ -404,15 +406,15 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
         r = min(M, _GRID_REF_ROWS)
         ref = activation64(x_all[:r].double() @ W.double().t() + B.double(), form)
         for v in (v for v in variants if M in runs[v]):
-            cells[M][f"{v}_relerr"] = rel_l2(ys[v][:r], ref)
-            cells[M][f"{v}_finite"] = bool(torch.isfinite(ys[v][:M]).all())
+            cells[M][f"{v}_relerr"] = rel_l2(ys[v, M][:r], ref)
+            cells[M][f"{v}_finite"] = bool(torch.isfinite(ys[v, M]).all())
     del binds, plain
 
     # Wall: one CUDA-graph session per variant, one captured graph per row count (gpu_graph_id).
     for v in variants:
         sess = bench.session(models[v], cuda_graph=True)
         for gid, M in enumerate(runs[v]):
-            b = bench.bind(sess, x_all[:M], ys[v][:M])
+            b = bench.bind(sess, x_all[:M], ys[v, M])
             ro = bench.ort.RunOptions()
             ro.add_run_config_entry("gpu_graph_id", str(gid))
             for _ in range(bench.warmup):

@@ -463,7 +463,7 @@ PATH_SHAPES = [(770, 3074), (1000, 3000), (4095, 1023)]
 PATH_ROWS = (1, 2, 4, 8, 16, 64)
 # the fallback's second kernel (activation_inplace.cu): float32 in place, 16-bit from cuBLASLt's fp32 product
 _FALLBACK_KERNELS = ("activation_inplace_kernel", "bias_activation_from_fp32_kernel")
-_GEMV_KERNELS = ("gemv_nn_kernel", "gemv_tn_kernel")
+_GEMV_KERNELS = ("gemv_nn_kernel", "gemv_tn_kernel", "gemv_tf32_kernel")
 
 
 def with_attributes(model: bytes, **attrs) -> bytes:
@@ -726,6 +726,33 @@ def test_gemv_float32_is_exact_fp32(library):
         w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
         (y,) = cuda_session(path_model("float32", 4096, w, b, "none", trans_b, cuda_path="gemv"), library).run(None, {"X": x})
         assert rel_l2(y, reference(x, w_nk, b, "none")) < 1e-5, f"transB={trans_b}"
+
+
+def test_gemv_float32_large_weight_runs_tf32_as_ort_does(library):
+    """5-16 float32 rows of a W of 2^25+ weights: TF32 Tensor Cores in the gemv path (as ORT's MatMul there),
+    within ORT's error; up to 4 rows the exact kernel; a strict-fp32 session never the TF32 kernel. K off a
+    multiple of 32 and N off a multiple of 16 reach the kernel's zero-filled last k block and partial tile."""
+    rng = np.random.default_rng(33)
+    k, n = 2052, 16360  # 33.6M weights
+    x_all, w_nk, b = make_inputs(rng, (GEMV_MAX_ROWS, k), n, "float32", 1, True)
+    sess = cuda_session(path_model("float32", k, w_nk, b, "none", 1), library)
+    strict = cuda_session(path_model("float32", k, w_nk, b, "none", 1), library, config={"onnxfuse.strict_fp32": "1"})
+    unfused = unfused_session(library, "float32", k, w_nk, b, "none")
+    for m in (1, 4, 5, 8, 9, 16):
+        x = x_all[:m]
+        names = _kernels_of(lambda: sess.run(None, {"X": x}))
+        tf32 = any("gemv_tf32_kernel" in nm for nm in names)
+        assert tf32 == (m > 4), f"M={m}: TF32 kernel {'ran' if tf32 else 'did not run'}: {sorted(names)}"
+        assert _path_ran(sess, x) == "gemv", f"M={m}"
+        ref = reference(x, w_nk, b, "none")
+        (y,) = sess.run(None, {"X": x})
+        (y_unfused,) = unfused.run(None, {"X": x})
+        e_fused, _ = check_against_ort("float32", y, y_unfused, ref, f"gemv fp32 M={m} K={k} N={n}")
+        if m <= 4:
+            assert e_fused < 1e-5, f"M={m}: exact fp32 expected, rel-L2 {e_fused:.2e}"
+        (y_strict,) = strict.run(None, {"X": x})
+        assert rel_l2(y_strict, ref) < 1e-5, f"strict M={m}"
+        assert not any("gemv_tf32_kernel" in nm for nm in _kernels_of(lambda: strict.run(None, {"X": x}))), f"strict M={m}"
 
 
 def test_forced_gemv_beyond_its_rows_is_an_error(library):

@@ -86,7 +86,11 @@ constexpr int64_t kFewRowsFallbackMinWeights = int64_t{1} << 21;
 // columns to spread over the SMs).
 constexpr int64_t kGemv16BitMaxRows = 4;
 constexpr int64_t kGemvF32MaxRows = 16;
-constexpr int64_t kGemvF32LargeWeightMaxRows = 4;
+constexpr int64_t kGemvF32LargeWeightMaxRows = 4;  // in exact fp32; with TF32 allowed, 5-16 rows run on its
+                                                   // Tensor-Core kernel (gemv_uses_tf32): 8x4096x16384 70.9 µs,
+                                                   // 16 rows 75.6, against the fallback's 84 and ORT's 71-76
+static_assert(kWeightBoundMinWeights == cuda::kGemvTf32MinWeights, "one notion of a large W");
+static_assert(kGemvF32LargeWeightMaxRows == cuda::kGemvExactF32MaxRows, "the exact kernel's reach at a large W");
 // 16-bit rows that are not 16-byte vectors (K not a multiple of 8, or an operand at an odd offset): the gemv
 // kernel reads W an element at a time, which at one or two rows of a W at least as wide as deep still beats
 // the fallback's cuBLASLt kernels for such rows, in bfloat16 most (gemv / fallback / ORT, GPU µs, 770x3074:
@@ -103,9 +107,10 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 //    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 16x768x3072 106 / 10.3 / 8.7 / 10.2, 16x1000x3000
 //    137 / 12.7 / 10.8 / 11.3, 2x4096x16384 491 / 85.9 / 65.5 / 70.7, 4x4096x16384 491 / 82.0 / 65.6 / 70.7
 //    (cuda_kernel_fp32_few_rows_h200.json). Beyond its reach it loses: 8x4096x16384 fp16 39.0 / 35.0 /
-//    63.1 / 35.6; 8x4096x16384 fp32 490 / 78.6 / 78.2 / 72.0, where no path of this library matches ORT's
-//    cuBLAS, whose MatMul reads W as [K, N] (NN: 65-68 µs for the GEMM; every cuBLAS call on this op's
-//    [N, K] takes 76-84: lab/results/cublas_fp32_few_rows_h200.txt);
+//    63.1 / 35.6; 8x4096x16384 fp32 490 / 78.6 / 78.2 / 72.0 in exact fp32, where ORT's MatMul runs TF32
+//    Tensor Cores on W as [K, N] (65-68 µs for the GEMM; every cuBLAS call on this op's [N, K] takes 76-84:
+//    lab/results/cublas_fp32_few_rows_h200.txt): with TF32 allowed the gemv path runs its TF32 kernel there
+//    (gemv_uses_tf32; 70.9 µs at 8 rows, 75.6 at 16 in the lab's harness);
 //  - fp16/bf16 with 5-16 rows of a W of 2^21 weights or more: the fallback (kFewRowsFallbackMinWeights);
 //  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
 //    reach only the fused path's any-alignment WMMA kernel: 4096x770x3074 606 / 146 / 223, 16384x4095x1023
@@ -119,7 +124,8 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
   if (!a.trans_b || a.M > kGemvMaxRows) return false;
   const bool large_w = a.K * a.N >= kWeightBoundMinWeights;
   if (a.dtype == cuda::DType::kFloat32) {
-    return a.N >= a.K && a.M <= (large_w ? kGemvF32LargeWeightMaxRows : kGemvF32MaxRows);
+    if (a.N < a.K) return false;
+    return large_w ? a.M <= kGemvF32LargeWeightMaxRows || cuda::gemv_uses_tf32(a) : a.M <= kGemvF32MaxRows;
   }
   if (!cuda::gemv_reads_vectors(a)) return a.M <= kGemvUnaligned16BitMaxRows && a.N >= a.K && !large_w;
   return a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w);

@@ -250,6 +250,156 @@ __global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__
   }
 }
 
+// float32 on TF32 Tensor Cores, for 5-16 rows of a large W in sessions that allow TF32 (gemv_uses_tf32): there
+// the FMA kernel above re-reads X through L2 for every column group and runs at L2's pace (8x4096x16384: 80 µs,
+// 16 rows 201), while ORT's own MatMul runs a TF32 Tensor-Core GEMM (cutlass s1688, 66-67 µs:
+// lab/results/cublas_fp32_few_rows_h200.txt), so TF32 is the precision the user's unfused model has there.
+// The products are taken transposed, Yᵀ = W·Xᵀ: 16 columns of W are the mma's M and up to 8 rows of X its N
+// (mma.sync m16n8k8), so a few rows waste nothing and the warp issues one instruction per 1024 products; what
+// is left is reading W, which bypasses L1 (L1::no_allocate) so that X stays there.
+// The order of k inside a block of 32: lane (g = lane / 4, t = lane % 4) loads 8 consecutive k (two 16-byte
+// vectors, one DRAM sector) of its rows of W and of X; mma j of the block takes k = 8t + 2j into the fragment
+// slot t and 8t + 2j + 1 into slot t + 4. A and B use the same map, so each sum is over the right products.
+// Inputs are rounded to TF32 (cvt.rna) rather than truncated. Measured on H200 against the FMA kernel and
+// other tiles, splits and load policies (lab/kernels/NOTES.md, "gemv v3").
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <bool kStream>
+__device__ __forceinline__ float4 load4(const float* p) {
+  if constexpr (kStream) {  // read once: kept out of L1
+    float4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+  } else {
+    return __ldg(reinterpret_cast<const float4*>(p));
+  }
+}
+
+// 8 floats of a row from k; K is a multiple of 4, so each 16-byte half is inside K or past it (zeros).
+template <bool kStream>
+__device__ __forceinline__ void load8(const float* row, int64_t k, int64_t K, float (&v)[8]) {
+  const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4 lo = k < K ? load4<kStream>(row + k) : z;
+  const float4 hi = k + 4 < K ? load4<kStream>(row + k + 4) : z;
+  v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
+  v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
+}
+
+// W [N, K] (transB = 1). kRowTiles tiles of 8 rows, kColTiles tiles of 16 columns per warp; kSplit warps of a
+// block share a column group and take every kSplit-th block of 32 k, their sums meeting in shared memory in
+// slice order (deterministic). The shipped configuration is gemv_tf32_launch's; the lab times the others.
+template <int kRowTiles, int kColTiles, int kSplit, bool kStreamW>
+__global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                                             const float* __restrict__ bias, float* __restrict__ y,
+                                                             int M, int64_t K, int64_t N, ActivationParams act) {
+  constexpr int kGroups = kWarps / kSplit;
+  constexpr int kAcc = kColTiles * kRowTiles * 4;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int slice = warp % kSplit;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kGroups + warp / kSplit) * (kColTiles * 16);
+  const bool active = n0 < N;  // a whole warp past Y still takes part in the block's reduction
+
+  // acc[c][r]: the m16n8 tile of columns n0 + 16c.., rows 8r..: element i is column g + 8·(i / 2), row
+  // 2t + i % 2 of the tile.
+  float acc[kColTiles][kRowTiles][4];
+#pragma unroll
+  for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][r][i] = 0.0f;
+
+  if (active) {
+    const float* wr[kColTiles][2];
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t n = n0 + 16 * c + 8 * h + g;
+        wr[c][h] = w + (n < N ? n : N - 1) * K;  // past N: never stored
+      }
+    const float* xr[kRowTiles];
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) xr[r] = x + static_cast<int64_t>(8 * r + g < M ? 8 * r + g : M - 1) * K;
+    const int64_t blocks = (K + 31) / 32;
+#pragma unroll 2
+    for (int64_t kb = slice; kb < blocks; kb += kSplit) {
+      const int64_t k = kb * 32 + 8 * t;
+      float wv[kColTiles][2][8];
+      float xv[kRowTiles][8];
+#pragma unroll
+      for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) load8<kStreamW>(wr[c][h], k, K, wv[c][h]);
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) load8<false>(xr[r], k, K, xv[r]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t b[kRowTiles][2];
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r) {
+          b[r][0] = to_tf32(xv[r][2 * j]);
+          b[r][1] = to_tf32(xv[r][2 * j + 1]);
+        }
+#pragma unroll
+        for (int c = 0; c < kColTiles; ++c) {
+          const uint32_t a[4] = {to_tf32(wv[c][0][2 * j]), to_tf32(wv[c][1][2 * j]), to_tf32(wv[c][0][2 * j + 1]),
+                                 to_tf32(wv[c][1][2 * j + 1])};
+#pragma unroll
+          for (int r = 0; r < kRowTiles; ++r) mma_tf32(acc[c][r], a, b[r]);
+        }
+      }
+    }
+  }
+
+  if constexpr (kSplit > 1) {
+    __shared__ float partial[kWarps][kAcc][32];
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) partial[warp][(c * kRowTiles + r) * 4 + i][lane] = acc[c][r][i];
+    __syncthreads();
+    if (slice != 0) return;
+#pragma unroll
+    for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float s = 0.0f;
+#pragma unroll
+          for (int q = 0; q < kSplit; ++q) s += partial[warp + q][(c * kRowTiles + r) * 4 + i][lane];
+          acc[c][r][i] = s;
+        }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int c = 0; c < kColTiles; ++c)
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t n = n0 + 16 * c + g + 8 * (i / 2);
+        const int m = 8 * r + 2 * t + i % 2;
+        if (m < M && n < N) y[static_cast<int64_t>(m) * N + n] = epilogue(acc[c][r][i], bias, n, act);
+      }
+}
+
 // Warps per SM the transB = 1 kernel aims for before it splits K among more warps, and the steps of K each
 // warp keeps at least when it does. Measured on H200 (bench/results/cuda_kernel_gemv_h200.md): a split lifts
 // a narrow, deep W (1x4095x1023 bf16, 256 column groups with 128 steps each: 40.2 µs unsplit, 13.5 split in
@@ -272,6 +422,11 @@ int tn_k_split(int64_t K, int64_t N, int cols, int vec, const DeviceInfo& dev) {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0; }
 
 }  // namespace
+
+bool gemv_uses_tf32(const GemmGeluArgs& a) {
+  return a.dtype == DType::kFloat32 && a.allow_tf32 && a.trans_b && a.M > kGemvExactF32MaxRows &&
+         a.M <= kGemvMaxRows && a.K * a.N >= kGemvTf32MinWeights && gemv_reads_vectors(a);
+}
 
 bool gemv_reads_vectors(const GemmGeluArgs& a) {
   const int64_t per_vector = kVectorBytes / static_cast<int64_t>(dtype_bytes(a.dtype));
@@ -313,6 +468,26 @@ cudaError_t launch_rows(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream
   return cudaGetLastError();
 }
 
+// The shipped TF32 configuration: one 16-column tile per warp, K split four ways (every warp of a block on one
+// group), W past L1. 8x4096x16384 70.9 µs, 16 rows 75.6 (lab/kernels/NOTES.md, "gemv v3").
+cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
+  constexpr int kColTiles = 1;
+  constexpr int kSplit = 4;
+  const int64_t block_cols = static_cast<int64_t>(kWarps / kSplit) * kColTiles * 16;
+  const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
+  const auto* x = static_cast<const float*>(a.x);
+  const auto* w = static_cast<const float*>(a.w);
+  const auto* bias = static_cast<const float*>(a.bias);
+  auto* y = static_cast<float*>(a.y);
+  const int m = static_cast<int>(a.M);
+  if (a.M <= 8) {
+    gemv_tf32_kernel<1, kColTiles, kSplit, true><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, activation_params(a));
+  } else {
+    gemv_tf32_kernel<2, kColTiles, kSplit, true><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, activation_params(a));
+  }
+  return cudaGetLastError();
+}
+
 template <class T>
 cudaError_t launch_typed(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
   if (a.M <= 1) return launch_rows<T, 1>(a, dev, stream);
@@ -335,7 +510,7 @@ cudaError_t launch_gemv_gelu(const GemmGeluArgs& a, const DeviceInfo& dev, cudaS
   switch (a.dtype) {
     case DType::kFloat16: return launch_typed<__half>(a, dev, stream);
     case DType::kBFloat16: return launch_typed<__nv_bfloat16>(a, dev, stream);
-    case DType::kFloat32: return launch_typed<float>(a, dev, stream);
+    case DType::kFloat32: return gemv_uses_tf32(a) ? launch_tf32(a, stream) : launch_typed<float>(a, dev, stream);
   }
   return cudaErrorNotSupported;
 }
