@@ -11,7 +11,7 @@
 // split K the two are bit-identical.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icustom_ops/src/cuda -Icustom_ops/src \
-//        -Icustom_ops/src/cuda/hooks lab/kernels/gemv_shared_x.cu -o gemv_shared_x && ./gemv_shared_x
+//        -Icustom_ops/src/cuda/hooks lab/kernels/gemv_shared_x.cu -o gemv_shared_x && ./gemv_shared_x [fp32]
 // prints one line per shape and variant: GPU µs (CUDA events, median of 11 runs of 20 launches over rotating
 // copies of W), the ratio to the shipped kernel, the relative error against a float64 reference of sampled
 // columns, and whether Y is bit-identical to the shipped kernel's.
@@ -266,12 +266,12 @@ cudaError_t launch_chunked_x(const GemmGeluArgs& a, cudaStream_t stream) {
 }
 
 
-template <int kRows, int kColTiles, int kSplit, bool kStream>
+template <int kRows, int kColTiles, int kSplit, bool kStream, int kLaneK = 8>
 cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
   constexpr int kRowTiles = kRows <= 8 ? 1 : 2;
   const int64_t block_cols = static_cast<int64_t>(4 / kSplit) * kColTiles * 16;
   const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
-  gemv_tf32_kernel<kRowTiles, kColTiles, kSplit, kStream><<<blocks, 128, 0, stream>>>(
+  gemv_tf32_kernel<kRowTiles, kColTiles, kSplit, kStream, kLaneK><<<blocks, 128, 0, stream>>>(
       static_cast<const float*>(a.x), static_cast<const float*>(a.w), static_cast<const float*>(a.bias),
       static_cast<float*>(a.y), static_cast<int>(a.M), a.K, a.N, activation_params(a));
   return cudaGetLastError();
@@ -320,9 +320,16 @@ struct Variant {
 
 DeviceInfo g_dev;
 cudaError_t shipped(const GemmGeluArgs& a, cudaStream_t s) { return launch_gemv_gelu(a, g_dev, s); }
+// The shipped launch in a session that allows TF32 (gemv_uses_tf32 picks the TF32 kernel where it applies).
+cudaError_t shipped_tf32(const GemmGeluArgs& a, cudaStream_t s) {
+  GemmGeluArgs t = a;
+  t.allow_tf32 = true;
+  return launch_gemv_gelu(t, g_dev, s);
+}
 
 template <int kRows>
 void push_tf32(std::vector<Variant>& v) {
+  v.push_back({"shipped tf32", shipped_tf32});
   v.push_back({"tf32 t1 k4", launch_tf32<kRows, 1, 4, false>});
   v.push_back({"tf32 t2 k4", launch_tf32<kRows, 2, 4, false>});
   v.push_back({"tf32 t2 k2", launch_tf32<kRows, 2, 2, false>});
@@ -330,6 +337,10 @@ void push_tf32(std::vector<Variant>& v) {
   v.push_back({"tf32 t2 k4 na", launch_tf32<kRows, 2, 4, true>});
   v.push_back({"tf32 t2 k2 na", launch_tf32<kRows, 2, 2, true>});
   v.push_back({"tf32 t4 k4 na", launch_tf32<kRows, 4, 4, true>});
+  v.push_back({"tf32 t1 k4 na L16", launch_tf32<kRows, 1, 4, true, 16>});
+  v.push_back({"tf32 t1 k2 na L16", launch_tf32<kRows, 1, 2, true, 16>});
+  v.push_back({"tf32 t1 k1 na L16", launch_tf32<kRows, 1, 1, true, 16>});
+  v.push_back({"tf32 t1 k4 na L4", launch_tf32<kRows, 1, 4, true, 4>});
 }
 
 template <class T, int kRows>
@@ -481,7 +492,8 @@ void run_rows(const char* dtname, DType dtype, int64_t M, int64_t K, int64_t N) 
 
 using namespace harness;
 
-int main() {
+int main(int argc, char** argv) {
+  const bool fp32_only = argc > 1 && std::strcmp(argv[1], "fp32") == 0;  // the float32 shapes alone
   CHECK(cudaGetDevice(&g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.cc_major, cudaDevAttrComputeCapabilityMajor, g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.cc_minor, cudaDevAttrComputeCapabilityMinor, g_dev.device));
@@ -490,6 +502,7 @@ int main() {
   const long long shapes[][2] = {{4096, 16384}, {1024, 4096}, {768, 3072}, {1000, 3000}};
   for (const auto& kn : shapes)
     for (long long m : {4, 8, 16}) run_rows<float>("fp32", DType::kFloat32, m, kn[0], kn[1]);
+  if (fp32_only) return 0;
   for (const auto& kn : shapes)
     for (long long m : {4, 8, 16}) run_rows<__half>("fp16", DType::kFloat16, m, kn[0], kn[1]);
   for (long long m : {8, 16}) run_rows<__nv_bfloat16>("bf16", DType::kBFloat16, m, 4096, 16384);

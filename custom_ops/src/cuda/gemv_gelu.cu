@@ -285,20 +285,25 @@ __device__ __forceinline__ float4 load4(const float* p) {
   }
 }
 
-// 8 floats of a row from k; K is a multiple of 4, so each 16-byte half is inside K or past it (zeros).
-template <bool kStream>
-__device__ __forceinline__ void load8(const float* row, int64_t k, int64_t K, float (&v)[8]) {
-  const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float4 lo = k < K ? load4<kStream>(row + k) : z;
-  const float4 hi = k + 4 < K ? load4<kStream>(row + k + 4) : z;
-  v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
-  v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
+// kCount floats of a row from k; K is a multiple of 4, so each 16-byte piece is inside K or past it (zeros).
+template <bool kStream, int kCount>
+__device__ __forceinline__ void load_run(const float* row, int64_t k, int64_t K, float (&v)[kCount]) {
+#pragma unroll
+  for (int q = 0; q < kCount / 4; ++q) {
+    const float4 f = k + 4 * q < K ? load4<kStream>(row + k + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+    v[4 * q] = f.x;
+    v[4 * q + 1] = f.y;
+    v[4 * q + 2] = f.z;
+    v[4 * q + 3] = f.w;
+  }
 }
 
-// W [N, K] (transB = 1). kRowTiles tiles of 8 rows, kColTiles tiles of 16 columns per warp; kSplit warps of a
-// block share a column group and take every kSplit-th block of 32 k, their sums meeting in shared memory in
-// slice order (deterministic). The shipped configuration is gemv_tf32_launch's; the lab times the others.
-template <int kRowTiles, int kColTiles, int kSplit, bool kStreamW>
+// W [N, K] (transB = 1). kRowTiles tiles of 8 rows, kColTiles tiles of 16 columns per warp; each lane loads
+// kLaneK consecutive k of its rows (the block of k is 4·kLaneK: the map above with 8t -> kLaneK·t and j up to
+// kLaneK / 2); kSplit warps of a block share a column group and take every kSplit-th block of k, their sums
+// meeting in shared memory in slice order (deterministic). The shipped configuration is launch_tf32's; the
+// lab times the others.
+template <int kRowTiles, int kColTiles, int kSplit, bool kStreamW, int kLaneK = 8>
 __global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                              const float* __restrict__ bias, float* __restrict__ y,
                                                              int M, int64_t K, int64_t N, ActivationParams act) {
@@ -334,20 +339,21 @@ __global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __rest
     const float* xr[kRowTiles];
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) xr[r] = x + static_cast<int64_t>(8 * r + g < M ? 8 * r + g : M - 1) * K;
-    const int64_t blocks = (K + 31) / 32;
+    constexpr int kBlockK = 4 * kLaneK;
+    const int64_t blocks = (K + kBlockK - 1) / kBlockK;
 #pragma unroll 2
     for (int64_t kb = slice; kb < blocks; kb += kSplit) {
-      const int64_t k = kb * 32 + 8 * t;
-      float wv[kColTiles][2][8];
-      float xv[kRowTiles][8];
+      const int64_t k = kb * kBlockK + kLaneK * t;
+      float wv[kColTiles][2][kLaneK];
+      float xv[kRowTiles][kLaneK];
 #pragma unroll
       for (int c = 0; c < kColTiles; ++c)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) load8<kStreamW>(wr[c][h], k, K, wv[c][h]);
+        for (int h = 0; h < 2; ++h) load_run<kStreamW, kLaneK>(wr[c][h], k, K, wv[c][h]);
 #pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) load8<false>(xr[r], k, K, xv[r]);
+      for (int r = 0; r < kRowTiles; ++r) load_run<false, kLaneK>(xr[r], k, K, xv[r]);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kLaneK / 2; ++j) {
         uint32_t b[kRowTiles][2];
 #pragma unroll
         for (int r = 0; r < kRowTiles; ++r) {
