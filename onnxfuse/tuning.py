@@ -4,7 +4,8 @@ and the model that records the choice.
 The CUDA kernel has three paths for one call, "fused" (one GEMM+bias+GELU kernel), "fallback" (cuBLASLt's
 GEMM with its bias epilogue, then the library's activation kernel) and, for calls of at most
 ``GEMV_MAX_ROWS`` (16) rows, "gemv" (one kernel that reads W once and accumulates every row in fp32 on the CUDA
-cores, the epilogue in the same kernel); with ``cuda_path="auto"`` a node whose
+cores, or on TF32 Tensor Cores for float32 with 5-16 rows of a large W where the session allows TF32, the
+epilogue in the same kernel); with ``cuda_path="auto"`` a node whose
 ``tuned_device`` is the running device's signature takes ``tuned_paths[i]`` for the first
 ``M <= tuned_max_rows[i]`` and the last entry beyond (CONTRACT.md). This module works out what to write there:
 
