@@ -10,13 +10,15 @@
 //  transB = 1, W [N, K] (K contiguous): one to four warps own a group of kTnCols columns (4, or 8 for fp32 at
 //    4 and 8 rows) and their 32 lanes walk K side by side, 16 bytes each, reading X's rows the same way; a
 //    butterfly of shuffles sums the lanes, shared memory the warps.
+//  transB = 1, float32 with TF32 allowed, 5-16 rows of a large W (gemv_uses_tf32): the products on TF32 Tensor
+//    Cores (gemv_tf32_kernel below), the precision ORT's own MatMul has at those rows.
 //
 // Thin strips keep every SM busy at the N of real layers (3072 fp16 columns are 192 blocks). Rows up to the
 // next power of two are computed (a template parameter: the accumulators must be registers), the rows beyond
 // M read row M-1 again and are never stored.
 //
-// Precision: fp32 FMAs of exact products, summed in a fixed order (the result does not depend on timing);
-// the epilogue's math is the other paths' (activation_math.cuh), precise for fp32 and fast for 16-bit
+// Precision: fp32 FMAs of exact products (TF32 products in the Tensor-Core case), summed in a fixed order (the
+// result does not depend on timing); the epilogue's math is the other paths' (activation_math.cuh), precise for fp32 and fast for 16-bit
 // outputs, rounded once.
 #include "gemv_gelu.h"
 
