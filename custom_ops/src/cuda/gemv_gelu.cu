@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __rest
                                                              const float* __restrict__ bias, float* __restrict__ y,
                                                              int M, int64_t K, int64_t N, ActivationParams act) {
   constexpr int kGroups = kWarps / kSplit;
-  constexpr int kAcc = kColTiles * kRowTiles * 4;
+  constexpr int kTiles = kColTiles * kRowTiles;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int g = lane / 4;
@@ -319,15 +319,9 @@ __global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __rest
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kGroups + warp / kSplit) * (kColTiles * 16);
   const bool active = n0 < N;  // a whole warp past Y still takes part in the block's reduction
 
-  // acc[c][r]: the m16n8 tile of columns n0 + 16c.., rows 8r..: element i is column g + 8·(i / 2), row
-  // 2t + i % 2 of the tile.
-  float acc[kColTiles][kRowTiles][4];
-#pragma unroll
-  for (int c = 0; c < kColTiles; ++c)
-#pragma unroll
-    for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[c][r][i] = 0.0f;
+  // acc[c · kRowTiles + r]: the m16n8 tile of columns n0 + 16c.., rows 8r..: element i is column
+  // g + 8·(i / 2), row 2t + i % 2 of the tile.
+  float acc[kTiles][4] = {};
 
   if (active) {
     const float* wr[kColTiles][2];
@@ -367,45 +361,39 @@ __global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __rest
           const uint32_t a[4] = {to_tf32(wv[c][0][2 * j]), to_tf32(wv[c][1][2 * j]), to_tf32(wv[c][0][2 * j + 1]),
                                  to_tf32(wv[c][1][2 * j + 1])};
 #pragma unroll
-          for (int r = 0; r < kRowTiles; ++r) mma_tf32(acc[c][r], a, b[r]);
+          for (int r = 0; r < kRowTiles; ++r) mma_tf32(acc[c * kRowTiles + r], a, b[r]);
         }
       }
     }
   }
 
   if constexpr (kSplit > 1) {
-    __shared__ float partial[kWarps][kAcc][32];
+    __shared__ float partial[kWarps][kTiles][4][32];
 #pragma unroll
-    for (int c = 0; c < kColTiles; ++c)
+    for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
-      for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) partial[warp][(c * kRowTiles + r) * 4 + i][lane] = acc[c][r][i];
+      for (int i = 0; i < 4; ++i) partial[warp][tile][i][lane] = acc[tile][i];
     __syncthreads();
     if (slice != 0) return;
 #pragma unroll
-    for (int c = 0; c < kColTiles; ++c)
+    for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
-      for (int r = 0; r < kRowTiles; ++r)
+      for (int i = 0; i < 4; ++i) {
+        float s = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float s = 0.0f;
-#pragma unroll
-          for (int q = 0; q < kSplit; ++q) s += partial[warp + q][(c * kRowTiles + r) * 4 + i][lane];
-          acc[c][r][i] = s;
-        }
+        for (int q = 0; q < kSplit; ++q) s += partial[warp + q][tile][i][lane];
+        acc[tile][i] = s;
+      }
   }
   if (!active) return;
 #pragma unroll
-  for (int c = 0; c < kColTiles; ++c)
+  for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
-    for (int r = 0; r < kRowTiles; ++r)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t n = n0 + 16 * c + g + 8 * (i / 2);
-        const int m = 8 * r + 2 * t + i % 2;
-        if (m < M && n < N) y[static_cast<int64_t>(m) * N + n] = epilogue(acc[c][r][i], bias, n, act);
-      }
+    for (int i = 0; i < 4; ++i) {
+      const int64_t n = n0 + 16 * (tile / kRowTiles) + g + 8 * (i / 2);
+      const int m = 8 * (tile % kRowTiles) + 2 * t + i % 2;
+      if (m < M && n < N) y[static_cast<int64_t>(m) * N + n] = epilogue(acc[tile][i], bias, n, act);
+    }
 }
 
 // Warps per SM the transB = 1 kernel aims for before it splits K among more warps, and the steps of K each
