@@ -86,11 +86,10 @@ constexpr int64_t kFewRowsFallbackMinWeights = int64_t{1} << 21;
 // columns to spread over the SMs).
 constexpr int64_t kGemv16BitMaxRows = 4;
 constexpr int64_t kGemvF32MaxRows = 16;
-constexpr int64_t kGemvF32LargeWeightMaxRows = 4;  // in exact fp32; with TF32 allowed, 5-16 rows run on its
-                                                   // Tensor-Core kernel (gemv_uses_tf32): 8x4096x16384 70.9 µs,
-                                                   // 16 rows 75.6, against the fallback's 84 and ORT's 71-76
+// In exact fp32; with TF32 allowed, 5-16 rows run on the path's Tensor-Core kernel (gemv_uses_tf32):
+// 8x4096x16384 71.5 µs, 16 rows 75.8, against the fallback's 83 and ORT's 72-75.
+constexpr int64_t kGemvF32LargeWeightMaxRows = cuda::kGemvExactF32MaxRows;
 static_assert(kWeightBoundMinWeights == cuda::kGemvTf32MinWeights, "one notion of a large W");
-static_assert(kGemvF32LargeWeightMaxRows == cuda::kGemvExactF32MaxRows, "the exact kernel's reach at a large W");
 // 16-bit rows that are not 16-byte vectors (K not a multiple of 8, or an operand at an odd offset): the gemv
 // kernel reads W an element at a time, which at one or two rows of a W at least as wide as deep still beats
 // the fallback's cuBLASLt kernels for such rows, in bfloat16 most (gemv / fallback / ORT, GPU µs, 770x3074:
