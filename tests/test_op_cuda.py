@@ -552,8 +552,9 @@ def test_device_signature_format(library):
 
 def test_forced_and_built_in_paths_by_kernel_names(library):
     rng = np.random.default_rng(21)
-    # fp16 K, N off multiples of 8: the built-in rule takes the fallback; 768 x 3072: the fused kernel.
-    for (k, n), auto_path in (((770, 3074), "fallback"), ((768, 3072), "fused")):
+    # fp16 K, N off multiples of 8 and 768 x 3072: the built-in rule takes the fused kernel (the odd shape
+    # through aligned copies).
+    for (k, n), auto_path in (((770, 3074), "fused"), ((768, 3072), "fused")):
         x, w_nk, b = make_inputs(rng, (512, k), n, "float16", 1, True)
         for forced in ("fused", "fallback", "auto"):
             sess = cuda_session(path_model("float16", k, w_nk, b, "none", 1, cuda_path=forced), library)
@@ -572,11 +573,15 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             rows = 16 if dtype == "float32" else 4
             expect = "gemv" if trans_b else "fallback"
             assert _path_ran(auto, x[:rows]) == expect, f"auto {dtype} transB={trans_b} M={rows}"
-    # 16-bit rows that are no 16-byte vectors (770 x 3074): gemv at one or two rows, the fallback from 3 on.
+    # 16-bit rows that are no 16-byte vectors (770 x 3074): gemv at one or two rows, the fallback from 3 to 63,
+    # the fused kernel through aligned copies from 64 on; a tiny problem keeps the fallback at any row count.
     for dtype in ("float16", "bfloat16"):
-        x, w_nk, b = make_inputs(rng, (4, 770), 3074, dtype, 1, True)
+        x, w_nk, b = make_inputs(rng, (64, 770), 3074, dtype, 1, True)
         odd = cuda_session(path_model(dtype, 770, w_nk, b, "none", 1), library)
-        assert [_path_ran(odd, x[:m]) for m in (1, 2, 3, 4)] == ["gemv", "gemv", "fallback", "fallback"], dtype
+        assert [_path_ran(odd, x[:m]) for m in (1, 2, 3, 4, 16, 63, 64)] == [
+            "gemv", "gemv", "fallback", "fallback", "fallback", "fallback", "fused"], dtype
+    x, w_nk, b = make_inputs(rng, (4096, 37), 5, "float16", 1, True)
+    assert _path_ran(cuda_session(path_model("float16", 37, w_nk, b, "none", 1), library), x) == "fallback"
     # 16-bit with 2-16 rows of a large W (reading W bounds it): the fallback; one row: gemv.
     x, w_nk, b = make_inputs(rng, (16, 4096), 16384, "float16", 1, True)
     large = cuda_session(path_model("float16", 4096, w_nk, b, "none", 1), library)
@@ -638,10 +643,10 @@ def test_malformed_path_attributes_fail_session_creation(library, attrs, message
         cuda_session(path_model("float16", 64, w_nk, b, "none", 1, **attrs), library)
 
 
-@pytest.mark.parametrize("path,rows", [("fallback", 256), ("gemv", 12)])
+@pytest.mark.parametrize("path,rows", [("fallback", 256), ("gemv", 12), ("fused", 256)])
 def test_path_under_cuda_graph_replay(library, path, rows):
-    """The fallback's two kernels and the gemv kernel are captured and replayed like the fused one (no sync, no
-    host allocation)."""
+    """The fallback's two kernels, the gemv kernel and the fused kernel with its staging copies (770 x 3074) are
+    captured and replayed like the aligned fused kernel (no sync, no host allocation)."""
     rng = np.random.default_rng(24)
     x, w_nk, b = make_inputs(rng, (rows, 770), 3074, "float16", 1, True)
     model = path_model("float16", 770, w_nk, b, "tanh", 1, cuda_path=path)
@@ -688,6 +693,67 @@ def test_forced_fallback_with_k_zero_takes_the_fused_path(library):
     (y,) = sess.run(None, {"X": np.zeros((5, 0), np.float16)})
     np.testing.assert_allclose(y.astype(np.float64), np.broadcast_to(activation64(b.astype(np.float64), "none"), (5, 24)),
                                rtol=_ROUNDOFF["float16"] * 2, atol=1e-6)
+
+
+# --- 16-bit rows that are not 16-byte vectors: the fused kernel through aligned copies (copy_rows.h) ----------
+
+_STAGING_KERNEL = "copy_rows_16bit_kernel"
+_ANY_ALIGNMENT_KERNEL = "fallback_gemm_gelu_kernel"  # the fused path's WMMA kernel, 4x slower than ORT here
+
+
+def _weights_as_inputs(model: bytes) -> bytes:
+    """``model`` (float16) with W and B as graph inputs instead of initializers: staged on every call."""
+    import onnx
+
+    m = onnx.load_from_string(model)
+    for init in list(m.graph.initializer):
+        m.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        m.graph.initializer.remove(init)
+    return m.SerializeToString()
+
+
+def _zero_padded(a: np.ndarray, shape) -> np.ndarray:
+    out = np.zeros(shape, a.dtype)
+    out[tuple(slice(0, d) for d in a.shape)] = a
+    return out
+
+
+# (K, N): both off multiples of 8, K alone, N alone, both tiny.
+STAGED_SHAPES = [(770, 3074), (4095, 1023), (1000, 3001), (37, 5)]
+
+
+@pytest.mark.parametrize("trans_b", [1, 0], ids=["transB1", "transB0"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_unaligned_rows_run_the_tensor_core_kernel_through_copies(library, dtype, trans_b):
+    """The fused path with odd K or N runs the aligned kernel on copies padded to 8 columns: its output is
+    bit for bit the aligned kernel's on the zero-padded problem, within ORT's error, and the same whether W and
+    B are initializers (staged once) or graph inputs (staged per call). The any-alignment kernel never runs."""
+    rng = np.random.default_rng(zlib.crc32(f"staged/{dtype}/{trans_b}".encode()))
+    rows = 300
+    for k, n in STAGED_SHAPES:
+        x, w_nk, b = make_inputs(rng, (rows, k), n, dtype, trans_b, True)
+        w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+        where = f"{dtype} transB={trans_b} M={rows} K={k} N={n}"
+        sess = cuda_session(path_model(dtype, k, w, b, "none", trans_b, cuda_path="fused"), library)
+        names = _kernels_of(lambda: sess.run(None, {"X": x}))
+        assert any(_STAGING_KERNEL in name for name in names), f"{where}: no staging copy in {sorted(names)}"
+        assert not any(_ANY_ALIGNMENT_KERNEL in name or any(f in name for f in _FALLBACK_KERNELS) for name in names), (
+            f"{where}: {sorted(names)}")
+        (y,) = sess.run(None, {"X": x})
+        (y_unfused,) = unfused_session(library, dtype, k, w_nk, b, "none").run(None, {"X": x})
+        check_against_ort(dtype, y, y_unfused, reference(x, w_nk, b, "none"), where)
+
+        k8, n8 = -(-k // 8) * 8, -(-n // 8) * 8
+        w8 = _zero_padded(w, (n8, k8) if trans_b else (k8, n8))
+        aligned = cuda_session(path_model(dtype, k8, w8, _zero_padded(b, (n8,)), "none", trans_b), library)
+        (y8,) = aligned.run(None, {"X": _zero_padded(x, (rows, k8))})
+        np.testing.assert_array_equal(y, y8[:, :n], err_msg=f"{where}: staged != aligned on the padded problem")
+
+        if dtype == "float16":
+            as_inputs = cuda_session(_weights_as_inputs(path_model(dtype, k, w, b, "none", trans_b, cuda_path="fused")),
+                                     library)
+            feeds = {"X": x, "W": w.astype(np.float16), "B": b.astype(np.float16)}
+            np.testing.assert_array_equal(as_inputs.run(None, feeds)[0], y, err_msg=f"{where}: W, B as inputs")
 
 
 # --- the gemv path on its own: every row count up to 16, edges of its strips, exact fp32 ---------------------

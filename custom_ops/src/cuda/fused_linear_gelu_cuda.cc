@@ -1,6 +1,7 @@
 // The ORT side of the CUDA FusedLinearGelu kernel: reads the node once, validates each call's tensors,
 // chooses the call's path and hands plain pointers and sizes to it on ORT's compute stream:
-//   "fused":    launch_gemm_gelu (gemm_gelu.h), one GEMM+bias+activation kernel;
+//   "fused":    launch_gemm_gelu (gemm_gelu.h), one GEMM+bias+activation kernel; 16-bit rows that are not
+//               16-byte vectors reach it through aligned copies (copy_rows.h, RunFusedStaged);
 //   "fallback": cuBLASLt's GEMM with its bias epilogue (cublaslt_gemm_bias.h), then the activation in place
 //               (activation_inplace.h): ORT's own two kernels, for the shapes where the fused path has only
 //               its any-alignment kernel and would run slower than the graph it replaced;
@@ -8,8 +9,9 @@
 // The node's cuda_path / tuned_* attributes (fused_linear_gelu_common.h) steer the choice (ChoosePath).
 //
 // Thread safety: ORT may call Compute on one kernel instance from several threads at once (concurrent
-// Session::Run). Everything the kernel keeps is written in its constructor and only read afterwards, except
-// the fallback's algorithm cache, which guards itself (CublasLtGemmBias).
+// Session::Run). Everything the kernel keeps is written in its constructor and only read afterwards (the
+// staged copies of a constant W and B included), except the fallback's algorithm cache, which guards itself
+// (CublasLtGemmBias).
 #include "fused_linear_gelu_cuda.h"
 
 #include <cstdint>
@@ -23,6 +25,7 @@
 #include "../domain.h"
 #include "../fused_linear_gelu_common.h"
 #include "activation_inplace.h"
+#include "copy_rows.h"
 #include "cublaslt_gemm_bias.h"
 #include "device_signature.h"
 #include "gemm_gelu.h"
@@ -99,6 +102,26 @@ constexpr int64_t kGemvUnaligned16BitMaxRows = 2;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// 16-bit operands whose rows are 16-byte vectors (K and N multiples of 8, every operand at a 16-byte address):
+// what the fused path's Tensor-Core kernels read and write. Other rows are staged through aligned copies
+// padded to kVectorElements columns (RunFusedStaged).
+constexpr int64_t kVectorElements = 8;
+int64_t RoundUpToVector(int64_t n) { return (n + kVectorElements - 1) / kVectorElements * kVectorElements; }
+bool RowsAreVectors(const void* p, int64_t cols) { return Aligned16(p) && cols % kVectorElements == 0; }
+bool RowsAreVectors(const cuda::GemmGeluArgs& a) {
+  return RowsAreVectors(a.x, a.K) && RowsAreVectors(a.w, a.trans_b ? a.K : a.N) && RowsAreVectors(a.y, a.N) &&
+         (a.bias == nullptr || RowsAreVectors(a.bias, a.N));
+}
+// From this many rows and this many multiply-adds, such 16-bit calls run the fused path through those copies
+// (up to three more small kernels); below either, the fallback, as before. Measured on H200, fp16 GPU µs,
+// staged / fallback / ORT: 64x770x3074 8.3 / 11.1 / 15.4, 4096x770x3074 72.0 / 146.1 / 214.7,
+// 16384x4095x1023 290.1 / 1053.6 / 1072.7; but 300x37x5 6.4 / 3.2 (launches, not work).
+constexpr int64_t kStagedFusedMinRows = 64;
+constexpr int64_t kStagedFusedMinMultiplyAdds = int64_t{1} << 27;
+bool StagedFusedPays(const cuda::GemmGeluArgs& a) {
+  return a.M >= kStagedFusedMinRows && a.M >= kStagedFusedMinMultiplyAdds / a.K / a.N;  // K, N > 0 here
+}
+
 // The built-in choice, where neither cuda_path nor a tuning table for this device decides. Measured on H200
 // (bench/results/cuda_kernel_gemv_h200.md and cuda_kernel_never_slower_h200.md: `bench/cuda_kernel.py --grid
 // never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
@@ -112,8 +135,10 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 //    (gemv_uses_tf32; 70.9 µs at 8 rows, 75.6 at 16 in the lab's harness);
 //  - fp16/bf16 with 5-16 rows of a W of 2^21 weights or more: the fallback (kFewRowsFallbackMinWeights);
 //  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
-//    reach only the fused path's any-alignment WMMA kernel: 4096x770x3074 606 / 146 / 223, 16384x4095x1023
-//    4730 / 1063 / 1084 (wall): fallback, but gemv at one or two rows (kGemvUnaligned16BitMaxRows);
+//    run the fused path on aligned copies (RunFusedStaged) from 64 rows of enough work (StagedFusedPays:
+//    4096x770x3074 72 / 146 / 215, 16384x4095x1023 290 / 1054 / 1073), else the fallback, but gemv at one or two
+//    rows (kGemvUnaligned16BitMaxRows); the fused path's any-alignment WMMA kernel (606 µs at 4096x770x3074)
+//    runs only K = 0 and float32 forced to the fused path;
 //  - fp16/bf16 with up to 16 rows and a large W: 8x4096x16384 fp16 as above: fallback;
 //  - float32 without TF32 in the fused path (onnxfuse.strict_fp32, or K or N not a multiple of 4) or with
 //    at most kStrictF32MaxRows rows (which it runs strictly): 1x4095x1023 1178 / 9.3 / 30.0 / 11.8: fallback;
@@ -135,9 +160,7 @@ CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {
   if (a.dtype == cuda::DType::kFloat32) {
     return !a.allow_tf32 || a.M <= kStrictF32MaxRows ? CudaPath::kFallback : CudaPath::kFused;
   }
-  const bool rows_aligned = a.K % 8 == 0 && a.N % 8 == 0 && Aligned16(a.x) && Aligned16(a.w) && Aligned16(a.y) &&
-                            (a.bias == nullptr || Aligned16(a.bias));
-  if (!rows_aligned) return CudaPath::kFallback;
+  if (!RowsAreVectors(a)) return StagedFusedPays(a) ? CudaPath::kFused : CudaPath::kFallback;
   const bool weight_bound = a.M <= kWeightBoundMaxRows && a.K * a.N >= kFewRowsFallbackMinWeights;
   return weight_bound ? CudaPath::kFallback : CudaPath::kFused;
 }
@@ -154,8 +177,8 @@ class FusedLinearGeluCudaKernel {
     const OrtApi& api = Ort::GetApi();
     OrtAllocator* raw = nullptr;
     Ort::ThrowOnError(api.KernelInfoGetAllocator(info, OrtMemTypeDefault, &raw));
-    Ort::Allocator allocator{raw};
-    Ort::ConstMemoryInfo mem = allocator.GetInfo();
+    allocator_ = Ort::Allocator{raw};
+    Ort::ConstMemoryInfo mem = allocator_.GetInfo();
     gpu_memory_ = Ort::MemoryInfo(mem.GetAllocatorName().c_str(), mem.GetAllocatorType(), mem.GetDeviceId(),
                                   mem.GetMemoryType());
 
@@ -177,6 +200,7 @@ class FusedLinearGeluCudaKernel {
     // The fallback exists where cuBLASLt loads; a forced fallback without it fails each call (Compute), so a
     // session still opens and the message says why.
     if (cuda::CublasLtAvailable(&fallback_unavailable_)) gemm_bias_ = std::make_unique<cuda::CublasLtGemmBias>(dev_.device);
+    StageConstants(info);
     // The tuning table applies only on the device, CUDA runtime and library version it was measured with.
     if (!path_attrs_.tuned_device.empty()) {
       std::string signature;
@@ -184,6 +208,13 @@ class FusedLinearGeluCudaKernel {
                        signature == path_attrs_.tuned_device;
     }
   }
+
+  ~FusedLinearGeluCudaKernel() {
+    for (void* p : {staged_w_.data, staged_b_.data})
+      if (p != nullptr) allocator_.Free(p);
+  }
+  FusedLinearGeluCudaKernel(const FusedLinearGeluCudaKernel&) = delete;
+  FusedLinearGeluCudaKernel& operator=(const FusedLinearGeluCudaKernel&) = delete;
 
   OrtStatusPtr ComputeV2(OrtKernelContext* context) const {
     return GuardStatus([&] { Compute(context); });
@@ -255,7 +286,15 @@ class FusedLinearGeluCudaKernel {
       default: break;
     }
 
-    // Scratch, if the chosen tactic needs any (Workspace).
+    if (args.dtype != cuda::DType::kFloat32 && args.K > 0 && !RowsAreVectors(args)) {
+      RunFusedStaged(ctx, args, s, stream);
+      return;
+    }
+    RunFused(ctx, args, s, stream);
+  }
+
+  // One kernel: launch_gemm_gelu's tactic, with the scratch it needs, if any (Workspace).
+  void RunFused(Ort::KernelContext& ctx, const cuda::GemmGeluArgs& args, const LinearShape& s, cudaStream_t stream) const {
     const cuda::GemmGeluPlan plan = cuda::plan_gemm_gelu(args, dev_);
     const size_t workspace_bytes = plan.workspace_bytes;
     Workspace workspace(ctx, *gpu_memory_, workspace_bytes);
@@ -268,6 +307,108 @@ class FusedLinearGeluCudaKernel {
       Fail(ORT_FAIL, std::string("CUDA kernel launch failed (tactic ") + cuda::gemm_gelu_tactic_name(args, dev_) +
                          ") for " + what + ": " + CudaErrorText(e));
     }
+  }
+
+  // 16-bit rows that are not 16-byte vectors, on the fused path's Tensor-Core kernels: each such operand is
+  // copied with its K and N padded to multiples of 8 (zeros: they add exact zeros to every sum, and the
+  // extra output columns are never read), the GEMM runs on the copies, and the product's rows are copied back
+  // into Y. A constant W and B were staged once in the constructor; X, Y, and a W or B that is a graph input
+  // are staged per call in scratch. Up to four kernels, the activation still inside the GEMM.
+  // float32 stays on the fallback for such shapes (BuiltInPath): there cuBLAS chooses TF32 or full fp32 per
+  // shape for ORT's MatMul, and the fallback asks it the same way.
+  void RunFusedStaged(Ort::KernelContext& ctx, const cuda::GemmGeluArgs& args, const LinearShape& s,
+                      cudaStream_t stream) const {
+    const int64_t k_pad = RoundUpToVector(args.K), n_pad = RoundUpToVector(args.N);
+    const int64_t w_rows = args.trans_b ? args.N : args.K, w_cols = args.trans_b ? args.K : args.N;
+    const int64_t w_rows_pad = args.trans_b ? n_pad : k_pad, w_cols_pad = args.trans_b ? k_pad : n_pad;
+    const bool stage_x = !RowsAreVectors(args.x, args.K);
+    const bool stage_y = !RowsAreVectors(args.y, args.N);
+    // W as given, its copy from the constructor, or a copy now; the same for B.
+    const bool w_ready = RowsAreVectors(args.w, w_cols) && w_rows % kVectorElements == 0;
+    const bool w_staged = staged_w_.data != nullptr && staged_w_.source == args.w;
+    const bool stage_w = !w_ready && !w_staged;
+    const bool b_ready = args.bias == nullptr || RowsAreVectors(args.bias, args.N);
+    const bool b_staged = staged_b_.data != nullptr && staged_b_.source == args.bias;
+    const bool stage_b = !b_ready && !b_staged;
+
+    // One scratch block, 256-byte aligned parts: X, Y, W, B as this call stages them.
+    auto part = [](int64_t elements) { return (static_cast<size_t>(elements) * 2 + 255) / 256 * 256; };
+    const size_t x_bytes = stage_x ? part(args.M * k_pad) : 0, y_bytes = stage_y ? part(args.M * n_pad) : 0;
+    const size_t w_bytes = stage_w ? part(k_pad * n_pad) : 0, b_bytes = stage_b ? part(n_pad) : 0;
+    Workspace staging(ctx, *gpu_memory_, x_bytes + y_bytes + w_bytes + b_bytes);
+    char* next = static_cast<char*>(staging.data());
+    auto take = [&next](size_t bytes) {
+      void* p = bytes > 0 ? next : nullptr;
+      next += bytes;
+      return p;
+    };
+    void* x_pad = take(x_bytes);
+    void* y_pad = take(y_bytes);
+    void* w_pad = take(w_bytes);
+    void* b_pad = take(b_bytes);
+
+    cuda::GemmGeluArgs padded = args;
+    padded.K = k_pad;
+    padded.N = n_pad;
+    if (stage_x) padded.x = x_pad;
+    if (stage_y) padded.y = y_pad;
+    if (!w_ready) padded.w = w_staged ? staged_w_.data : w_pad;
+    if (!b_ready) padded.bias = b_staged ? staged_b_.data : b_pad;
+    auto copy = [&](const cuda::RowCopy& c, const char* what) {
+      const cudaError_t e = cuda::launch_copy_rows_16bit(c, stream);
+      if (e != cudaSuccess) Fail(ORT_FAIL, std::string("staging ") + what + " failed for " + Describe(s) + ": " + CudaErrorText(e));
+    };
+    if (stage_x) copy({x_pad, k_pad, args.M, k_pad, args.x, args.K, args.M, args.K}, "X");
+    if (stage_w) copy({w_pad, w_cols_pad, w_rows_pad, w_cols_pad, args.w, w_cols, w_rows, w_cols}, "W");
+    if (stage_b) copy({b_pad, n_pad, 1, n_pad, args.bias, args.N, 1, args.N}, "B");
+    RunFused(ctx, padded, s, stream);
+    if (stage_y) copy({args.y, args.N, args.M, args.N, y_pad, n_pad, args.M, n_pad}, "Y");
+  }
+
+  // W and B copied once into rows of 16-byte vectors (RunFusedStaged's layout), where this is a 16-bit node
+  // whose W or B is a constant initializer in GPU memory with rows that are not: at 4095x1023, copying W
+  // on every call would cost about as much as the GEMM at a few hundred rows. Anything else (a graph input, a
+  // shape the call will reject) is left to Compute.
+  void StageConstants(const OrtKernelInfo* info) {
+    if (type_ == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) return;
+    Ort::ConstKernelInfo kernel_info{info};
+    auto constant = [&](size_t index) -> Ort::ConstValue {
+      if (kernel_info.GetInputCount() <= index) return Ort::ConstValue{nullptr};
+      int is_constant = 0;
+      Ort::ConstValue v = kernel_info.GetTensorConstantInput(index, &is_constant);
+      if (!is_constant || v == nullptr) return Ort::ConstValue{nullptr};
+      if (v.GetTensorMemoryInfo().GetDeviceType() != OrtMemoryInfoDeviceType_GPU) return Ort::ConstValue{nullptr};
+      return v;
+    };
+    Ort::ConstValue w = constant(1);
+    if (w == nullptr) return;
+    const std::vector<int64_t> w_shape = w.GetTensorTypeAndShapeInfo().GetShape();
+    if (w_shape.size() != 2 || w_shape[0] <= 0 || w_shape[1] <= 0) return;
+    const int64_t w_rows = w_shape[0], w_cols = w_shape[1];
+    const int64_t n = attrs_.trans_b ? w_rows : w_cols;
+    const int64_t w_rows_pad = RoundUpToVector(w_rows), w_cols_pad = RoundUpToVector(w_cols);
+
+    DeviceScope device(dev_.device);
+    cudaStream_t stream = nullptr;
+    cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    auto stage = [&](const Ort::ConstValue& v, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad,
+                     StagedOperand* out) {
+      const bool ready = RowsAreVectors(v.GetTensorRawData(), cols) && rows == rows_pad;
+      if (e != cudaSuccess || ready) return;
+      out->data = allocator_.Alloc(static_cast<size_t>(rows_pad * cols_pad) * 2);
+      out->source = v.GetTensorRawData();
+      e = cuda::launch_copy_rows_16bit({out->data, cols_pad, rows_pad, cols_pad, out->source, cols, rows, cols}, stream);
+    };
+    // W's padded rows matter too: [N, K] padded to N8 rows, [K, N] to K8.
+    stage(w, w_rows, w_cols, w_rows_pad, w_cols_pad, &staged_w_);
+    Ort::ConstValue b = constant(2);
+    if (b != nullptr) {
+      const std::vector<int64_t> b_shape = b.GetTensorTypeAndShapeInfo().GetShape();
+      if (b_shape.size() == 1 && b_shape[0] == n) stage(b, 1, n, 1, RoundUpToVector(n), &staged_b_);
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (e != cudaSuccess) Fail(ORT_FAIL, "staging the constant W and B for the fused kernel failed: " + CudaErrorText(e));
   }
 
   // Two kernels on `stream`. float32: cuBLASLt's GEMM with the bias epilogue into Y, then the activation over Y
@@ -342,10 +483,36 @@ class FusedLinearGeluCudaKernel {
     void* data_ = nullptr;
   };
 
+  // Makes `device` current for a scope (the constructor may run on a thread whose current device differs).
+  class DeviceScope {
+   public:
+    explicit DeviceScope(int device) {
+      if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) cudaSetDevice(device);
+      else previous_ = -1;
+    }
+    ~DeviceScope() {
+      if (previous_ >= 0) cudaSetDevice(previous_);
+    }
+    DeviceScope(const DeviceScope&) = delete;
+    DeviceScope& operator=(const DeviceScope&) = delete;
+
+   private:
+    int previous_ = -1;
+  };
+
+  // A constant operand's copy in rows of 16-byte vectors, and the initializer's address it was made from
+  // (a call passes that address for that input).
+  struct StagedOperand {
+    void* data = nullptr;
+    const void* source = nullptr;
+  };
+
   const ONNXTensorElementDataType type_;
   const FusedLinearGeluAttributes attrs_;
   const CudaPathAttributes path_attrs_;
   const bool strict_fp32_;
+  Ort::Allocator allocator_{nullptr};  // the node's GPU allocator: the staged constants' memory
+  StagedOperand staged_w_, staged_b_;
   Ort::MemoryInfo gpu_memory_{nullptr};
   cuda::DeviceInfo dev_{};
   std::unique_ptr<cuda::CublasLtGemmBias> gemm_bias_;  // null when cuBLASLt is unavailable

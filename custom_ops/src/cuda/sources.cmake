@@ -20,4 +20,5 @@ set(ONNXFUSE_CUDA_KERNEL_SOURCES
   sm80_f32.cu
   fallback_gemm_gelu.cu
   activation_inplace.cu
+  copy_rows.cu
 )
