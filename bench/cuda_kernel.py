@@ -567,13 +567,13 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", default=None, choices=("never-slower",),
                     help="never-slower: GRID_ROWS x GRID_KN x dtypes x forms, every path, with its verdicts "
                          "(replaces --shapes; cut --reps/--prof-reps keep it within minutes)")
-    # Defaults: 5 / 50 / 20 per shape; 2 / 10 / 5 per cell with --grid (630 cells x 4 variants took ~6 minutes,
-    # before gemv added a fifth at the 315 cells of at most 16 rows).
+    # Defaults: 5 / 50 / 20 per shape; 2 / 30 / 9 per cell with --grid (630 cells x 4-5 variants took 145 s on
+    # the H200 with 10 replays and 5 profiled calls).
     ap.add_argument("--warmup", type=int, default=None, help="unmeasured calls first (default 5; --grid 2)")
     ap.add_argument("--reps", type=int, default=None,
-                    help="timed CUDA-graph replays per session (median; default 50, --grid 10)")
+                    help="timed CUDA-graph replays per session (median; default 50, --grid 30)")
     ap.add_argument("--prof-reps", type=int, default=None,
-                    help="profiled calls per GPU-time measurement (mean; default 20, --grid 5)")
+                    help="profiled calls per GPU-time measurement (mean; default 20; --grid: median of 9)")
     ap.add_argument("--json", default=None, help="write results here (default: $OUT/cuda_kernel.json if OUT is set)")
     args = ap.parse_args(argv)
     if not args.library or not os.path.isfile(args.library):
@@ -584,7 +584,9 @@ def main(argv=None) -> int:
         print("cuda_kernel.py: give --forms or --approximate, not both", file=sys.stderr)
         return 2
     forms = args.forms or [args.approximate or "none"]
-    for name, shape_default, grid_default in (("warmup", 5, 2), ("reps", 50, 10), ("prof_reps", 20, 5)):
+    # The grid's wall and GPU times are medians; with 10 replays and 5 profiled calls a cell of 20-30 µs still
+    # read 0.59x in one grid and 1.0x in the next (fp32 tanh 8x1000x3000, wall 45 µs against 18).
+    for name, shape_default, grid_default in (("warmup", 5, 2), ("reps", 50, 30), ("prof_reps", 20, 9)):
         if getattr(args, name) is None:
             setattr(args, name, grid_default if args.grid else shape_default)
     if args.grid and args.shapes:
