@@ -209,10 +209,7 @@ class FusedLinearGeluCudaKernel {
     }
   }
 
-  ~FusedLinearGeluCudaKernel() {
-    for (void* p : {staged_w_.data, staged_b_.data})
-      if (p != nullptr) allocator_.Free(p);
-  }
+  ~FusedLinearGeluCudaKernel() { ReleaseStagedConstants(); }
   FusedLinearGeluCudaKernel(const FusedLinearGeluCudaKernel&) = delete;
   FusedLinearGeluCudaKernel& operator=(const FusedLinearGeluCudaKernel&) = delete;
 
@@ -388,27 +385,40 @@ class FusedLinearGeluCudaKernel {
     const int64_t n = attrs_.trans_b ? w_rows : w_cols;
     const int64_t w_rows_pad = RoundUpToVector(w_rows), w_cols_pad = RoundUpToVector(w_cols);
 
-    DeviceScope device(dev_.device);
-    cudaStream_t stream = nullptr;
-    cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    auto stage = [&](const Ort::ConstValue& v, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad,
-                     StagedOperand* out) {
-      const bool ready = RowsAreVectors(v.GetTensorRawData(), cols) && rows == rows_pad;
-      if (e != cudaSuccess || ready) return;
-      out->data = allocator_.Alloc(static_cast<size_t>(rows_pad * cols_pad) * 2);
-      out->source = v.GetTensorRawData();
-      e = cuda::launch_copy_rows_16bit({out->data, cols_pad, rows_pad, cols_pad, out->source, cols, rows, cols}, stream);
-    };
-    // W's padded rows matter too: [N, K] padded to N8 rows, [K, N] to K8.
-    stage(w, w_rows, w_cols, w_rows_pad, w_cols_pad, &staged_w_);
-    Ort::ConstValue b = constant(2);
-    if (b != nullptr) {
-      const std::vector<int64_t> b_shape = b.GetTensorTypeAndShapeInfo().GetShape();
-      if (b_shape.size() == 1 && b_shape[0] == n) stage(b, 1, n, 1, RoundUpToVector(n), &staged_b_);
+    // A constructor that throws runs no destructor: what was staged is released here on any failure.
+    try {
+      DeviceScope device(dev_.device);
+      OwnedStream stream;
+      cudaError_t e = stream.create();
+      auto stage = [&](const Ort::ConstValue& v, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad,
+                       StagedOperand* out) {
+        const bool ready = RowsAreVectors(v.GetTensorRawData(), cols) && rows == rows_pad;
+        if (e != cudaSuccess || ready) return;
+        out->data = allocator_.Alloc(static_cast<size_t>(rows_pad * cols_pad) * 2);
+        out->source = v.GetTensorRawData();
+        e = cuda::launch_copy_rows_16bit({out->data, cols_pad, rows_pad, cols_pad, out->source, cols, rows, cols},
+                                         stream.get());
+      };
+      // W's padded rows matter too: [N, K] padded to N8 rows, [K, N] to K8.
+      stage(w, w_rows, w_cols, w_rows_pad, w_cols_pad, &staged_w_);
+      Ort::ConstValue b = constant(2);
+      if (b != nullptr) {
+        const std::vector<int64_t> b_shape = b.GetTensorTypeAndShapeInfo().GetShape();
+        if (b_shape.size() == 1 && b_shape[0] == n) stage(b, 1, n, 1, RoundUpToVector(n), &staged_b_);
+      }
+      if (e == cudaSuccess) e = cudaStreamSynchronize(stream.get());
+      if (e != cudaSuccess) Fail(ORT_FAIL, "staging the constant W and B for the fused kernel failed: " + CudaErrorText(e));
+    } catch (...) {
+      ReleaseStagedConstants();
+      throw;
     }
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-    if (stream != nullptr) cudaStreamDestroy(stream);
-    if (e != cudaSuccess) Fail(ORT_FAIL, "staging the constant W and B for the fused kernel failed: " + CudaErrorText(e));
+  }
+
+  void ReleaseStagedConstants() {
+    for (StagedOperand* op : {&staged_w_, &staged_b_}) {
+      if (op->data != nullptr) allocator_.Free(op->data);
+      *op = StagedOperand{};
+    }
   }
 
   // Two kernels on `stream`. float32: cuBLASLt's GEMM with the bias epilogue into Y, then the activation over Y
@@ -498,6 +508,22 @@ class FusedLinearGeluCudaKernel {
 
    private:
     int previous_ = -1;
+  };
+
+  // A stream of the constructor's own (ORT gives a kernel its stream only in Compute), destroyed with the scope.
+  class OwnedStream {
+   public:
+    OwnedStream() = default;
+    ~OwnedStream() {
+      if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    }
+    OwnedStream(const OwnedStream&) = delete;
+    OwnedStream& operator=(const OwnedStream&) = delete;
+    cudaError_t create() { return cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); }
+    cudaStream_t get() const { return stream_; }
+
+   private:
+    cudaStream_t stream_ = nullptr;
   };
 
   // A constant operand's copy in rows of 16-byte vectors, and the initializer's address it was made from
