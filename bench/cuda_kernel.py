@@ -62,7 +62,7 @@ CUDA_PATHS = ("fused", "fallback", "gemv")  # the forced paths; "auto" is the no
 # more fails, so the bench skips gemv there rather than record the failure as a result.
 GEMV_MAX_ROWS = 16
 # The "never slower" grid: rows from one token to a large batch, BERT/GPT-like (K, N) and odd ones (K or N off
-# multiples of 8, where the fused path has only its any-alignment kernel).
+# multiples of 8, which the fused path runs on aligned copies in 16-bit and float32 on its any-alignment kernel).
 GRID_ROWS = (1, 2, 4, 8, 16, 64, 128, 1024, 4096, 16384)
 GRID_KN = [(384, 1536), (768, 3072), (1024, 4096), (4096, 16384), (770, 3074), (1000, 3000), (4095, 1023)]
 
