@@ -756,6 +756,49 @@ def test_unaligned_rows_run_the_tensor_core_kernel_through_copies(library, dtype
             np.testing.assert_array_equal(as_inputs.run(None, feeds)[0], y, err_msg=f"{where}: W, B as inputs")
 
 
+# --- the process around the library: it must exit cleanly -------------------------------------------------
+
+_EXIT_CHILD = r"""
+import sys
+import numpy as np
+import onnxruntime as ort
+
+library, models = sys.argv[1], sys.argv[2:]
+sessions = []
+for path in models:
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(library)
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    sess = ort.InferenceSession(path, so, providers=[("CUDAExecutionProvider", {"device_id": "0"})])
+    k = sess.get_inputs()[0].shape[-1]
+    for rows in (1, 12, 300):  # gemv, the fallback or gemv, the fused kernel (staged where K, N are odd)
+        (y,) = sess.run(None, {"X": np.ones((rows, k), np.float16)})
+        assert np.isfinite(y).all(), path
+    sessions.append(sess)  # alive until interpreter exit, as in a program that never closes its sessions
+print("ran", len(sessions), "sessions")
+"""
+
+
+def test_process_exits_cleanly_with_sessions_alive_at_exit(library, tmp_path):
+    """A program that runs the node on every CUDA path (aligned, staged odd K/N, fallback, gemv) and exits with
+    its sessions still open exits 0: the library's teardown (staged weights, cuBLASLt handles, the domain)
+    survives interpreter shutdown. A child process without torch, whose profiler the kernel-name tests load."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(25)
+    paths = []
+    for k, n in ((768, 3072), (770, 3074), (4095, 1023)):
+        _, w_nk, b = make_inputs(rng, (1, k), n, "float16", 1, True)
+        path = tmp_path / f"fused_{k}x{n}.onnx"
+        path.write_bytes(path_model("float16", k, w_nk, b, "none", 1))
+        paths.append(str(path))
+    child = subprocess.run([sys.executable, "-c", _EXIT_CHILD, library, *paths], capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 0, f"exit {child.returncode}: {child.stderr[-2000:]}"
+    assert "ran 3 sessions" in child.stdout
+
+
 # --- the gemv path on its own: every row count up to 16, edges of its strips, exact fp32 ---------------------
 
 # (K, N): aligned (16-byte vectors), odd (element loads), N narrower than one strip or warp, K = 1, long K.
