@@ -198,3 +198,51 @@ def test_shape_sums_of_one_symbol_are_exact_and_a_zero_sum_is_zero():
     assert ev.vec("nothing").items == (Dim(0),)  # (a Reshape reads 0 as "copy": it must be the int)
     with pytest.raises(NotSymbolic):
         ev.vec("seq_minus_one")  # seq - 1 is no monomial
+
+
+def _after_contrib_norm(tail, extra_inputs=(), opset=14, inits=()):
+    """x → SkipLayerNormalization (no ONNX shape inference past it) → ``tail`` nodes reading "n"."""
+    gamma = numpy_helper.from_array(np.ones(8, np.float32), "gamma")
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "x", "gamma"], ["n"], domain="com.microsoft"), *tail]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["batch", "seq", 8]), *extra_inputs],
+        [helper.make_tensor_value_info(o, T.UNDEFINED, None) for o in nodes[-1].output], initializer=[gamma, *inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+    return Evaluator(GraphView(model.graph, inferred=list(infer_types(model).value_info), opset=opset))
+
+
+def test_a_one_operand_concat_is_its_operand():
+    """What the TorchScript exporter leaves of LLaMA's key/value cache appended to an empty one."""
+    ev = _after_contrib_norm([helper.make_node("Concat", ["n"], ["c"], axis=1)])
+    assert [ev.dim("c", a) for a in range(3)] == [B, S, Dim(8)]
+
+
+def test_an_operand_empty_along_the_axis_adds_nothing():
+    past = helper.make_tensor_value_info("past", T.FLOAT, ["batch", 0, 8])
+    ev = _after_contrib_norm([helper.make_node("Concat", ["past", "n"], ["c"], axis=1)], [past])
+    assert [ev.dim("c", a) for a in range(3)] == [B, S, Dim(8)]
+
+
+def test_two_symbolic_operands_prove_no_sum():
+    ev = _after_contrib_norm([helper.make_node("Concat", ["n", "n"], ["c"], axis=1)])
+    assert ev.dim("c", 1) != S and ev.dim("c", 0) == B
+
+
+@pytest.mark.parametrize("keepdims,want", [(1, [B, S, Dim(1)]), (0, [B, S])])
+def test_reduce_mean_keeps_the_axes_it_does_not_reduce(keepdims, want):
+    """RMSNorm's ReduceMean, where ORT's float16 converter's Casts leave shape inference without batch and
+    sequence: axes as the attribute (opset 17) and as the input (opset 18)."""
+    ev = _after_contrib_norm([helper.make_node("ReduceMean", ["n"], ["r"], axes=[-1], keepdims=keepdims)], opset=17)
+    assert [ev.dim("r", a) for a in range(len(want))] == want
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    ev = _after_contrib_norm([helper.make_node("ReduceMean", ["n", "axes"], ["r"], keepdims=keepdims)], opset=18,
+                             inits=[axes])
+    assert [ev.dim("r", a) for a in range(len(want))] == want
+    assert ev.rank("r") == len(want)
+
+
+def test_reduce_without_axes_reduces_all_or_nothing():
+    ev = _after_contrib_norm([helper.make_node("ReduceSum", ["n"], ["r"])], opset=18)
+    assert [ev.dim("r", a) for a in range(3)] == [Dim(1)] * 3
+    ev = _after_contrib_norm([helper.make_node("ReduceSum", ["n"], ["r"], noop_with_empty_axes=1)], opset=18)
+    assert [ev.dim("r", a) for a in range(3)] == [B, S, Dim(8)]

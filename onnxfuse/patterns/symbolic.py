@@ -55,6 +55,10 @@ def _is_skip_sum(node, k: int) -> bool:
 _UNARY_OPS = {"Abs", "Log", "Exp", "Floor", "Ceil", "Round", "Reciprocal", "Sign", "Cos", "Sin"}
 _BROADCAST_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "And", "Or", "Equal", "Less", "LessOrEqual",
                   "Greater", "GreaterOrEqual", "Max", "Min"}
+# Reductions: the reduced axes become 1 (keepdims, the default) or go; the others stay. RMSNorm's ReduceMean
+# is where shape inference loses batch and sequence once ORT's float16 converter has wrapped it in Casts.
+_REDUCE_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1",
+               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}
 
 
 # Ops whose (first) output has their operands' element type, with the operands that carry it (ONNX and ORT
@@ -335,6 +339,8 @@ class Evaluator:
             if op == "ConstantOfShape":
                 return tuple(target)
             return _broadcast_dims([x0, tuple(target)]) if x0 is not None else None
+        if op in _REDUCE_OPS and x0 is not None:
+            return self._reduced(node, x0)
         if op == "Transpose" and x0 is not None:
             perm = attr(node, "perm", None) or list(range(len(x0)))[::-1]
             return tuple(x0[p] for p in perm) if len(perm) == len(x0) else None
@@ -375,10 +381,39 @@ class Evaluator:
             ax = attr(node, "axis", 0) % len(x0)
             # the node fails unless the operands agree off the axis: any operand's dimension is the output's
             along = [d[ax] for d in ins]
-            total = Dim(sum(d.coef for d in along)) if all(d is not None and d.is_int for d in along) else None
+            # operands empty along the axis add nothing: a one-operand Concat (what the TorchScript exporter
+            # leaves of a key/value cache appended to an empty one, LLaMA-class decoders) is its operand
+            along = [d for d in along if d != Dim(0)] or [Dim(0)]
+            if len(along) == 1:
+                total = along[0]
+            else:
+                total = Dim(sum(d.coef for d in along)) if all(d is not None and d.is_int for d in along) else None
             off = [next((d[j] for d in ins if d[j] is not None), None) for j in range(len(x0))]
             return tuple(total if j == ax else off[j] for j in range(len(x0)))
         return None
+
+    def _reduced(self, node, x0: tuple) -> tuple | None:
+        """A Reduce* op's output: axes from the attribute (before opset 18) or the second input; none given
+        reduces every axis, unless noop_with_empty_axes, which returns the input's shape."""
+        axes = attr(node, "axes", None)
+        try:
+            if axes is None and len(node.input) > 1 and node.input[1]:
+                items = self.vec(node.input[1]).items
+                if not all(d.is_int for d in items):
+                    return None
+                axes = [d.coef for d in items]
+        except NotSymbolic:
+            return None
+        if not axes:
+            if attr(node, "noop_with_empty_axes", 0):
+                return x0
+            axes = range(len(x0))
+        if not all(-len(x0) <= int(a) < len(x0) for a in axes):
+            return None
+        reduced = {int(a) % len(x0) for a in axes}
+        if attr(node, "keepdims", 1):
+            return tuple(Dim(1) if j in reduced else d for j, d in enumerate(x0))
+        return tuple(d for j, d in enumerate(x0) if j not in reduced)
 
     def _sliced(self, node, x0: tuple) -> tuple | None:
         """Slice (opset 10 on: starts, ends, axes, steps as inputs; before: attributes) of a tensor: the
