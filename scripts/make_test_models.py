@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export the small random-weight transformer models that the exporter tests and the samples use.
 
-Each family (BERT, GPT-2, ViT, CLIP text, BLOOM, ConvNeXt, T5 v1.1, GPT-NeoX) is a tiny Hugging Face
+Each family (BERT, GPT-2, ViT, CLIP text, BLOOM, ConvNeXt, T5 v1.1, GPT-NeoX, LLaMA, Gemma) is a tiny Hugging Face
 config with random weights, exported with torch.onnx's TorchScript exporter (``dynamo=False``) and its
 dynamo exporter (``dynamo=True``) at opsets spread over 14-20, and some exports are post-processed with
 ONNX Runtime's transformers optimizer and its float16 converter. Everything is seeded: running the script
@@ -312,6 +312,35 @@ def gpt_neox_tanh() -> Family:
     )
 
 
+def llama() -> Family:
+    """LLaMA-3-class decoder: rotary heads, grouped K/V heads (4 query heads share 2 key/value heads through
+    repeat_kv), RMSNorm and a SiLU-gated MLP, so no Linear+GELU block: the attention rule's model. Exported
+    with the defaults (use_cache on: the cache's concatenation onto nothing stays in the graph)."""
+    cfg = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=64, max_position_embeddings=32, hidden_act="silu")
+    return Family(
+        "llama", "LlamaModel", cfg, _hf("LlamaModel", "LlamaConfig", cfg, SEED + 12),
+        [_ids("input_ids", 64), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
+        fused_blocks=0, blocks_why="SiLU-gated MLP (silu(gate) * up): no GELU",
+        approximate=ERF, gelu_form="none (SiLU)",
+        ort=None, ort_unsupported="the transformers optimizer has no llama model type",
+    )
+
+
+def gemma() -> Family:
+    """Gemma-class decoder (Gemma-2B's shape of attention: one key/value head for all query heads), with
+    GeGLU MLPs: gelu_pytorch_tanh(x·gate) * (x·up), the gate a bias-free Linear+GELU block."""
+    cfg = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+               head_dim=8, intermediate_size=64, max_position_embeddings=32, hidden_activation="gelu_pytorch_tanh")
+    return Family(
+        "gemma", "GemmaModel", cfg, _hf("GemmaModel", "GemmaConfig", cfg, SEED + 13),
+        [_ids("input_ids", 64), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
+        fused_blocks=2, blocks_why="2 layers x 1 gated gate_proj (no bias) + gelu_pytorch_tanh",
+        approximate=TANH, gelu_form="F.gelu(x, approximate='tanh') on the gate branch, times the up branch",
+        ort=None, ort_unsupported="the transformers optimizer has no gemma model type",
+    )
+
+
 def distilbert() -> Family:
     """DistilBERT: each layer's FFN is lin1 + erf GELU."""
     cfg = dict(vocab_size=128, dim=32, n_layers=2, n_heads=2, hidden_dim=128, max_position_embeddings=128,
@@ -363,7 +392,7 @@ _FRESH = tuple(_fresh(f) for f in (bert, gpt2, vit, clip_text, distilbert, bloom
 
 FAMILIES: dict[str, Callable[[], Family]] = {
     f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast, gpt_neox_tanh,
-                            distilbert, *_FRESH)
+                            distilbert, llama, gemma, *_FRESH)
 }
 
 
@@ -409,6 +438,10 @@ EXPORTS: list[Export] = [
     Export("gpt_neox", "dynamo", 20, note="ONNX Gelu (opset 20)"),
     Export("gpt_neox_fast", "torchscript", 18),
     Export("gpt_neox_tanh", "dynamo", 20, note="ONNX Gelu(approximate='tanh') (opset 20)"),
+    Export("llama", "torchscript", 17),
+    Export("llama", "dynamo", 18),
+    Export("gemma", "torchscript", 17),
+    Export("gemma", "dynamo", 20, note="ONNX Gelu(approximate='tanh') (opset 20)"),
     *(Export(f.__name__, "torchscript", 17, note="freshly initialised: layer 1 reads its FFN bias (equal to layer "
                                                   "0's) through an Identity") for f in _FRESH),
 ]

@@ -201,7 +201,7 @@ def test_manifest_covers_the_issue_matrix():
 def test_models_are_small():
     sizes = {str(p): p.stat().st_size for p in list(MODELS.rglob("*")) + list(SAMPLES.rglob("*")) if p.is_file()}
     assert all(s < 1_000_000 for s in sizes.values()), {k: v for k, v in sizes.items() if v >= 1_000_000}
-    assert sum(sizes.values()) < 9_000_000
+    assert sum(sizes.values()) < 10_000_000  # 9.6 MB with the LLaMA and Gemma decoders
 
 
 @pytest.mark.parametrize("file", _params("opset"))
@@ -241,6 +241,11 @@ def test_refusals(file):
 def test_every_gelu_is_gone_and_each_block_has_the_architectures_activation(file):
     entry, original, fused = ENTRIES[file], _original(file), _fused(file).model
     nodes = _fused_nodes(fused)
+    before, after = _ops(original), _ops(fused)
+    if entry["expected_fused"] == 0:  # no GELU in the architecture (LLaMA's SiLU-gated MLP): nothing taken
+        assert not nodes
+        assert all(before[k] == after[k] for k in GELU_OPS | {("", "Tanh"), ("", "Sigmoid")})
+        return
     assert nodes
     assert {_attr(n, "approximate", "none") for n in nodes} == {entry["expected_approximate"]}
     if entry["expected_approximate"] == "sigmoid":
@@ -249,7 +254,6 @@ def test_every_gelu_is_gone_and_each_block_has_the_architectures_activation(file
     assert not left, left
     # Each block took exactly one activation anchor with it: an Erf / Gelu / contrib GELU op, or the
     # Tanh / Sigmoid of its own form (never one of another form, such as BERT's tanh pooler).
-    before, after = _ops(original), _ops(fused)
     taken = {k: before[k] - after[k] for k in GELU_OPS | {("", "Tanh"), ("", "Sigmoid")} if before[k] != after[k]}
     assert sum(taken.values()) == len(nodes), taken
     if entry["expected_approximate"] != "tanh":

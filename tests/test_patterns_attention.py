@@ -90,6 +90,13 @@ EXPECTED = {
     "gpt_neox_torchscript_op16.onnx": (2, None),
     "gpt_neox_torchscript_op16_ortopt.onnx": (2, None),
     "gpt_neox_torchscript_op16_ortfp16.onnx": (2, None),
+    # rotary heads, grouped key/value heads repeated to the query's (repeat_kv), the cache's key and value
+    # concatenated onto nothing (a one-operand Concat) in the TorchScript exports: the heads go to
+    # MultiHeadAttention as the graph computes them
+    "llama_torchscript_op17.onnx": (2, None),
+    "llama_dynamo_op18.onnx": (2, None),
+    "gemma_torchscript_op17.onnx": (2, None),
+    "gemma_dynamo_op20.onnx": (2, None),
     # T5: Where(keep, relative position bias, finfo.min), a finite bias fed as attention_bias. The other
     # four blocks' intermediates are read outside them (the first layers' key heads are also the returned
     # cache; the decoder's position bias reads the query heads' shape): the engine's single-use check
@@ -124,7 +131,7 @@ SEPARATE_QKV = {
     "t5_torchscript_op15_ortopt.onnx": (1, "projections of different tensors"),
     "t5_torchscript_op15_ortfp16.onnx": (1, "projections of different tensors"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
-    **{f: (2, "computed per head") for f in ENTRIES if f.startswith("gpt_neox_")},
+    **{f: (2, "computed per head") for f in ENTRIES if f.startswith(("gpt_neox_", "llama_", "gemma_"))},
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
@@ -249,6 +256,29 @@ def test_outputs_match_the_original(file, batch, seq, rng):
         ok = ~np.isnan(want)
         err = np.max(np.abs(want[ok] - got[ok])) / max(1.0, np.max(np.abs(want[ok])))
         assert err <= tol, f"{name}: {err:.2e}"
+
+
+@pytest.mark.parametrize("file", ["llama_torchscript_op17.onnx", "gemma_torchscript_op17.onnx"])
+def test_llama_class_decoders_in_float16(file, rng):
+    """ORT's transformers optimizer has no LLaMA or Gemma model type, so the float16 form a user gets is its
+    float16 converter on the export: still two fused attentions, outputs within float16's tolerance of the
+    converted original's, with every row's own padding (left padding and all-padding rows included)."""
+    import warnings
+
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        original = convert_float_to_float16(_load(file), keep_io_types=True)
+    result = _fuse(original)
+    assert [b.rule for b in result.report.fused] == ["attention", "attention"]
+    ref, new = _session(original), _session(result.model)
+    feeds = _feeds(file, ref, 6, 7, rng)
+    (want,), (got,) = ref.run(None, feeds), new.run(None, feeds)
+    want, got = want.astype(np.float64), got.astype(np.float64)
+    assert np.array_equal(np.isnan(want), np.isnan(got))
+    ok = ~np.isnan(want)
+    assert np.max(np.abs(want[ok] - got[ok])) / max(1.0, np.max(np.abs(want[ok]))) <= TOLERANCE["float16"]
 
 
 @pytest.mark.parametrize("file", ["bert_torchscript_op14.onnx", "gpt2_torchscript_op14.onnx"])
