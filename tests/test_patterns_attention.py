@@ -97,6 +97,7 @@ EXPECTED = {
     "llama_dynamo_op18.onnx": (2, None),
     "gemma_torchscript_op17.onnx": (2, None),
     "gemma_dynamo_op20.onnx": (2, None),
+    "phi_torchscript_op17.onnx": (2, None),  # a partial rotary: half of each head rotated
     # T5: Where(keep, relative position bias, finfo.min), a finite bias fed as attention_bias. The other
     # four blocks' intermediates are read outside them (the first layers' key heads are also the returned
     # cache; the decoder's position bias reads the query heads' shape): the engine's single-use check
@@ -131,7 +132,7 @@ SEPARATE_QKV = {
     "t5_torchscript_op15_ortopt.onnx": (1, "projections of different tensors"),
     "t5_torchscript_op15_ortfp16.onnx": (1, "projections of different tensors"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
-    **{f: (2, "computed per head") for f in ENTRIES if f.startswith(("gpt_neox_", "llama_", "gemma_"))},
+    **{f: (2, "computed per head") for f in ENTRIES if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_"))},
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
@@ -258,9 +259,9 @@ def test_outputs_match_the_original(file, batch, seq, rng):
         assert err <= tol, f"{name}: {err:.2e}"
 
 
-@pytest.mark.parametrize("file", ["llama_torchscript_op17.onnx", "gemma_torchscript_op17.onnx"])
+@pytest.mark.parametrize("file", ["llama_torchscript_op17.onnx", "gemma_torchscript_op17.onnx", "phi_torchscript_op17.onnx"])
 def test_llama_class_decoders_in_float16(file, rng):
-    """ORT's transformers optimizer has no LLaMA or Gemma model type, so the float16 form a user gets is its
+    """ORT's transformers optimizer takes none of these exports, so the float16 form a user gets is its
     float16 converter on the export: still two fused attentions, outputs within float16's tolerance of the
     converted original's, with every row's own padding (left padding and all-padding rows included)."""
     import warnings
