@@ -60,7 +60,8 @@ EXPECTED = {
     "bert_torchscript_op14_ortopt.onnx": (2, None),
     "bert_torchscript_op14_ortopt_nobiasgelu.onnx": (2, None),
     "bert_torchscript_op14_ortfp16.onnx": (2, None),
-    "bert_torchscript_op16_nofold.onnx": (0, "scaled by a factor computed at run time"),
+    # the scale as unfolded constants: Sqrt(head size), evaluated
+    "bert_torchscript_op16_nofold.onnx": (2, None),
     "bert_torchscript_op17.onnx": (2, None),
     "bert_torchscript_op20.onnx": (2, None),
     "bloom_dynamo_op19.onnx": (0, None),  # ALiBi: baddbmm, the scores are no Q·Kᵀ MatMul (not a candidate)
@@ -76,7 +77,8 @@ EXPECTED = {
     "distilbert_freshinit_torchscript_op17.onnx": (2, None),
     "gpt2_dynamo_op18.onnx": (2, None),
     "gpt2_freshinit_torchscript_op17.onnx": (2, None),
-    "gpt2_dynamo_op19_nofold.onnx": (0, "scaled by a factor computed at run time"),
+    # the scale is evaluated (Sqrt of a CastLike constant), but the unoptimized graph's mask is not followed
+    "gpt2_dynamo_op19_nofold.onnx": (0, "the mask is not provably padding or causal"),
     "gpt2_torchscript_op14.onnx": (2, None),
     "gpt2_torchscript_op14_ortopt.onnx": (2, None),
     "gpt2_torchscript_op14_ortfp16.onnx": (2, None),
@@ -98,6 +100,7 @@ EXPECTED = {
     "gemma_torchscript_op17.onnx": (2, None),
     "gemma_dynamo_op20.onnx": (2, None),
     "phi_torchscript_op17.onnx": (2, None),  # a partial rotary: half of each head rotated
+    "falcon_torchscript_op17.onnx": (2, None),  # its scale computed at run time from the query's shape
     # T5: Where(keep, relative position bias, finfo.min), a finite bias fed as attention_bias. The other
     # four blocks' intermediates are read outside them (the first layers' key heads are also the returned
     # cache; the decoder's position bias reads the query heads' shape): the engine's single-use check
@@ -131,8 +134,10 @@ SEPARATE_QKV = {
     "t5_torchscript_op15.onnx": (1, "projections of different tensors"),
     "t5_torchscript_op15_ortopt.onnx": (1, "projections of different tensors"),
     "t5_torchscript_op15_ortfp16.onnx": (1, "projections of different tensors"),
+    # do_constant_folding=False: each weight reaches its MatMul through a Transpose node, no constant to pack
+    "bert_torchscript_op16_nofold.onnx": (2, "is not a constant"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
-    **{f: (2, "computed per head") for f in ENTRIES if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_"))},
+    **{f: (2, "computed per head") for f in ENTRIES if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_"))},
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
@@ -259,7 +264,31 @@ def test_outputs_match_the_original(file, batch, seq, rng):
         assert err <= tol, f"{name}: {err:.2e}"
 
 
-@pytest.mark.parametrize("file", ["llama_torchscript_op17.onnx", "gemma_torchscript_op17.onnx", "phi_torchscript_op17.onnx"])
+def test_scale_computed_from_the_query_shape_is_evaluated(rng):
+    """torch's sdpa with no scale and a head size not constant at export (Falcon) computes 1/√Shape(q)[-1] and
+    its square root in the graph: evaluated in float32 as ORT would, it is the constant form's scale."""
+    constant, computed = _attention(), _attention(scale_source="shape")
+    (want,) = _fuse(constant).report.fused
+    result = _fuse(computed)
+    (block,) = result.report.fused
+    assert block.details["scale"] == want.details["scale"]
+    assert "√scale on Q and Kᵀ" in block.form
+    assert not any(n.op_type == "Sqrt" for n in result.model.graph.node)  # the scale's computation went with it
+    x = rng.standard_normal((3, 5, D)).astype(np.float32)
+    mask = np.array([[1] * 5, [1, 1, 1, 0, 0], [0, 0, 1, 1, 1]])
+    np.testing.assert_allclose(_run(result.model, x, mask), _run(computed, x, mask), rtol=1e-5, atol=1e-6)
+
+
+def test_scale_computed_from_the_data_is_refused():
+    model = _attention(scale_source="data")
+    result = _fuse(model)
+    assert result.report.fused == []
+    assert any("computed at run time" in r.reason for r in result.report.refused)
+    assert result.model.graph.SerializeToString() == model.graph.SerializeToString()
+
+
+@pytest.mark.parametrize("file", ["llama_torchscript_op17.onnx", "gemma_torchscript_op17.onnx", "phi_torchscript_op17.onnx",
+                                  "falcon_torchscript_op17.onnx"])
 def test_llama_class_decoders_in_float16(file, rng):
     """ORT's transformers optimizer takes none of these exports, so the float16 form a user gets is its
     float16 converter on the export: still two fused attentions, outputs within float16's tolerance of the
@@ -339,7 +368,8 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
                bias: str = "", bias_fill: float = FLOAT32_MIN, post_scale: float | None = None,
                seq_len: int | str = "seq", seed: int = 0, projections: str = "three",
                unbiased: bool = False, query_input: bool = False, weight_input: bool = False,
-               projection_output: bool = False, tied: bool = False, casts: bool = False) -> onnx.ModelProto:
+               projection_output: bool = False, tied: bool = False, casts: bool = False,
+               scale_source: str = "constant") -> onnx.ModelProto:
     """An sdpa-style self-attention block over x [batch, seq, D] with a mask built as transformers does
     (padding: attention_mask[:, None, None, :]; causal: Range compare), or a literal one.
 
@@ -355,7 +385,9 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     (GPT-2's c_attn; "split_kqv" reads the parts as k, q, v). ``unbiased``: MatMuls without bias Adds;
     ``query_input``: Q projected from another input x2; ``weight_input``: Wq a graph input;
     ``projection_output``: q_proj also a graph output; ``tied``: Wq also read by a MatMul outside;
-    ``casts``: each MatMul reads its own Cast of x."""
+    ``casts``: each MatMul reads its own Cast of x. ``scale_source``: the √scale on Q and Kᵀ as a constant,
+    computed at run time from the query's shape as torch's sdpa does when the head size is not a constant at
+    export ("shape": √(1/√Shape(q)[-1])), or from the data ("data": a ReduceMax of x, no constant)."""
     rng = np.random.default_rng(seed)
     npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     inits, nodes = [], []
@@ -396,6 +428,13 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     half = const("sqrt_scale", H ** -0.25)
     q = node("Transpose", [split["q"]], "q_heads", perm=[0, 2, 1, 3])
     k = node("Transpose", [split["k"]], "k_t", perm=[0, 2, 3, 1])
+    if scale_source == "shape":
+        size = node("Gather", [node("Shape", [q], "q_heads_shape"), const("last_axis", -1, np.int64)], "head_size_i", axis=0)
+        inv = node("Div", [const("one_f", 1.0), node("Sqrt", [node("Cast", [size], "head_size", to=dtype)], "root")],
+                   "inv_root")
+        half = node("Sqrt", [node("Cast", [inv], "inv_root_cast", to=dtype)], "sqrt_scale_rt")
+    elif scale_source == "data":
+        half = node("ReduceMax", ["x"], "sqrt_scale_data", keepdims=0)
     if split_scale:
         q, k = node("Mul", [q, half], "q_scaled"), node("Mul", [k, half], "k_scaled")
     scores = node("MatMul", [q, k], "scores")

@@ -159,7 +159,10 @@ MS_DOMAIN = "com.microsoft"
 FLOAT32_MIN = float(np.finfo(np.float32).min)
 _SUPPORTED = (T.FLOAT, T.FLOAT16)
 # Nodes that only compute shapes of a block's tensors may be absorbed into the block (their only reader).
-_SHAPE_OPS = ("Shape", "Slice", "Concat", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape")
+# Ops of a shape-only subgraph that dies with the block (_shape_closure), the run-time scale's arithmetic
+# (1/√Shape(q)[-1], _shape_scalar) included: a closure is taken only where every path ends inside the block.
+_SHAPE_OPS = ("Shape", "Slice", "Concat", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape", "CastLike", "Sqrt",
+              "Reciprocal", "Div", "Mul")
 
 
 class _Refused(Exception):
@@ -604,28 +607,81 @@ class _Scores:
     post_scale: float = 1.0  # a factor applied after the bias is added: (Q·Kᵀ·s + bias)·post_scale
 
 
-def _scalar_factor(view: GraphView, i: int, t: str) -> tuple[str, float] | None:
-    """``Mul(t', c)``/``Mul(c, t')``/``Div(t', c)`` producing ``t`` with a scalar constant: (t', factor)."""
+def _scalar_factor(view: GraphView, i: int, t: str, ev: Evaluator | None = None) -> tuple[str, float] | None:
+    """``Mul(t', c)``/``Mul(c, t')``/``Div(t', c)`` producing ``t`` with a scalar constant: (t', factor). With
+    ``ev``, ``c`` may also be a scalar the graph computes from shapes (_shape_scalar)."""
     node = view.nodes[i]
+
+    def value(name: str) -> float | None:
+        s = view.scalar(name)
+        if s is not None:
+            return s[0]
+        return _shape_scalar(view, ev, name) if ev is not None else None
+
     if is_op(node, "Mul") and len(node.input) == 2:
         for a, b in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
-            s = view.scalar(b)
+            s = value(b)
             if s is not None:
-                return a, s[0]
+                return a, s
     if is_op(node, "Div") and len(node.input) == 2:
-        s = view.scalar(node.input[1])
-        if s is not None and s[0] != 0.0:
-            return node.input[0], 1.0 / s[0]
+        s = value(node.input[1])
+        if s is not None and s != 0.0:
+            return node.input[0], 1.0 / s
     return None
 
 
-def _strip_scale(view: GraphView, t: str, nodes: set) -> tuple[str, float]:
+# The ops of a scale the exporter computes from the query's shape (torch's sdpa with no scale given, where the
+# head size is not a constant at export: 1/√(Shape(q)[-1]) and its square root on Q and on Kᵀ, Falcon), each
+# evaluated in its tensor's element type as ONNX Runtime computes it (IEEE: the same bits).
+_SCALAR_UNARY = {"Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Neg": np.negative}
+_SCALAR_BINARY = {"Div": np.divide, "Mul": np.multiply, "Add": np.add, "Sub": np.subtract}
+_SCALAR_FLOATS = {T.FLOAT: np.float32, T.FLOAT16: np.float16, T.DOUBLE: np.float64}
+
+
+def _shape_scalar(view: GraphView, ev: Evaluator, name: str, depth: int = 0) -> float | None:
+    """The value of a one-element tensor computed from constants and shape integers (proved by ``ev``), or
+    None: what the scores' factor is when the exporter did not fold it."""
+    if depth > 16:
+        return None
+    c = view.scalar(name)
+    if c is not None:
+        return c[0]
+    dtype = ev.dtype(name)
+    if dtype in (T.INT64, T.INT32):
+        try:
+            items = ev.vec(name).items
+        except NotSymbolic:
+            return None
+        return float(items[0].coef) if len(items) == 1 and items[0].is_int else None
+    i = view.producer.get(name)
+    if i is None or dtype not in _SCALAR_FLOATS:
+        return None
+    node, np_type = view.nodes[i], _SCALAR_FLOATS[dtype]
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "CastLike":  # the dynamo exporter's Cast to its second operand's type
+        x = _shape_scalar(view, ev, node.input[0], depth + 1)
+        return None if x is None else float(np_type(x))
+    ins = [_shape_scalar(view, ev, x, depth + 1) for x in node.input]
+    if any(x is None for x in ins):
+        return None
+    if node.op_type == "Cast" and len(ins) == 1:
+        return float(np_type(ins[0]))
+    if node.op_type in _SCALAR_UNARY and len(ins) == 1:
+        return float(_SCALAR_UNARY[node.op_type](np_type(ins[0])))
+    if node.op_type in _SCALAR_BINARY and len(ins) == 2:
+        with np.errstate(all="ignore"):
+            return float(_SCALAR_BINARY[node.op_type](np_type(ins[0]), np_type(ins[1])))
+    return None
+
+
+def _strip_scale(view: GraphView, t: str, nodes: set, ev: Evaluator | None = None) -> tuple[str, float]:
     scale = 1.0
     while True:
         i = view.producer.get(t)
         if i is None:
             return t, scale
-        f = _scalar_factor(view, i, t)
+        f = _scalar_factor(view, i, t, ev)
         if f is None:
             return t, scale
         nodes.add(i)
@@ -673,8 +729,8 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     qk = view.nodes[sc.matmul]
 
     q_scaled, k_scaled = qk.input[0], qk.input[1]
-    qh, q_scale = _strip_scale(view, q_scaled, nodes)
-    kt, k_scale = _strip_scale(view, k_scaled, nodes)
+    qh, q_scale = _strip_scale(view, q_scaled, nodes, ev)
+    kt, k_scale = _strip_scale(view, k_scaled, nodes, ev)
     q = _heads(view, ev, qh, nodes, "query")
     k = _key_transposed(view, ev, kt, nodes)
     scale = sc.scale * q_scale * k_scale
