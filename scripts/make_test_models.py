@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export the small random-weight transformer models that the exporter tests and the samples use.
 
-Each family (BERT, GPT-2, ViT, CLIP text, BLOOM, ConvNeXt, T5 v1.1, GPT-NeoX, LLaMA, Gemma, Phi) is a tiny Hugging Face
+Each family (BERT, GPT-2, ViT, CLIP text, BLOOM, ConvNeXt, T5 v1.1, GPT-NeoX, LLaMA, Gemma, Phi, Falcon) is a tiny Hugging Face
 config with random weights, exported with torch.onnx's TorchScript exporter (``dynamo=False``) and its
 dynamo exporter (``dynamo=True``) at opsets spread over 14-20, and some exports are post-processed with
 ONNX Runtime's transformers optimizer and its float16 converter. Everything is seeded: running the script
@@ -359,6 +359,23 @@ def phi() -> Family:
     )
 
 
+def falcon() -> Family:
+    """Falcon decoder (one head per query head, rotary, no biases): its sdpa call passes no scale and the head
+    size is not a constant at export, so the graph computes 1/√(Shape(q)[-1]) and its square root on Q and on
+    Kᵀ at run time; each MLP's dense_h_to_4h (no bias) + erf GELU is a Linear+GELU block."""
+    cfg = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, multi_query=False,
+               new_decoder_architecture=False, max_position_embeddings=32)
+    return Family(
+        "falcon", "FalconModel", cfg, _hf("FalconModel", "FalconConfig", cfg, SEED + 15),
+        [_ids("input_ids", 64), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
+        fused_blocks=2, blocks_why="2 layers x 1 dense_h_to_4h (no bias) + GELU",
+        approximate=ERF, gelu_form="torch gelu (erf)",
+        ort=None, ort_unsupported="the transformers optimizer has no falcon model type",
+        dynamo_unsupported="one Falcon export (TorchScript) covers its run-time scale; the LLaMA and Gemma "
+                           "families have the dynamo exports of rotary decoders",
+    )
+
+
 def distilbert() -> Family:
     """DistilBERT: each layer's FFN is lin1 + erf GELU."""
     cfg = dict(vocab_size=128, dim=32, n_layers=2, n_heads=2, hidden_dim=128, max_position_embeddings=128,
@@ -410,7 +427,7 @@ _FRESH = tuple(_fresh(f) for f in (bert, gpt2, vit, clip_text, distilbert, bloom
 
 FAMILIES: dict[str, Callable[[], Family]] = {
     f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast, gpt_neox_tanh,
-                            distilbert, llama, gemma, phi, *_FRESH)
+                            distilbert, llama, gemma, phi, falcon, *_FRESH)
 }
 
 
@@ -461,6 +478,7 @@ EXPORTS: list[Export] = [
     Export("gemma", "torchscript", 17),
     Export("gemma", "dynamo", 20, note="ONNX Gelu(approximate='tanh') (opset 20)"),
     Export("phi", "torchscript", 17),
+    Export("falcon", "torchscript", 17),
     *(Export(f.__name__, "torchscript", 17, note="freshly initialised: layer 1 reads its FFN bias (equal to layer "
                                                   "0's) through an Identity") for f in _FRESH),
 ]
