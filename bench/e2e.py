@@ -113,6 +113,21 @@ SPECS = (
          dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, rotary_pct=0.25,
               hidden_act="gelu", use_cache=False, vocab_size=512, max_position_embeddings=64),
          ("input_ids", "attention_mask"), "gpt2", ort_rotary=False),
+    # LLaMA-class decoders at the same width (LLaMA-160M's shape; grouped key/value heads: 12 query heads over 4),
+    # exported with use_cache on, as transformers defaults; a SiLU MLP (no GELU block), and Gemma's GeGLU with one
+    # key/value head. ORT's optimizer has no type for either: its gpt2 fusions (normalisations) run on them.
+    Spec("llama-160m", "LlamaModel", "LlamaConfig",
+         dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+              intermediate_size=3072, hidden_act="silu"),
+         dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
+              hidden_act="silu", vocab_size=512, max_position_embeddings=64),
+         ("input_ids", "attention_mask"), "gpt2", ort_rotary=False),
+    Spec("gemma-160m", "GemmaModel", "GemmaConfig",
+         dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=1, head_dim=64,
+              intermediate_size=3072, hidden_activation="gelu_pytorch_tanh"),
+         dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+              intermediate_size=256, hidden_activation="gelu_pytorch_tanh", vocab_size=512, max_position_embeddings=64),
+         ("input_ids", "attention_mask"), "gpt2", ort_rotary=False),
 )
 DEFAULT_MODELS = ("bert-base", "gpt2-small", "vit-b16")
 
