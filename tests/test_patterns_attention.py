@@ -279,6 +279,17 @@ def test_scale_computed_from_the_query_shape_is_evaluated(rng):
     np.testing.assert_allclose(_run(result.model, x, mask), _run(computed, x, mask), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mask", ["", "padding"])
+def test_scores_masked_by_where_are_refused_with_the_reason(mask):
+    """GPT-Neo's form: not taken, but named in the report rather than passed over as some other Softmax."""
+    model = _attention(mask=mask, where_on_scores=True, seq_len=5, guard=False)
+    result = _fuse(model)
+    assert result.report.fused == []
+    (refusal,) = [r for r in result.report.refused if r.rule == "attention"]
+    assert "Where(keep, Q·Kᵀ, fill)" in refusal.reason
+    assert result.model.graph.SerializeToString() == model.graph.SerializeToString()
+
+
 def test_scale_computed_from_the_data_is_refused():
     model = _attention(scale_source="data")
     result = _fuse(model)
@@ -369,7 +380,7 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
                seq_len: int | str = "seq", seed: int = 0, projections: str = "three",
                unbiased: bool = False, query_input: bool = False, weight_input: bool = False,
                projection_output: bool = False, tied: bool = False, casts: bool = False,
-               scale_source: str = "constant") -> onnx.ModelProto:
+               scale_source: str = "constant", where_on_scores: bool = False) -> onnx.ModelProto:
     """An sdpa-style self-attention block over x [batch, seq, D] with a mask built as transformers does
     (padding: attention_mask[:, None, None, :]; causal: Range compare), or a literal one.
 
@@ -387,7 +398,9 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     ``projection_output``: q_proj also a graph output; ``tied``: Wq also read by a MatMul outside;
     ``casts``: each MatMul reads its own Cast of x. ``scale_source``: the √scale on Q and Kᵀ as a constant,
     computed at run time from the query's shape as torch's sdpa does when the head size is not a constant at
-    export ("shape": √(1/√Shape(q)[-1])), or from the data ("data": a ReduceMax of x, no constant)."""
+    export ("shape": √(1/√Shape(q)[-1])), or from the data ("data": a ReduceMax of x, no constant).
+    ``where_on_scores``: the product masked as Where(tril, Q·Kᵀ, finfo.min) with a literal [5, 5] buffer
+    (GPT-Neo's own attention code; needs ``seq_len=5``)."""
     rng = np.random.default_rng(seed)
     npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     inits, nodes = [], []
@@ -438,6 +451,9 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     if split_scale:
         q, k = node("Mul", [q, half], "q_scaled"), node("Mul", [k, half], "k_scaled")
     scores = node("MatMul", [q, k], "scores")
+    if where_on_scores:
+        tril = const("causal_buffer", np.tril(np.ones((5, 5), bool)), np.bool_)
+        scores = node("Where", [tril, scores, const("where_fill", FLOAT32_MIN)], "scores_masked")
     if not split_scale:
         scores = node("Div", [scores, const("sqrt_d", math.sqrt(H))], "scores_scaled")
     keep = None

@@ -481,7 +481,9 @@ class Attention:
             return None
         scores = _scores(view, node.input[0])
         if scores is None:
-            return None  # not fed by a Q·Kᵀ product: some other Softmax
+            why = _scores_masked_by_where(view, node.input[0])
+            # not fed by a Q·Kᵀ product: some other Softmax, unless it is one masked in a form not taken
+            return Refusal(RULE, why, (view.node_name(i),)) if why else None
         try:
             plan = _plan(view, i, scores)
         except _Refused as why:
@@ -713,6 +715,26 @@ def _scores(view: GraphView, t: str) -> _Scores | None:
         return None
     nodes.add(j)
     return _Scores(j, nodes, scale, bias, post_scale)
+
+
+def _scores_masked_by_where(view: GraphView, t: str) -> str | None:
+    """Why a Softmax of ``Where(keep, Q·Kᵀ, fill)`` (plus a bias or not) is not taken, or None for any other
+    Softmax. GPT-Neo's own attention code masks the product this way with a slice of a literal triangular
+    buffer; its "local" layers with a banded one. Taking it would need the literal buffer proved causal."""
+    added, _ = _strip_scale(view, t, set())
+    i = view.producer.get(added)
+    terms = [added]
+    if i is not None and is_op(view.nodes[i], "Add") and len(view.nodes[i].input) == 2:
+        terms = list(view.nodes[i].input)
+    for term in terms:
+        j = view.producer.get(_strip_scale(view, term, set())[0])
+        if j is None or not is_op(view.nodes[j], "Where") or len(view.nodes[j].input) != 3:
+            continue
+        inner = view.producer.get(_strip_scale(view, view.nodes[j].input[1], set())[0])
+        if inner is not None and is_op(view.nodes[inner], "MatMul"):
+            return ("the scores are masked as Where(keep, Q·Kᵀ, fill) (GPT-Neo's own attention code), not by an "
+                    "added bias: a mask in this form is not taken")
+    return None
 
 
 def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
