@@ -108,6 +108,16 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 constexpr int64_t kVectorElements = 8;
 int64_t RoundUpToVector(int64_t n) { return (n + kVectorElements - 1) / kVectorElements * kVectorElements; }
 bool RowsAreVectors(const void* p, int64_t cols) { return Aligned16(p) && cols % kVectorElements == 0; }
+// A [rows, cols] operand the aligned kernels can read as it is on the padded problem: rows of 16-byte vectors
+// and no rows to add (rows_pad, what the padded problem reads of them). The constructor and each call stage
+// by this one test, so a constant staged once is the copy a call would have made.
+bool ReadAsIs(const void* p, int64_t rows, int64_t cols, int64_t rows_pad) {
+  return RowsAreVectors(p, cols) && rows == rows_pad;
+}
+// The copy of a [rows, cols] operand into [rows_pad, cols_pad] rows padded with zeros.
+cuda::RowCopy PaddedCopy(void* dst, const void* src, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad) {
+  return {dst, cols_pad, rows_pad, cols_pad, src, cols, rows, cols};
+}
 bool RowsAreVectors(const cuda::GemmGeluArgs& a) {
   return RowsAreVectors(a.x, a.K) && RowsAreVectors(a.w, a.trans_b ? a.K : a.N) && RowsAreVectors(a.y, a.N) &&
          (a.bias == nullptr || RowsAreVectors(a.bias, a.N));
@@ -321,10 +331,10 @@ class FusedLinearGeluCudaKernel {
     const bool stage_x = !RowsAreVectors(args.x, args.K);
     const bool stage_y = !RowsAreVectors(args.y, args.N);
     // W as given, its copy from the constructor, or a copy now; the same for B.
-    const bool w_ready = RowsAreVectors(args.w, w_cols) && w_rows % kVectorElements == 0;
+    const bool w_ready = ReadAsIs(args.w, w_rows, w_cols, w_rows_pad);
     const bool w_staged = staged_w_.data != nullptr && staged_w_.source == args.w;
     const bool stage_w = !w_ready && !w_staged;
-    const bool b_ready = args.bias == nullptr || RowsAreVectors(args.bias, args.N);
+    const bool b_ready = args.bias == nullptr || ReadAsIs(args.bias, 1, args.N, 1);
     const bool b_staged = staged_b_.data != nullptr && staged_b_.source == args.bias;
     const bool stage_b = !b_ready && !b_staged;
 
@@ -355,9 +365,9 @@ class FusedLinearGeluCudaKernel {
       const cudaError_t e = cuda::launch_copy_rows_16bit(c, stream);
       if (e != cudaSuccess) Fail(ORT_FAIL, std::string("staging ") + what + " failed for " + Describe(s) + ": " + CudaErrorText(e));
     };
-    if (stage_x) copy({x_pad, k_pad, args.M, k_pad, args.x, args.K, args.M, args.K}, "X");
-    if (stage_w) copy({w_pad, w_cols_pad, w_rows_pad, w_cols_pad, args.w, w_cols, w_rows, w_cols}, "W");
-    if (stage_b) copy({b_pad, n_pad, 1, n_pad, args.bias, args.N, 1, args.N}, "B");
+    if (stage_x) copy(PaddedCopy(x_pad, args.x, args.M, args.K, args.M, k_pad), "X");
+    if (stage_w) copy(PaddedCopy(w_pad, args.w, w_rows, w_cols, w_rows_pad, w_cols_pad), "W");
+    if (stage_b) copy(PaddedCopy(b_pad, args.bias, 1, args.N, 1, n_pad), "B");
     RunFused(ctx, padded, s, stream);
     if (stage_y) copy({args.y, args.N, args.M, args.N, y_pad, n_pad, args.M, n_pad}, "Y");
   }
@@ -392,12 +402,10 @@ class FusedLinearGeluCudaKernel {
       cudaError_t e = stream.create();
       auto stage = [&](const Ort::ConstValue& v, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad,
                        StagedOperand* out) {
-        const bool ready = RowsAreVectors(v.GetTensorRawData(), cols) && rows == rows_pad;
-        if (e != cudaSuccess || ready) return;
+        if (e != cudaSuccess || ReadAsIs(v.GetTensorRawData(), rows, cols, rows_pad)) return;
         out->data = allocator_.Alloc(static_cast<size_t>(rows_pad * cols_pad) * 2);
         out->source = v.GetTensorRawData();
-        e = cuda::launch_copy_rows_16bit({out->data, cols_pad, rows_pad, cols_pad, out->source, cols, rows, cols},
-                                         stream.get());
+        e = cuda::launch_copy_rows_16bit(PaddedCopy(out->data, out->source, rows, cols, rows_pad, cols_pad), stream.get());
       };
       // W's padded rows matter too: [N, K] padded to N8 rows, [K, N] to K8.
       stage(w, w_rows, w_cols, w_rows_pad, w_cols_pad, &staged_w_);
