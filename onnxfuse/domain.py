@@ -1,8 +1,13 @@
-"""The ``FusedLinearGelu`` op contract, as onnx sees it.
+"""The ops' contracts, as onnx sees them: ``FusedLinearGelu`` and ``FillMaskedRows``.
 
 ``Y = act(X · Wᵀ + B)`` (transB=1, the default) or ``act(X · W + B)`` (transB=0), accumulated in fp32.
 ``act`` is GELU in its exact erf form (``approximate="none"``), its tanh form (``"tanh"``) or
 ``x·σ(alpha·x)`` (``"sigmoid"``, QuickGELU).
+
+``FillMaskedRows(X [B, S, D], row_kept [B, S|1, 1] bool) -> Y``: X, with every element of a row whose flag
+is false set to the ``fill`` attribute (default 0): ``Where(row_kept, X, fill)``, bit for bit. The attention
+rule writes it as its row guard; its kernels may write Y into X's buffer, so that a call costs only the rows
+it fills (custom_ops/src/fill_masked_rows_common.h).
 
 The domain string and versions are one fact shared with the C++ library (``custom_ops/src/domain.h``); a
 test checks that they agree. The domain has its own opset version (what a model imports); each op says
@@ -16,9 +21,11 @@ import onnx
 from onnx import defs
 
 DOMAIN = "ai.onnxfuse"
-DOMAIN_VERSION = 1  # the ai.onnxfuse opset version this package writes and reads
+DOMAIN_VERSION = 2  # the ai.onnxfuse opset version this package writes (and the newest it reads)
 OP_TYPE = "FusedLinearGelu"
 OP_SINCE_VERSION = 1  # FusedLinearGelu exists since version 1 of the domain
+FILL_MASKED_ROWS = "FillMaskedRows"
+FILL_MASKED_ROWS_SINCE_VERSION = 2  # FillMaskedRows exists since version 2
 OP_VERSION = DOMAIN_VERSION  # the opset a model imports to use the op (older name, kept for importers)
 
 # The opset version written for each domain a rewrite emits nodes in: ours, and ORT's contrib ops
@@ -101,10 +108,34 @@ def _schema() -> defs.OpSchema:
     return schema
 
 
+def _infer_fill_masked_rows(ctx) -> None:
+    """Y has X's type and shape."""
+    x_type = ctx.get_input_type(0)
+    if x_type is not None and x_type.HasField("tensor_type"):
+        ctx.set_output_type(0, x_type)
+
+
+def _fill_masked_rows_schema() -> defs.OpSchema:
+    P = defs.OpSchema.FormalParameter
+    schema = defs.OpSchema(
+        FILL_MASKED_ROWS, DOMAIN, FILL_MASKED_ROWS_SINCE_VERSION, __doc__.split("\n\n")[2],
+        inputs=[P("X", "T", "[B, S, D]"), P("row_kept", "B", "[B, S, 1] or [B, 1, 1]: false where the row is filled")],
+        outputs=[P("Y", "T", "X, with the rows not kept set to fill")],
+        type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "Floating types"),
+                          ("B", ["tensor(bool)"], "Row flags")],
+        attributes=[defs.OpSchema.Attribute("fill", onnx.helper.make_attribute("fill", 0.0),
+                                            "the value of every element of a row not kept (0 or NaN as written)")],
+    )
+    schema.set_type_and_shape_inference_function(_infer_fill_masked_rows)
+    return schema
+
+
 def register_schema() -> None:
-    """Register the schema with onnx once per process (idempotent)."""
+    """Register the schemas with onnx once per process (idempotent)."""
     if not defs.has(OP_TYPE, DOMAIN):
         defs.register_schema(_schema())
+    if not defs.has(FILL_MASKED_ROWS, DOMAIN):
+        defs.register_schema(_fill_masked_rows_schema())
 
 
 register_schema()

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxfuse.domain import DOMAIN, OP_TYPE
+from onnxfuse.domain import DOMAIN, DOMAIN_VERSION, OP_TYPE
 from onnxfuse.errors import BadInputError
 from onnxfuse.fuse import fuse_model
 from tests.graphs import (ALL_GELU_FORMS, APPROXIMATE, LINEAR_FORMS, NP_DTYPES, Builder, block, build,
@@ -169,7 +169,7 @@ def test_mlp_stack_keeps_everything_else():
     assert [(p.key, p.value) for p in out.metadata_props] == [("author", "tests")]
     assert out.graph.doc_string == "graph doc" and out.graph.node[-1].doc_string == "node doc"
     assert [(o.domain, o.version) for o in out.opset_import] == \
-        [(o.domain, o.version) for o in model.opset_import] + [(DOMAIN, 1)]
+        [(o.domain, o.version) for o in model.opset_import] + [(DOMAIN, DOMAIN_VERSION)]
     assert out.ir_version == model.ir_version
     # untouched nodes keep their names, order and bytes
     kept_before = [n for n in model.graph.node if n.op_type == "MatMul" and "Gelu" not in n.name]

@@ -15,6 +15,7 @@
 #include <onnxruntime_cxx_api.h>
 
 #include "activation.h"
+#include "status.h"
 
 namespace onnxfuse {
 
@@ -92,22 +93,10 @@ struct BoundCall {
 // and allocates Y [..., N]. Throws Ort::Exception(ORT_INVALID_ARGUMENT) on bad input.
 BoundCall BindCall(Ort::KernelContext& ctx, bool trans_b);
 
-// Runs `fn` and converts whatever it throws into an OrtStatus* for ORT (nullptr on success), so no
-// exception ever crosses the C API. The message is prefixed with the op name.
+// Runs `fn` and converts whatever it throws into an OrtStatus* for ORT (status.h), prefixed "FusedLinearGelu".
 template <typename Fn>
 OrtStatus* GuardStatus(Fn&& fn) noexcept {
-  try {
-    fn();
-    return nullptr;
-  } catch (const Ort::Exception& e) {
-    return Ort::GetApi().CreateStatus(e.GetOrtErrorCode(), (std::string("FusedLinearGelu: ") + e.what()).c_str());
-  } catch (const std::bad_alloc&) {
-    return Ort::GetApi().CreateStatus(ORT_FAIL, "FusedLinearGelu: out of memory");
-  } catch (const std::exception& e) {
-    return Ort::GetApi().CreateStatus(ORT_FAIL, (std::string("FusedLinearGelu: ") + e.what()).c_str());
-  } catch (...) {
-    return Ort::GetApi().CreateStatus(ORT_FAIL, "FusedLinearGelu: unknown error");
-  }
+  return GuardOpStatus("FusedLinearGelu", std::forward<Fn>(fn));
 }
 
 }  // namespace onnxfuse

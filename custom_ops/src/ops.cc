@@ -1,6 +1,6 @@
 // The library's entry point: ORT calls RegisterCustomOps when a session registers the library
-// (SessionOptions.register_custom_ops_library). It adds the `ai.onnxfuse` domain with FusedLinearGelu for
-// the CPU provider and, in a CUDA build, for the CUDA provider.
+// (SessionOptions.register_custom_ops_library). It adds the `ai.onnxfuse` domain with FusedLinearGelu and
+// FillMaskedRows for the CPU provider and, in a CUDA build, for the CUDA provider.
 #include <cstddef>
 #include <cstring>
 #include <mutex>
@@ -9,12 +9,14 @@
 
 #include <onnxruntime_cxx_api.h>  // ORT_API_MANUAL_INIT (CMakeLists.txt): the API comes from RegisterCustomOps
 
+#include "cpu/fill_masked_rows_cpu.h"
 #include "cpu/fused_linear_gelu_cpu.h"
 #include "cpu/packed_gemm.h"
 #include "domain.h"
 
 #ifdef ONNXFUSE_WITH_CUDA
 #include "cuda/device_signature.h"
+#include "cuda/fill_masked_rows_cuda.h"
 #include "cuda/fused_linear_gelu_cuda.h"
 #endif
 
@@ -70,9 +72,11 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   try {
     Ort::CustomOpDomain domain{onnxfuse::kDomain};
     onnxfuse::cpu::AddCpuOps(domain);
+    onnxfuse::cpu::AddFillMaskedRowsCpuOps(domain);
 #ifdef ONNXFUSE_WITH_CUDA
-    // Hook for the CUDA provider's op instances (src/cuda/fused_linear_gelu_cuda.h).
+    // The CUDA provider's op instances (src/cuda/fused_linear_gelu_cuda.h, fill_masked_rows_cuda.h).
     onnxfuse::RegisterCudaOps(domain);
+    onnxfuse::RegisterFillMaskedRowsCudaOps(domain);
 #endif
     Ort::UnownedSessionOptions(options).Add(domain);
     KeepAlive(std::move(domain));

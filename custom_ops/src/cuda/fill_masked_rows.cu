@@ -1,0 +1,54 @@
+// launch_fill_masked_rows (fill_masked_rows.h). A block owns one row: it reads the row's flag once, and a
+// kept row in place costs the block nothing more. Elements move as 16-byte vectors where the row's bytes
+// and both pointers allow it (every hidden size of a transformer), else one element at a time.
+#include <algorithm>
+#include <cstdint>
+
+#include "fill_masked_rows.h"
+
+namespace onnxfuse::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int64_t kMaxGridX = 2147483647;
+
+template <class Unit>
+__global__ void __launch_bounds__(kThreads) fill_masked_rows_kernel(MaskedRows c, Unit fill, int64_t units) {
+  const int64_t total_rows = c.batch * c.rows;
+  for (int64_t row = blockIdx.x; row < total_rows; row += gridDim.x) {
+    const int64_t b = row / c.rows, r = row - b * c.rows;
+    const bool kept = c.row_kept[b * c.flag_rows + (c.flag_rows == 1 ? 0 : r)];
+    if (kept && c.y == c.x) continue;
+    Unit* dst = static_cast<Unit*>(c.y) + row * units;
+    const Unit* src = static_cast<const Unit*>(c.x) + row * units;
+    for (int64_t i = threadIdx.x; i < units; i += kThreads) dst[i] = kept ? src[i] : fill;
+  }
+}
+
+// The fill replicated over one 16-byte vector.
+uint4 Replicated(uint32_t bits, int64_t element_bytes) {
+  const uint32_t word = element_bytes == 4 ? bits : (bits & 0xffffu) | (bits << 16);
+  return make_uint4(word, word, word, word);
+}
+
+}  // namespace
+
+cudaError_t launch_fill_masked_rows(const MaskedRows& c, cudaStream_t stream) {
+  const int64_t total_rows = c.batch * c.rows;
+  if (total_rows <= 0 || c.width <= 0) return cudaSuccess;
+  const int64_t row_bytes = c.width * c.element_bytes;
+  const bool vectors = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(c.x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(c.y) % 16 == 0;
+  const unsigned grid = static_cast<unsigned>(std::min(total_rows, kMaxGridX));
+  if (vectors) {
+    fill_masked_rows_kernel<uint4><<<grid, kThreads, 0, stream>>>(c, Replicated(c.fill_bits, c.element_bytes),
+                                                                   row_bytes / 16);
+  } else if (c.element_bytes == 4) {
+    fill_masked_rows_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(c, c.fill_bits, c.width);
+  } else {
+    fill_masked_rows_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(c, static_cast<uint16_t>(c.fill_bits), c.width);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace onnxfuse::cuda
