@@ -239,6 +239,7 @@ class _GraphEmitter:
         self.view = view
         self.ctx = ctx
         self.new_tensors: list[onnx.TensorProto] = []
+        self.declared: list[onnx.ValueInfoProto] = []  # value_info of emitted tensors (Emitter.declare)
         self.position = 0  # where the block being emitted goes (its last node's index in the view)
         self._shared: dict[tuple, tuple[int, str]] = {}  # key -> (position of its nodes, tensor name)
 
@@ -274,6 +275,9 @@ class _GraphEmitter:
                 ctx.derived[name] = how
             ctx.created[key] = name
         return ctx.created[key]
+
+    def declare(self, tensor: str, elem_type: int, dims: list[int | str]) -> None:
+        self.declared.append(helper.make_tensor_value_info(tensor, elem_type, dims))
 
     def initializer(self, proposal: str, value: np.ndarray) -> str:
         name = self.ctx.names.claim(proposal)
@@ -324,6 +328,7 @@ def _apply(graph: onnx.GraphProto, view: GraphView, plans: list[Plan], ctx: _Rew
     for j in reversed(range(len(graph.value_info))):
         if graph.value_info[j].name in gone:
             del graph.value_info[j]
+    graph.value_info.extend(emitter.declared)
 
 
 def _all_names(graph: onnx.GraphProto) -> set[str]:

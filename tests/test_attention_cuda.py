@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from test_patterns_attention import ENTRIES, FUSED_MODELS, TOLERANCE, _feeds, _fuse, _load, _session
 
-from onnxfuse.runtime import CUDA, cuda_unusable_reason
+from onnxfuse.runtime import CUDA, cuda_unusable_reason, get_library_path
 
 
 _NO_CUDA = cuda_unusable_reason()
@@ -27,6 +27,7 @@ def _cuda_session(model: onnx.ModelProto) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the graphs as written
     so.log_severity_level = 3
+    so.register_custom_ops_library(get_library_path())  # the row guard, FillMaskedRows
     return ort.InferenceSession(model.SerializeToString(), so, providers=[CUDA, "CPUExecutionProvider"])
 
 

@@ -32,6 +32,8 @@ from onnx import helper, numpy_helper
 from onnxfuse.fuse import fuse_model
 from onnxfuse.patterns import default_rules
 from onnxfuse.patterns.attention import FLOAT32_MIN, Attention
+from onnxfuse.domain import DOMAIN, FILL_MASKED_ROWS
+from onnxfuse.runtime import get_library_path
 
 MODELS = Path(__file__).resolve().parent / "models"
 ENTRIES = {m["file"]: m for m in json.loads((MODELS / "manifest.json").read_text())["models"]}
@@ -154,6 +156,7 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # compare the graphs as written
     so.log_severity_level = 3
+    so.register_custom_ops_library(get_library_path())  # the row guard, FillMaskedRows
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
@@ -323,23 +326,29 @@ def test_llama_class_decoders_in_float16(file, rng):
 
 
 @pytest.mark.parametrize("file", ["bert_torchscript_op14.onnx", "gpt2_torchscript_op14.onnx"])
-def test_row_guard_reads_whole_flags_made_once(file, rng):
-    # ORT's CUDA Where runs its simple kernel only when every operand is whole or a scalar (the broadcast
-    # form cost 1.7x on the H200): every guard reads the flags expanded to its own output's shape, and the
-    # layers share the one Expand that makes them.
+def test_row_guard_is_fill_masked_rows_on_flags_made_once(file, rng):
+    # The guard is ai.onnxfuse's FillMaskedRows on the attention op's own output (which ORT may let it write
+    # in place), no Where over the whole output; every layer reads the one [B, S|1, 1] flag tensor.
     model = _fuse(_load(file)).model
-    guards = [n for n in model.graph.node if n.op_type == "Where" and n.name.endswith("_hidden_rows")]
+    guards = [n for n in model.graph.node if n.op_type == FILL_MASKED_ROWS]
     producer = {o: n for n in model.graph.node for o in n.output}
-    assert len(guards) == 2
-    assert len({g.input[0] for g in guards}) == 1 and producer[guards[0].input[0]].op_type == "Expand"
+    assert len(guards) == 2 and all(g.domain == DOMAIN for g in guards)
+    assert all(producer[g.input[0]].op_type in ("Attention", "MultiHeadAttention") for g in guards)
+    assert len({g.input[1] for g in guards}) == 1
+    assert not [n for n in model.graph.node if n.op_type == "Where" and n.name.endswith("_hidden_rows")]
+    # The attention's output is declared [B, S, D] (named dims): ORT's planner needs both shapes to let the
+    # guard write in place, and its own inference loses S in these exports.
+    declared = {v.name: v for v in model.graph.value_info}
+    assert all(len(declared[g.input[0]].type.tensor_type.shape.dim) == 3 for g in guards)
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
-    watched = sorted({t for g in guards for t in g.input[:2]})
+    watched = sorted({t for g in guards for t in g.input})
     probe.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in watched)
     sess = _session(probe)
     values = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, _feeds(file, sess, 6, 7, rng))))
     for g in guards:
-        assert values[g.input[0]].shape == values[g.input[1]].shape == (6, 7, values[g.input[1]].shape[2])
+        flags, y = values[g.input[1]], values[g.input[0]]
+        assert flags.dtype == bool and flags.shape in ((6, 7, 1), (6, 1, 1)) and y.shape[:2] == (6, 7)
 
 
 def test_fp16_runs_in_float16():

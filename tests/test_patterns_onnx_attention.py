@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from onnxfuse.fuse import fuse_model
 from onnxfuse.patterns.attention import OnnxAttention
+from onnxfuse.runtime import get_library_path
 
 B, S, N, H = 4, 6, 2, 8
 D = N * H
@@ -113,6 +114,7 @@ def _run(model, feeds):
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    so.register_custom_ops_library(get_library_path())  # the row guard, FillMaskedRows
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 

@@ -77,7 +77,7 @@ Why these are exact, row by row:
   adds to the scaled scores exactly what the graph adds, for every padding pattern, left or right, and
   every fill. A row that sees no key (an all-padding batch row; left padding under causality makes them
   common) is NaN in the graph with the ``-inf`` fill, 0 after its guard: the rewrite counts each row's
-  kept keys from ``keep`` and writes that value there (``Where(row sees a key, y, 0 or NaN)``), whatever
+  kept keys from ``keep`` and writes that value there (``FillMaskedRows(y, row sees a key)`` with 0 or NaN: ``Where`` bit for bit), whatever
   the kernel makes of such a row. With a finite fill such a row is the softmax of equal scores, uniform
   in both (measured on ORT 1.31's CPU kernel, float32 and float16, fills ``finfo.min`` and ``-65504``);
 * causal without padding (GPT-2 fed no ``attention_mask``): MHA's ``unidirectional``, which drops future
@@ -149,6 +149,7 @@ import onnx
 from onnx import numpy_helper
 
 from . import qkv
+from ..domain import DOMAIN, FILL_MASKED_ROWS
 from .graph import GraphView, attr, is_op
 from .rule import Emitter, Plan, Refusal, T, dtype_name
 from .symbolic import Dim, Evaluator, NotSymbolic, conjuncts, shift_axes
@@ -193,7 +194,6 @@ class AttentionPlan(Plan):
     separate_because: str | None = None  # why Q, K and V are not packed into one projection
     query_heads: str | None = None  # the query as heads [B, N, S, H] the graph computed: merged in front of MHA
     kv_heads: bool = False  # key and value are heads [B, N, L, H] the graph has (MHA's 4-D key and value)
-    output_width: int | None = None  # D of the output [B, S, D], where proved: blocks of one width share the guard's flags
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
@@ -235,18 +235,17 @@ class AttentionPlan(Plan):
         if self.hidden_rows is not None:
             made, rows = out.shared(self._mask_key("rows_seeing_a_key"), lambda: self._rows_seeing_a_key(out))
             nodes += made
-            # The flags expanded once to the output's whole [B, S, D] (every layer of one width shares them):
-            # with each operand whole or a scalar ORT's CUDA Where runs its simple kernel, with the flags
-            # broadcast its general one, which does index arithmetic per element. H200, float16, batch 32:
-            # BERT-base's and GPT-2's twelve guards 104 -> 90 µs per inference (bench/results/e2e_h200.md);
-            # twelve chained in the lab 102 -> 60 µs plus 8.5 for the one Expand (lab/results/ort_row_guard_h200.txt).
-            made, rows = out.shared(self._mask_key("rows_seeing_a_key_whole") + (self.output_width or self.name_hint,),
-                                    lambda: self._whole(out, rows, mha_out))
-            nodes += made
-            np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
-            hidden = out.initializer(self.name_hint + "_hidden_row_value", np.array(self.hidden_rows, dtype=np_dtype))
-            nodes.append(onnx.helper.make_node("Where", [rows, mha_out, hidden], [merged],
-                                               name=out.name(merged + "_hidden_rows")))
+            # The guard is ai.onnxfuse's FillMaskedRows, which writes into MHA's output where ORT lets it: it
+            # touches the flags and the rows it fills, where ONNX's Where(rows, y, value) reads and writes all
+            # of y (H200, float16, batch 32: BERT-base's and GPT-2's twelve guards took 90 µs as Where,
+            # bench/results/e2e_h200.md).
+            # ORT's planner lets the guard write into MHA's output only where it can prove the two the same
+            # size, from shapes; its inference of MHA's output loses the sequence length in today's exports
+            # (GPT-2 and BERT after ORT's optimizer: [batch, ?, D]). Named dimensions state only that they
+            # exist, which is true, and are what the planner needs (its reuse measured on the CPU provider).
+            out.declare(mha_out, self.dtype, [f"{mha_out}_{axis}" for axis in ("batch", "sequence", "hidden")])
+            nodes.append(onnx.helper.make_node(FILL_MASKED_ROWS, [mha_out, rows], [merged], domain=DOMAIN,
+                                               name=out.name(merged + "_hidden_rows"), fill=float(self.hidden_rows)))
         if self.flat_shape:
             shape = out.initializer(self.name_hint + "_flat_shape", np.array(self.flat_shape, dtype=np.int64))
             nodes.append(onnx.helper.make_node("Reshape", [merged, shape], [y], name=out.name(y + "_reshape")))
@@ -378,12 +377,6 @@ class AttentionPlan(Plan):
             onnx.helper.make_node("Expand", [self.additive_bias, target], [expanded], name=out.name(expanded)),
         ]
         return nodes, expanded
-
-    def _whole(self, out: Emitter, rows: str, like: str) -> tuple[list[onnx.NodeProto], str]:
-        """``rows`` [B, S|1, 1] expanded to the shape of ``like`` [B, S, D]."""
-        shape, whole = out.name(self.name_hint + "_output_shape"), out.name(self.name_hint + "_rows_whole")
-        return [onnx.helper.make_node("Shape", [like], [shape], name=out.name(shape)),
-                onnx.helper.make_node("Expand", [rows, shape], [whole], name=out.name(whole))], whole
 
     def _rows_seeing_a_key(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
         """[B, S or 1, 1] bool: the (batch, query) rows that keep at least one key."""
@@ -847,8 +840,7 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
         self_attention=q.seq == k.seq, flat_shape=flat_shape,
         query_heads=q.tensor if q.computed else None, kv_heads=per_head,
-        additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
-        output_width=_value_hidden(ev, v), **extra)
+        additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full, **extra)
 
 
 def _value_hidden(ev: Evaluator, v: _Heads) -> int | None:

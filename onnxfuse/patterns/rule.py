@@ -97,6 +97,11 @@ class Emitter(Protocol):
     def initializer(self, proposal: str, value: np.ndarray) -> str:
         """A new small constant holding ``value`` (integer shapes, packed small vectors)."""
 
+    def declare(self, tensor: str, elem_type: int, dims: list[int | str]) -> None:
+        """Records a type and shape an emitted tensor is known to have as the graph's ``value_info``: what
+        the runtime's memory planner reads where its own inference loses a dimension (a string is a symbol,
+        which states only that the dimension exists)."""
+
     def shared(self, key: tuple, build: Callable[[], tuple[list[onnx.NodeProto], str]]) -> tuple[list[onnx.NodeProto], str]:
         """A tensor that several blocks of one graph can read (one attention mask for every layer):
         ``build()`` gives the nodes that make it and its name; the first block that asks for ``key`` emits
