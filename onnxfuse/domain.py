@@ -4,10 +4,12 @@
 ``act`` is GELU in its exact erf form (``approximate="none"``), its tanh form (``"tanh"``) or
 ``x·σ(alpha·x)`` (``"sigmoid"``, QuickGELU).
 
-``FillMaskedRows(X [B, S, D], row_kept [B, S|1, 1] bool) -> Y``: X, with every element of a row whose flag
-is false set to the ``fill`` attribute (default 0): ``Where(row_kept, X, fill)``, bit for bit. The attention
-rule writes it as its row guard; its kernels may write Y into X's buffer, so that a call costs only the rows
-it fills (custom_ops/src/fill_masked_rows_common.h).
+``FillMaskedRows(X [B, S, D], row_kept [B, S|1, K] or [B, 1, S|1, K] bool) -> Y``: X, with every element of
+a row none of whose K flags is set equal to the ``fill`` attribute (default 0):
+``Where(ReduceMax(row_kept, axes=[-1]), X, fill)``, bit for bit (K = 1: ``Where(row_kept, X, fill)``). The
+attention rule writes it as its row guard on the attention mask itself ([B, 1, S|1, T]: a query row is kept
+when it sees a key); its kernels may write Y into X's buffer, so that a call costs only the flags and the
+rows it fills (custom_ops/src/fill_masked_rows_common.h).
 
 The domain string and versions are one fact shared with the C++ library (``custom_ops/src/domain.h``); a
 test checks that they agree. The domain has its own opset version (what a model imports); each op says
@@ -119,7 +121,7 @@ def _fill_masked_rows_schema() -> defs.OpSchema:
     P = defs.OpSchema.FormalParameter
     schema = defs.OpSchema(
         FILL_MASKED_ROWS, DOMAIN, FILL_MASKED_ROWS_SINCE_VERSION, __doc__.split("\n\n")[2],
-        inputs=[P("X", "T", "[B, S, D]"), P("row_kept", "B", "[B, S, 1] or [B, 1, 1]: false where the row is filled")],
+        inputs=[P("X", "T", "[B, S, D]"), P("row_kept", "B", "[B, S|1, K] or [B, 1, S|1, K]: a row none of whose K flags is set is filled")],
         outputs=[P("Y", "T", "X, with the rows not kept set to fill")],
         type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "Floating types"),
                           ("B", ["tensor(bool)"], "Row flags")],

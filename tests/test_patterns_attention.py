@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -328,7 +329,8 @@ def test_llama_class_decoders_in_float16(file, rng):
 @pytest.mark.parametrize("file", ["bert_torchscript_op14.onnx", "gpt2_torchscript_op14.onnx"])
 def test_row_guard_is_fill_masked_rows_on_flags_made_once(file, rng):
     # The guard is ai.onnxfuse's FillMaskedRows on the attention op's own output (which ORT may let it write
-    # in place), no Where over the whole output; every layer reads the one [B, S|1, 1] flag tensor.
+    # in place), no Where over the whole output; every layer reads the one keep mask [B, 1, S|1, T] the
+    # attention's bias is built from, no reduction of it.
     model = _fuse(_load(file)).model
     guards = [n for n in model.graph.node if n.op_type == FILL_MASKED_ROWS]
     producer = {o: n for n in model.graph.node for o in n.output}
@@ -336,6 +338,7 @@ def test_row_guard_is_fill_masked_rows_on_flags_made_once(file, rng):
     assert all(producer[g.input[0]].op_type in ("Attention", "MultiHeadAttention") for g in guards)
     assert len({g.input[1] for g in guards}) == 1
     assert not [n for n in model.graph.node if n.op_type == "Where" and n.name.endswith("_hidden_rows")]
+    assert not {producer[g.input[1]].op_type for g in guards} & {"ReduceSum", "ReduceMax", "Greater", "Reshape"}
     # The attention's output is declared [B, S, D] (named dims): ORT's planner needs both shapes to let the
     # guard write in place, and its own inference loses S in these exports.
     declared = {v.name: v for v in model.graph.value_info}
@@ -348,7 +351,27 @@ def test_row_guard_is_fill_masked_rows_on_flags_made_once(file, rng):
     values = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, _feeds(file, sess, 6, 7, rng))))
     for g in guards:
         flags, y = values[g.input[1]], values[g.input[0]]
-        assert flags.dtype == bool and flags.shape in ((6, 7, 1), (6, 1, 1)) and y.shape[:2] == (6, 7)
+        assert flags.dtype == bool and flags.shape in ((6, 1, 7, 7), (6, 1, 1, 7)) and y.shape[:2] == (6, 7)
+
+
+@pytest.mark.parametrize("level", ["ORT_DISABLE_ALL", "ORT_ENABLE_ALL"])
+@pytest.mark.parametrize("file", ["bert_torchscript_op14.onnx", "gpt2_torchscript_op14.onnx"])
+def test_every_row_guard_runs_in_place(file, level, capfd, rng):
+    """ORT lets each guard write into the attention's output (the declared shape is what its planner needs):
+    the op says so, once a node, in ORT's verbose log. A guard that copied would say "copies the kept rows".
+    (float32 here: ORT's CPU provider runs float16 attention behind Casts it inserts, which the guard then
+    reads; the CUDA sessions of the float16 models are checked by bench/guard_in_place.py.)"""
+    model = _fuse(_load(file)).model
+    guards = {n.name for n in model.graph.node if n.op_type == FILL_MASKED_ROWS}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    so.log_severity_level = 0
+    so.register_custom_ops_library(get_library_path())
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    capfd.readouterr()
+    sess.run(None, _feeds(file, sess, 6, 7, rng))
+    said = dict(re.findall(r"FillMaskedRows node '([^']*)': (runs in place|copies the kept rows)", capfd.readouterr().err))
+    assert len(guards) == 2 and said == {name: "runs in place" for name in guards}
 
 
 def test_fp16_runs_in_float16():

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "domain.h"
 #include "fused_linear_gelu_common.h"  // ShapeToString
 
 namespace onnxfuse {
@@ -36,12 +37,16 @@ MaskedRowsShape ValidateMaskedRows(const std::vector<int64_t>& x_shape, ONNXTens
     if (d < 0) Invalid("X has a negative dimension: " + ShapeToString(x_shape));
   }
   s.batch = x_shape[0], s.rows = x_shape[1], s.width = x_shape[2];
-  if (kept_shape.size() != 3 || kept_shape[0] != s.batch || (kept_shape[1] != s.rows && kept_shape[1] != 1) ||
-      kept_shape[2] != 1) {
-    Invalid("row_kept must be [B, S, 1] or [B, 1, 1] for X " + ShapeToString(x_shape) + ", got " +
-            ShapeToString(kept_shape));
+  // [B, S|1, K], or [B, 1, S|1, K]: the attention mask's layout, its heads axis 1
+  const size_t rank = kept_shape.size();
+  const bool laid_out = (rank == 3 || (rank == 4 && kept_shape[1] == 1)) && kept_shape[0] == s.batch &&
+                        kept_shape[rank - 1] >= 1 && (kept_shape[rank - 2] == s.rows || kept_shape[rank - 2] == 1);
+  if (!laid_out) {
+    Invalid("row_kept must be [B, S, K], [B, 1, K], [B, 1, S, K] or [B, 1, 1, K] (K >= 1) for X " +
+            ShapeToString(x_shape) + ", got " + ShapeToString(kept_shape));
   }
-  s.flag_rows = kept_shape[1];
+  s.flag_rows = kept_shape[rank - 2];
+  s.flags_per_row = kept_shape[rank - 1];
   return s;
 }
 
@@ -53,6 +58,18 @@ float ReadFillAttribute(const OrtKernelInfo* info) {
     return 0.0f;
   }
   return fill;
+}
+
+InPlaceReport::InPlaceReport(const OrtKernelInfo* info) : node_(Ort::ConstKernelInfo(info).GetNodeName()) {}
+
+void InPlaceReport::Note(const Ort::KernelContext& context, bool in_place) {
+  const Ort::Logger logger = context.GetLogger();
+  // A run at a quieter level says nothing and leaves the saying to the first verbose one.
+  if (logger.GetLoggingSeverityLevel() > ORT_LOGGING_LEVEL_VERBOSE || said_.exchange(true)) return;
+  const std::string message =
+      std::string(kFillMaskedRowsOpType) + " node '" + node_ + "': " +
+      (in_place ? "runs in place (Y shares X's buffer)" : "copies the kept rows (ORT gave Y a buffer of its own)");
+  ORT_CXX_LOG_NOEXCEPT(logger, ORT_LOGGING_LEVEL_VERBOSE, message.c_str());
 }
 
 uint32_t FillBits(float fill, ONNXTensorElementDataType type) {

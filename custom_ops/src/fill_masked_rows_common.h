@@ -1,20 +1,26 @@
-// FillMaskedRows: Y = X, except that each row whose flag is false holds `fill` in every element.
+// FillMaskedRows: Y = X, except that each row none of whose flags is set holds `fill` in every element.
 //
 //   X        [B, S, D] float32, float16 or bfloat16
-//   row_kept [B, S, 1] or [B, 1, 1] bool (one flag per row, or one per batch entry for all its rows)
+//   row_kept [B, S|1, K] or [B, 1, S|1, K] bool, K >= 1: row (b, s) is kept when any of its K flags is set
+//            (one flag per row, or one set for all rows of a batch entry). K = 1 is Where(row_kept, X, fill);
+//            K = the keys, in the attention mask's own layout [B, 1, S|1, T], keeps the query rows that see
+//            at least one key, which is what the attention rule needs.
 //   fill     float attribute (default 0), converted to X's type
 //
 // It is the attention rule's row guard (onnxfuse/patterns/attention.py): a query row that sees no key is
 // NaN in the graph and 0 after sdpa's IsNaN guard, while the fused attention op's output for such a row is
-// the kernel's own. ONNX's Where(row_kept, X, fill) says the same, but reads and writes every element of X
-// (H200, BERT-base/GPT-2 at batch 32: 90 µs in 12 layers). This op may write its output into X's buffer
-// (OrtCustomOp::GetMayInplace): where ORT grants that, a call touches only the flags and the rows that are
-// filled, almost always none. Where it does not, the call copies the kept rows.
+// the kernel's own. ONNX's Where(any(keep), X, fill) says the same, but takes four more nodes to reduce the
+// mask and reads and writes every element of X (H200, BERT-base/GPT-2 at batch 32: 90 µs in 12 layers).
+// This op may write its output into X's buffer (OrtCustomOp::GetMayInplace): where ORT grants that, a call
+// touches only the flags and the rows that are filled, almost always none. Where it does not, the call
+// copies the kept rows.
 //
 // What both providers' kernels share: the shapes' validation and the fill's bit pattern per type.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <onnxruntime_cxx_api.h>
@@ -24,12 +30,13 @@ namespace onnxfuse {
 struct MaskedRowsShape {
   int64_t batch = 0;       // B
   int64_t rows = 0;        // S
-  int64_t flag_rows = 0;   // S or 1: row_kept's axis 1
+  int64_t flag_rows = 0;   // S or 1: row_kept's row axis
+  int64_t flags_per_row = 0;  // K: row_kept's last axis
   int64_t width = 0;       // D
   int64_t element_bytes = 0;
 };
 
-// Checks X [B, S, D] of a float type and row_kept [B, S|1, 1] bool. Throws Ort::Exception
+// Checks X [B, S, D] of a float type and row_kept [B, S|1, K] or [B, 1, S|1, K] bool. Throws Ort::Exception
 // (ORT_INVALID_ARGUMENT) naming the input otherwise.
 MaskedRowsShape ValidateMaskedRows(const std::vector<int64_t>& x_shape, ONNXTensorElementDataType x_type,
                                    const std::vector<int64_t>& kept_shape, ONNXTensorElementDataType kept_type);
@@ -40,6 +47,20 @@ float ReadFillAttribute(const OrtKernelInfo* info);
 // `fill` as an element of `type`, in the low bits (float32: 32 bits; float16/bfloat16: 16, rounded to
 // nearest even, NaN kept NaN).
 uint32_t FillBits(float fill, ONNXTensorElementDataType type);
+
+// Says once per node, in ORT's log at the verbose level, whether ORT gave Y the buffer of X (a call then
+// touches only the flags and the rows it fills) or a buffer of its own (a call copies every kept row): what
+// shows a user, and the tests, whether the planner granted the in-place reuse. Seen with the session's or
+// the run's log_severity_level at 0.
+class InPlaceReport {
+ public:
+  explicit InPlaceReport(const OrtKernelInfo* info);
+  void Note(const Ort::KernelContext& context, bool in_place);
+
+ private:
+  const std::string node_;
+  std::atomic<bool> said_{false};
+};
 
 // What every instance of the op (one per element type and provider) sets in place of CustomOpBase's
 // defaults: output 0 may reuse input 0's buffer (GetMayInplace), and Y's type and shape are X's

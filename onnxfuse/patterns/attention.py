@@ -233,16 +233,18 @@ class AttentionPlan(Plan):
         nodes.append(onnx.helper.make_node(self.op[1], inputs, [mha_out], name=name, domain=MS_DOMAIN,
                                            **self._attrs()))
         if self.hidden_rows is not None:
-            made, rows = out.shared(self._mask_key("rows_seeing_a_key"), lambda: self._rows_seeing_a_key(out))
-            nodes += made
-            # The guard is ai.onnxfuse's FillMaskedRows, which writes into MHA's output where ORT lets it: it
-            # touches the flags and the rows it fills, where ONNX's Where(rows, y, value) reads and writes all
-            # of y (H200, float16, batch 32: BERT-base's and GPT-2's twelve guards took 90 µs as Where,
-            # bench/results/e2e_h200.md).
+            # The guard is ai.onnxfuse's FillMaskedRows on the mask itself (keep [B, 1, S|1, T]: a query row is
+            # kept when any of its keys is), writing into MHA's output where ORT lets it: it touches the mask
+            # and the rows it fills, where ONNX's Where(ReduceMax(keep), y, value) takes four more nodes and
+            # reads and writes all of y (H200, float16, batch 32: BERT-base's and GPT-2's twelve guards took
+            # 90 µs as Where, 26 µs as this op in place, bench/results/e2e_h200.md).
+            rows = self._keep(out, nodes)
             # ORT's planner lets the guard write into MHA's output only where it can prove the two the same
             # size, from shapes; its inference of MHA's output loses the sequence length in today's exports
             # (GPT-2 and BERT after ORT's optimizer: [batch, ?, D]). Named dimensions state only that they
-            # exist, which is true, and are what the planner needs (its reuse measured on the CPU provider).
+            # exist, which is true, and are what the planner needs (the op says in ORT's verbose log whether
+            # it ran in place: every guard of both models on the CPU and CUDA providers,
+            # bench/guard_in_place.py).
             out.declare(mha_out, self.dtype, [f"{mha_out}_{axis}" for axis in ("batch", "sequence", "hidden")])
             nodes.append(onnx.helper.make_node(FILL_MASKED_ROWS, [mha_out, rows], [merged], domain=DOMAIN,
                                                name=out.name(merged + "_hidden_rows"), fill=float(self.hidden_rows)))
@@ -377,24 +379,6 @@ class AttentionPlan(Plan):
             onnx.helper.make_node("Expand", [self.additive_bias, target], [expanded], name=out.name(expanded)),
         ]
         return nodes, expanded
-
-    def _rows_seeing_a_key(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
-        """[B, S or 1, 1] bool: the (batch, query) rows that keep at least one key."""
-        hint = self.name_hint + "_rows"
-        nodes: list[onnx.NodeProto] = []
-        keep = self._keep(out, nodes)
-        as_float, counted, seen, rows = (out.name(hint + s) for s in
-                                         ("_keep_float", "_kept_keys", "_sees_a_key", "_seeing_a_key"))
-        nodes += [
-            onnx.helper.make_node("Cast", [keep], [as_float], name=out.name(as_float), to=T.FLOAT),
-            _with_axes(out, self.opset, "ReduceSum", 13, as_float, counted, [1, 3], hint + "_count_axes", keepdims=1),
-            onnx.helper.make_node("Greater", [counted, out.initializer(hint + "_none", np.array(0.0, np.float32))],
-                                  [seen], name=out.name(seen)),
-            # [B, 1, S|1, 1] → [B, S|1, 1]: one flag per output row, broadcast over the hidden size
-            onnx.helper.make_node("Reshape", [seen, out.initializer(hint + "_row_shape", np.array([0, -1, 1], np.int64))],
-                                  [rows], name=out.name(rows)),
-        ]
-        return nodes, rows
 
 
 @dataclass(frozen=True)

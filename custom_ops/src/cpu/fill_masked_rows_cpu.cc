@@ -1,7 +1,8 @@
-// FillMaskedRows on the CPU: a pass over the rows. In place (Y's buffer is X's) it writes only the rows it
-// fills; otherwise it copies each kept row and fills the others.
+// FillMaskedRows on the CPU: a pass over the rows, each reading its K flags until one is set. In place (Y's
+// buffer is X's) it writes only the rows it fills; otherwise it copies each kept row and fills the others.
 #include "fill_masked_rows_cpu.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -22,7 +23,7 @@ void FillRow(char* row, int64_t width, uint32_t bits) {
 class FillMaskedRowsCpuKernel {
  public:
   FillMaskedRowsCpuKernel(const OrtKernelInfo* info, ONNXTensorElementDataType type)
-      : fill_bits_(FillBits(ReadFillAttribute(info), type)) {}
+      : fill_bits_(FillBits(ReadFillAttribute(info), type)), report_(info) {}
 
   OrtStatusPtr ComputeV2(OrtKernelContext* context) {
     return GuardOpStatus(kFillMaskedRowsOpType, [&] { Compute(context); });
@@ -42,11 +43,13 @@ class FillMaskedRowsCpuKernel {
     char* dst = static_cast<char*>(y.GetTensorMutableRawData());
     const bool* flags = kept.GetTensorData<bool>();
     const bool in_place = src == dst;
+    report_.Note(ctx, in_place);
     const int64_t row_bytes = s.width * s.element_bytes;
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t r = 0; r < s.rows; ++r) {
         const int64_t row = b * s.rows + r;
-        if (flags[b * s.flag_rows + (s.flag_rows == 1 ? 0 : r)]) {
+        const bool* row_flags = flags + (b * s.flag_rows + (s.flag_rows == 1 ? 0 : r)) * s.flags_per_row;
+        if (std::find(row_flags, row_flags + s.flags_per_row, true) != row_flags + s.flags_per_row) {
           if (!in_place) std::memcpy(dst + row * row_bytes, src + row * row_bytes, row_bytes);
         } else if (s.element_bytes == 4) {
           FillRow<uint32_t>(dst + row * row_bytes, s.width, fill_bits_);
@@ -58,6 +61,7 @@ class FillMaskedRowsCpuKernel {
   }
 
   const uint32_t fill_bits_;  // `fill` in X's type
+  InPlaceReport report_;
 };
 
 struct FillMaskedRowsCpuOp

@@ -1,4 +1,4 @@
-// The CUDA kernel of FillMaskedRows (src/fill_masked_rows_common.h): memory-bound, one thread block per row.
+// The CUDA kernel of FillMaskedRows (src/fill_masked_rows_common.h): memory-bound, one warp per row.
 #pragma once
 
 #include <cstdint>
@@ -7,14 +7,14 @@
 
 namespace onnxfuse::cuda {
 
-// Y [B, S, D] = X, with each row whose flag row_kept[b, S|1] is false set to `fill_bits` (an element of
-// `element_bytes` = 2 or 4 bytes). When y == x only the filled rows are written; a kept row's block reads
-// its flag and returns. One kernel on `stream`, never synchronizes, nothing for an empty X.
+// Y [B, S, D] = X, with each row none of whose K flags row_kept[b, S|1, 0..K) is set holding `fill_bits`
+// (an element of `element_bytes` = 2 or 4 bytes). When y == x only the filled rows are written; a kept row's warp reads
+// its flag and moves on. One kernel on `stream`, never synchronizes, nothing for an empty X.
 struct MaskedRows {
   void* y;
   const void* x;
   const bool* row_kept;
-  int64_t batch, rows, flag_rows, width, element_bytes;
+  int64_t batch, rows, flag_rows, flags_per_row, width, element_bytes;
   uint32_t fill_bits;
 };
 cudaError_t launch_fill_masked_rows(const MaskedRows& call, cudaStream_t stream);

@@ -18,7 +18,7 @@ namespace {
 class FillMaskedRowsCudaKernel {
  public:
   FillMaskedRowsCudaKernel(const OrtKernelInfo* info, ONNXTensorElementDataType type)
-      : fill_bits_(FillBits(ReadFillAttribute(info), type)) {}
+      : fill_bits_(FillBits(ReadFillAttribute(info), type)), report_(info) {}
 
   OrtStatusPtr ComputeV2(OrtKernelContext* context) {
     return GuardOpStatus(kFillMaskedRowsOpType, [&] { Compute(context); });
@@ -35,7 +35,9 @@ class FillMaskedRowsCudaKernel {
     Ort::UnownedValue y = ctx.GetOutput(0, x_shape);
     if (s.batch * s.rows * s.width == 0) return;
     const cuda::MaskedRows call{y.GetTensorMutableRawData(), x.GetTensorRawData(), kept.GetTensorData<bool>(),
-                                s.batch, s.rows, s.flag_rows, s.width, s.element_bytes, fill_bits_};
+                                s.batch, s.rows, s.flag_rows, s.flags_per_row, s.width, s.element_bytes,
+                                fill_bits_};
+    report_.Note(ctx, call.y == call.x);
     const cudaError_t err =
         cuda::launch_fill_masked_rows(call, static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
     if (err != cudaSuccess) {
@@ -44,6 +46,7 @@ class FillMaskedRowsCudaKernel {
   }
 
   const uint32_t fill_bits_;  // `fill` in X's type
+  InPlaceReport report_;
 };
 
 struct FillMaskedRowsCudaOp
