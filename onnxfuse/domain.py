@@ -121,7 +121,8 @@ def _fill_masked_rows_schema() -> defs.OpSchema:
     P = defs.OpSchema.FormalParameter
     schema = defs.OpSchema(
         FILL_MASKED_ROWS, DOMAIN, FILL_MASKED_ROWS_SINCE_VERSION, __doc__.split("\n\n")[2],
-        inputs=[P("X", "T", "[B, S, D]"), P("row_kept", "B", "[B, S|1, K] or [B, 1, S|1, K]: a row none of whose K flags is set is filled")],
+        inputs=[P("X", "T", "[B, S, D]"),
+                P("row_kept", "B", "[B, S|1, K] or [B, 1, S|1, K]: a row none of whose K flags is set is filled")],
         outputs=[P("Y", "T", "X, with the rows not kept set to fill")],
         type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "Floating types"),
                           ("B", ["tensor(bool)"], "Row flags")],

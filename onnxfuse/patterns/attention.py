@@ -237,7 +237,7 @@ class AttentionPlan(Plan):
             # kept when any of its keys is), writing into MHA's output where ORT lets it: it touches the mask
             # and the rows it fills, where ONNX's Where(ReduceMax(keep), y, value) takes four more nodes and
             # reads and writes all of y (H200, float16, batch 32: BERT-base's and GPT-2's twelve guards took
-            # 90 µs as Where, 26 µs as this op in place, bench/results/e2e_h200.md).
+            # 90 µs as Where, 31 and 27 µs as this op in place, bench/results/e2e_h200.md).
             rows = self._keep(out, nodes)
             # ORT's planner lets the guard write into MHA's output only where it can prove the two the same
             # size, from shapes; its inference of MHA's output loses the sequence length in today's exports

@@ -8,8 +8,9 @@
 namespace onnxfuse::cuda {
 
 // Y [B, S, D] = X, with each row none of whose K flags row_kept[b, S|1, 0..K) is set holding `fill_bits`
-// (an element of `element_bytes` = 2 or 4 bytes). When y == x only the filled rows are written; a kept row's warp reads
-// its flag and moves on. One kernel on `stream`, never synchronizes, nothing for an empty X.
+// (an element of `element_bytes` = 2 or 4 bytes). When y == x only the filled rows are written; a kept
+// row's warp reads its flags and moves on. One kernel on `stream`, never synchronizes, nothing for an
+// empty X.
 struct MaskedRows {
   void* y;
   const void* x;
