@@ -20,6 +20,7 @@ body (whose blocks may read weights of the enclosing graph).
 
 from __future__ import annotations
 
+import heapq
 import os
 import time
 from dataclasses import dataclass, field
@@ -312,7 +313,7 @@ def _apply(graph: onnx.GraphProto, view: GraphView, plans: list[Plan], ctx: _Rew
             kept.append(node)
 
     start = [name for i in sorted(removed) for name in view.nodes[i].input if name]
-    kept, dead_inits = _remove_made_dead(graph, kept, start, view.graph_inputs)
+    kept, dead_inits = _remove_made_dead(graph, _in_dependency_order(kept), start, view.graph_inputs)
 
     del graph.node[:]
     graph.node.extend(kept)
@@ -329,6 +330,38 @@ def _apply(graph: onnx.GraphProto, view: GraphView, plans: list[Plan], ctx: _Rew
         if graph.value_info[j].name in gone:
             del graph.value_info[j]
     graph.value_info.extend(emitter.declared)
+
+
+def _in_dependency_order(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``nodes`` with every node after the producers of what it reads, the rest left where it was.
+
+    A block's replacement takes the place of its last node; a reader of one of the block's outputs that
+    stood between its first and last node would then come before its producer (GPT-Neo: the Shape of the
+    embeddings' sum, read for the mask before the LayerNorm that the sum's SkipLayerNormalization
+    replaces). Kahn's order with the list position as priority: a list already in order comes out as it
+    went in, and a node that must move waits only until what it reads exists."""
+    produced_by = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    waits_on = [{produced_by[r] for r in node_reads(n) if r in produced_by} - {i} for i, n in enumerate(nodes)]
+    if all(j < i for i, deps in enumerate(waits_on) for j in deps):
+        return nodes
+    readers: dict[int, list[int]] = {}
+    for i, deps in enumerate(waits_on):
+        for j in deps:
+            readers.setdefault(j, []).append(i)
+    pending = [len(d) for d in waits_on]
+    ready = [i for i, n in enumerate(pending) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for r in readers.get(i, ()):
+            pending[r] -= 1
+            if pending[r] == 0:
+                heapq.heappush(ready, r)
+    if len(order) != len(nodes):
+        raise AssertionError("the rewritten graph has a cycle")
+    return [nodes[i] for i in order]
 
 
 def _all_names(graph: onnx.GraphProto) -> set[str]:
