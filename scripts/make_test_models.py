@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export the small random-weight transformer models that the exporter tests and the samples use.
 
-Each family (BERT, GPT-2, ViT, CLIP text, BLOOM, ConvNeXt, T5 v1.1, GPT-NeoX, LLaMA, Gemma, Phi, Falcon) is a tiny Hugging Face
+Each family (BERT, GPT-2, ViT, CLIP text, BLOOM, ConvNeXt, T5 v1.1, GPT-NeoX, LLaMA, Gemma, Phi, Falcon, GPT-Neo) is a tiny Hugging Face
 config with random weights, exported with torch.onnx's TorchScript exporter (``dynamo=False``) and its
 dynamo exporter (``dynamo=True``) at opsets spread over 14-20, and some exports are post-processed with
 ONNX Runtime's transformers optimizer and its float16 converter. Everything is seeded: running the script
@@ -376,6 +376,24 @@ def falcon() -> Family:
     )
 
 
+def gpt_neo() -> Family:
+    """GPT-Neo decoder (eager attention only: transformers has no sdpa form for it): its own attention code
+    masks the unscaled product with a slice of a literal boolean buffer, Where(tril, Q·Kᵀ, finfo.min), the
+    "local" layers' buffer banded to window_size keys, then adds the padding-and-causal mask; each MLP's
+    c_fc + gelu_new is a Linear+GELU block. A window of 4 keys makes the local layer's band bite at 8 tokens."""
+    cfg = dict(vocab_size=32, hidden_size=16, num_layers=2, num_heads=2, attention_types=[[["global", "local"], 1]],
+               window_size=4, intermediate_size=32, max_position_embeddings=16, activation_function="gelu_new",
+               use_cache=False)
+    return Family(
+        "gpt_neo", "GPTNeoModel", cfg, _hf("GPTNeoModel", "GPTNeoConfig", cfg, SEED + 16),
+        [_ids("input_ids", 32), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
+        fused_blocks=2, blocks_why="2 layers x 1 mlp.c_fc + gelu_new",
+        approximate=TANH, gelu_form="gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))",
+        extra_kwargs={"use_cache": False},
+        ort=None, ort_unsupported="the transformers optimizer has no gpt_neo model type",
+    )
+
+
 def distilbert() -> Family:
     """DistilBERT: each layer's FFN is lin1 + erf GELU."""
     cfg = dict(vocab_size=128, dim=32, n_layers=2, n_heads=2, hidden_dim=128, max_position_embeddings=128,
@@ -427,7 +445,7 @@ _FRESH = tuple(_fresh(f) for f in (bert, gpt2, vit, clip_text, distilbert, bloom
 
 FAMILIES: dict[str, Callable[[], Family]] = {
     f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast, gpt_neox_tanh,
-                            distilbert, llama, gemma, phi, falcon, *_FRESH)
+                            distilbert, llama, gemma, phi, falcon, gpt_neo, *_FRESH)
 }
 
 
@@ -479,6 +497,8 @@ EXPORTS: list[Export] = [
     Export("gemma", "dynamo", 20, note="ONNX Gelu(approximate='tanh') (opset 20)"),
     Export("phi", "torchscript", 17),
     Export("falcon", "torchscript", 17),
+    Export("gpt_neo", "torchscript", 17),
+    Export("gpt_neo", "dynamo", 18),
     *(Export(f.__name__, "torchscript", 17, note="freshly initialised: layer 1 reads its FFN bias (equal to layer "
                                                   "0's) through an Identity") for f in _FRESH),
 ]

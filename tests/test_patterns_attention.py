@@ -104,6 +104,11 @@ EXPECTED = {
     "gemma_dynamo_op20.onnx": (2, None),
     "phi_torchscript_op17.onnx": (2, None),  # a partial rotary: half of each head rotated
     "falcon_torchscript_op17.onnx": (2, None),  # its scale computed at run time from the query's shape
+    # GPT-Neo (eager only): Where(slice of its literal causal buffer, Q·Kᵀ, finfo.min), unscaled, plus the
+    # padding-and-causal mask; the "local" layer's buffer is banded to 4 keys. Dynamo names the second
+    # layer's length Min(16, S) (the buffer's clamp), met by the mask's S in the graph's Add.
+    "gpt_neo_torchscript_op17.onnx": (2, None),
+    "gpt_neo_dynamo_op18.onnx": (2, None),
     # T5: Where(keep, relative position bias, finfo.min), a finite bias fed as attention_bias. The other
     # four blocks' intermediates are read outside them (the first layers' key heads are also the returned
     # cache; the decoder's position bias reads the query heads' shape): the engine's single-use check
@@ -141,6 +146,9 @@ SEPARATE_QKV = {
     "bert_torchscript_op16_nofold.onnx": (2, "is not a constant"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
     **{f: (2, "computed per head") for f in ENTRIES if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_"))},
+    # GPT-Neo's query.to(float32) and key.to(float32) between the head split and the product (no-op Casts
+    # whose outputs the buffer's slice reads the lengths from): the heads are read as the graph has them
+    "gpt_neo_torchscript_op17.onnx": (2, "computed per head"),
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
@@ -283,14 +291,64 @@ def test_scale_computed_from_the_query_shape_is_evaluated(rng):
     np.testing.assert_allclose(_run(result.model, x, mask), _run(computed, x, mask), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("mask", ["", "padding"])
-def test_scores_masked_by_where_are_refused_with_the_reason(mask):
-    """GPT-Neo's form: not taken, but named in the report rather than passed over as some other Softmax."""
-    model = _attention(mask=mask, where_on_scores=True, seq_len=5, guard=False)
+SCORE_KEEPS = [
+    {"where_on_scores": "tril", "mask": "", "seq_len": 5},
+    {"where_on_scores": "band", "mask": "padding", "seq_len": 5},
+    {"where_on_scores": "tril", "mask": "causal+padding", "where_slice": "from_zero"},  # GPT-Neo, TorchScript
+    {"where_on_scores": "band", "mask": "causal+padding", "where_slice": "from_zero"},  # its local layers
+    {"where_on_scores": "band", "mask": "causal", "where_slice": "from_zero"},  # unidirectional + the band
+    {"where_on_scores": "tril", "mask": "causal+padding", "where_slice": "from_zero", "where_fill": -math.inf},
+    # the padding mask's -inf fill hides whole rows: NaN in the graph, 0 after sdpa's guard (FillMaskedRows)
+    {"where_on_scores": "band", "mask": "causal+padding", "where_slice": "from_zero", "fill": -math.inf},
+]
+
+
+@pytest.mark.parametrize("kw", SCORE_KEEPS, ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_scores_masked_by_a_literal_keep_are_fused_exactly(kw):
+    """GPT-Neo's form: Where(C, Q·Kᵀ, fill) [+ mask] is MHA's product plus Where(C, 0, fill) [+ mask] as
+    attention_bias, for causal and banded literals, with padding on the left (rows that see no key under
+    causality) and on the right, and whole-padding rows."""
+    kw = {"fill": FLOAT32_MIN, "guard": False, **kw}
+    if kw["fill"] == -math.inf:
+        kw["guard"] = True
+    model = _attention(**kw)
+    result = _fuse(model)
+    (block,) = result.report.fused
+    assert block.details["score_keep"].startswith("Where(keep, Q·Kᵀ, fill) into attention_bias")
+    node = _fused_node(result.model)
+    assert _attention_bias(node) and _no_mask_index(node)
+    assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
+    assert (attr_of(node, "unidirectional") == 1) == (kw["mask"] == "causal")
+    rng = np.random.default_rng(3)
+    for seq in ([5] if kw.get("seq_len") == 5 else [1, 5, 9]):
+        x = rng.standard_normal((4, seq, D)).astype(np.float32)
+        mask = np.ones((4, seq), np.int64)
+        mask[1, : seq // 2] = 0  # left padding: under causality its first rows see no key
+        mask[2, seq // 2 + 1:] = 0  # right padding
+        mask[3] = 0  # no key at all
+        want, got = _run(model, x, mask), _run(result.model, x, mask)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def attr_of(node: onnx.NodeProto, name: str):
+    found = [helper.get_attribute_value(a) for a in node.attribute if a.name == name]
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("kw, reason", [
+    # scaled after the Where: the fill is scaled too
+    ({"where_on_scores": "tril", "mask": "padding", "seq_len": 5, "split_scale": False}, "and then scaled"),
+    ({"where_on_scores": "tril", "mask": "", "seq_len": 5, "where_fill": -10000.0}, "with fill -10000"),
+    ({"where_on_scores": "upper", "mask": "padding", "seq_len": 5}, "row 0 keeps no key"),
+    ({"where_on_scores": "tril", "mask": "causal+padding", "where_slice": "from_one"}, "sliced from 1"),
+])
+def test_scores_masked_by_a_keep_not_proved_are_refused_with_the_reason(kw, reason):
+    model = _attention(guard=False, fill=FLOAT32_MIN, **kw)
     result = _fuse(model)
     assert result.report.fused == []
     (refusal,) = [r for r in result.report.refused if r.rule == "attention"]
-    assert "Where(keep, Q·Kᵀ, fill)" in refusal.reason
+    assert "Where(keep, Q·Kᵀ, fill)" in refusal.reason and reason in refusal.reason, refusal.reason
     assert result.model.graph.SerializeToString() == model.graph.SerializeToString()
 
 
@@ -412,7 +470,8 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
                seq_len: int | str = "seq", seed: int = 0, projections: str = "three",
                unbiased: bool = False, query_input: bool = False, weight_input: bool = False,
                projection_output: bool = False, tied: bool = False, casts: bool = False,
-               scale_source: str = "constant", where_on_scores: bool = False) -> onnx.ModelProto:
+               scale_source: str = "constant", where_on_scores: str = "", where_fill: float = FLOAT32_MIN,
+               where_slice: str = "") -> onnx.ModelProto:
     """An sdpa-style self-attention block over x [batch, seq, D] with a mask built as transformers does
     (padding: attention_mask[:, None, None, :]; causal: Range compare), or a literal one.
 
@@ -431,8 +490,12 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     ``casts``: each MatMul reads its own Cast of x. ``scale_source``: the √scale on Q and Kᵀ as a constant,
     computed at run time from the query's shape as torch's sdpa does when the head size is not a constant at
     export ("shape": √(1/√Shape(q)[-1])), or from the data ("data": a ReduceMax of x, no constant).
-    ``where_on_scores``: the product masked as Where(tril, Q·Kᵀ, finfo.min) with a literal [5, 5] buffer
-    (GPT-Neo's own attention code; needs ``seq_len=5``)."""
+    ``where_on_scores``: the product masked as Where(C, Q·Kᵀ, ``where_fill``) before the mask is added
+    (GPT-Neo's own attention code) with a literal boolean C: "tril" (causal), "band" (two keys: GPT-Neo's
+    local layers), "upper" (strictly above the diagonal: row 0 keeps no key at or before itself); scaled
+    inside the Where with ``split_scale``, else Div after it. ``where_slice``: "" C is [5, 5] (needs
+    ``seq_len=5``); "from_zero": C[:, :, L - S : L, :L] of a [1, 1, 16, 16] buffer, L and S read from
+    x's shape (as GPT-Neo's TorchScript export slices its buffer); "from_one": starting at row 1."""
     rng = np.random.default_rng(seed)
     npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     inits, nodes = [], []
@@ -484,8 +547,8 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
         q, k = node("Mul", [q, half], "q_scaled"), node("Mul", [k, half], "k_scaled")
     scores = node("MatMul", [q, k], "scores")
     if where_on_scores:
-        tril = const("causal_buffer", np.tril(np.ones((5, 5), bool)), np.bool_)
-        scores = node("Where", [tril, scores, const("where_fill", FLOAT32_MIN)], "scores_masked")
+        scores = node("Where", [_score_keep(where_on_scores, where_slice, q, k, const, node), scores,
+                                const("where_fill", where_fill)], "scores_masked")
     if not split_scale:
         scores = node("Div", [scores, const("sqrt_d", math.sqrt(H))], "scores_scaled")
     keep = None
@@ -539,6 +602,26 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
         outputs.append(helper.make_tensor_value_info("tied_use", dtype, None))
     graph = helper.make_graph(nodes, "attention", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def _score_keep(form, sliced, q, k, const, node):
+    """The literal keep of ``_attention(where_on_scores=form, where_slice=sliced)``."""
+    size = 16 if sliced else 5
+    ones = np.ones((size, size), bool)
+    buffer = {"tril": np.tril(ones), "band": np.tril(ones) & ~np.tril(ones, -2), "upper": np.triu(ones, 1)}[form]
+    if not sliced:
+        return const("score_buffer", buffer, np.bool_)
+    buffer = const("score_buffer", buffer[None, None], np.bool_)
+
+    def length(t, axis_):  # Shape(t)[axis] as a [1] tensor
+        return node("Slice", [node("Shape", [t], f"{t}_shape_{axis_}"), const(f"{t}_from_{axis_}", [axis_], np.int64),
+                              const(f"{t}_to_{axis_}", [axis_ + 1], np.int64)], f"{t}_len_{axis_}")
+
+    key_len = query_len = length("x", 1)
+    start = node("Sub", [key_len, query_len], "buffer_start") if sliced == "from_zero" else const("buffer_start", [1], np.int64)
+    rows = node("Slice", [buffer, start, key_len, const("rows_axis", [2], np.int64)], "buffer_rows")
+    return node("Slice", [rows, const("cols_start", [0], np.int64), key_len, const("cols_axis", [3], np.int64)],
+                "buffer_keep")
 
 
 def _additive_term(bias, fill, seq_len, rng, const, node, dtype):

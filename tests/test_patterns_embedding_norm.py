@@ -60,6 +60,8 @@ EXPECTED = {
     "gpt2_torchscript_op14_ortfp16.onnx": GPT2, "mixed_precision/gpt2_torchscript_op14_ortfp16_keepfastgelu.onnx": GPT2,
     "clip_text_dynamo_op18.onnx": GPT2, "clip_text_freshinit_torchscript_op17.onnx": GPT2,
     "clip_text_torchscript_op16_ortopt.onnx": GPT2, "clip_text_torchscript_op16_ortfp16.onnx": GPT2,
+    # GPT-Neo: the sum is also read by a Shape for the mask, placed before the LayerNorm in the node list
+    "gpt_neo_torchscript_op17.onnx": GPT2, "gpt_neo_dynamo_op18.onnx": GPT2,
 }
 # (The raw opset-14/16 TorchScript exports write LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div: no LayerNormalization.)
 TOKEN_TABLES = ("word_embeddings", "wte", "token_embedding")

@@ -70,6 +70,20 @@ scores' own, ``symbolic``), and values proved finite (``value_range``).
 Guard: sdpa's math path writes ``Where(IsNaN(P), 0, P)`` after the Softmax: it turns rows with no visible
 key (−inf everywhere: NaN) into zeros.
 
+The product masked before the mask is added (GPT-Neo's own attention code, its only one: transformers has
+no sdpa form for it): ``Softmax(Where(C, Q·Kᵀ·s, fill) [+ mask])``, ``C`` a slice of a literal boolean
+buffer (``tril``; banded to ``window_size`` keys in the "local" layers), ``fill`` the dtype's lowest. MHA
+gets the graph's own ``C`` as ``attention_bias = Where(C, 0, fill) [+ mask's bias]``: entry by entry the
+same numbers where C keeps a key (``s_qk + m_qk``); where it drops one the graph has ``fill + m_qk`` and
+MHA ``s_qk + (fill + m_qk)`` — the same ``-inf`` where the mask drops the key too (lowest + lowest
+overflows, in both), else ``lowest`` against ``s_qk + lowest``, which float32 rounds to lowest (|s| far
+below 2^103) and whose exponential is 0 in both once the row keeps any key. So the rows agree wherever
+one entry of a row is finite, and ``_prove_score_keep`` shows that from ``C``: every row keeps a key at or
+before its own position, with both slices starting at 0 and the query and key lengths equal (GPT-Neo's
+``C[:, :, L - S : L, :L]``, L - S read as 0 from the shapes). A fill other than ``-inf`` or the lowest, a
+keep computed at run time, a slice from elsewhere, or a scale applied after the Where (it scales the
+fill) is refused. Causal without padding keeps MHA's ``unidirectional`` and adds the literal's bias.
+
 Why these are exact, row by row:
 
 * padding, with or without causality: the graph's own mask tensor ``Where(keep, 0, fill)`` becomes MHA's
@@ -100,8 +114,7 @@ Why these are exact, row by row:
 
 Refused, with the reason shown by ``inspect``: probabilities read anywhere else (``output_attentions``),
 Softmax over another axis, a bias that is neither a proved padding/causal mask nor a finite tensor of
-the scores' type and shape (``-inf`` fills of masks it cannot prove, such as a literal triangle
-constant or an anti-causal compare; ``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or
+the scores' type and shape (``-inf`` fills of masks it cannot prove, such as an anti-causal compare; ``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or
 one that broadcasts the scores up), scores scaled after the bias is added, a query/key that reaches the
 product through other ops without proved [B, N, S, H] dimensions (above), key and value heads of
 different sizes, inconsistent head counts.
@@ -152,7 +165,7 @@ from . import qkv
 from ..domain import DOMAIN, FILL_MASKED_ROWS
 from .graph import GraphView, attr, is_op
 from .rule import Emitter, Plan, Refusal, T, dtype_name
-from .symbolic import Dim, Evaluator, NotSymbolic, conjuncts, shift_axes
+from .symbolic import Dim, Evaluator, NotSymbolic, clamped_to, conjuncts, shift_axes
 from .value_range import is_finite
 
 RULE = "attention"
@@ -194,14 +207,20 @@ class AttentionPlan(Plan):
     separate_because: str | None = None  # why Q, K and V are not packed into one projection
     query_heads: str | None = None  # the query as heads [B, N, S, H] the graph computed: merged in front of MHA
     kv_heads: bool = False  # key and value are heads [B, N, L, H] the graph has (MHA's 4-D key and value)
+    score_keep: str | None = None  # the graph's boolean keep of Where(keep, Q·Kᵀ, fill) on the product
+    score_fill: float | None = None
+    score_keep_rank: int = 4
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
     def details(self) -> dict:
         found = {"num_heads": self.num_heads, "mask": self.mask_kind or "none", "scale": self.scale,
                  "bias": "packed" if self.biases else "none",
-                 "mask_input": "attention_bias" if self.padding or self.additive_bias else
+                 "mask_input": "attention_bias" if self.padding or self.additive_bias or self.score_keep else
                  "unidirectional" if self.causal else "none", "qkv": "separate"}
+        if self.score_keep:
+            found["score_keep"] = "Where(keep, Q·Kᵀ, fill) into attention_bias" + (
+                " with unidirectional" if self.causal else "")
         if self.separate_because:
             found["qkv_separate_because"] = self.separate_because
         if self.kv_heads:
@@ -223,6 +242,11 @@ class AttentionPlan(Plan):
         elif self.additive_bias is not None:
             made, attention_bias = out.shared(("expanded_bias", self.additive_bias, self.query, self.key),
                                               lambda: self._expanded_bias(out))
+            nodes += made
+        if self.score_keep is not None:
+            made, attention_bias = out.shared(
+                ("score_keep_bias", self.score_keep, self.score_fill, self.dtype, attention_bias, self.query, self.key),
+                lambda: self._score_keep_bias(out, attention_bias))
             nodes += made
         y = self.outputs[0]
         merged = out.name(self.name_hint + "_merged") if self.flat_shape else y
@@ -360,10 +384,37 @@ class AttentionPlan(Plan):
         ]
         return nodes, expanded
 
+    def _score_keep_bias(self, out: Emitter, attention_bias: str) -> tuple[list[onnx.NodeProto], str]:
+        """``Where(keep, 0, fill) + bias`` (the mask's bias, or nothing) as MHA's attention_bias: the graph's
+        ``Where(keep, s, fill) + bias`` with the product taken out, which MHA adds back (exact: the rule's
+        docstring). The keep's rank is padded to 4 and its broadcast axes expanded to [1, 1, S, T]."""
+        hint = self.name_hint + "_score_keep"
+        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
+        nodes: list[onnx.NodeProto] = []
+        keep, rank = self.score_keep, self.score_keep_rank
+        if rank < 4:
+            keep = out.name(hint + "_4d")
+            nodes.append(_with_axes(out, self.opset, "Unsqueeze", 13, self.score_keep, keep, list(range(4 - rank)),
+                                    hint + "_axes"))
+        dropped = out.name(hint + "_bias")
+        nodes.append(onnx.helper.make_node(
+            "Where", [keep, out.initializer(hint + "_kept", np.array(0, np_dtype)),
+                      out.initializer(hint + "_fill", np.array(self.score_fill, np_dtype))], [dropped],
+            name=out.name(dropped)))
+        made, whole = self._expanded(out, dropped, hint)
+        nodes += made
+        if not attention_bias:
+            return nodes, whole
+        total = out.name(hint + "_attention_bias")
+        nodes.append(onnx.helper.make_node("Add", [whole, attention_bias], [total], name=out.name(total)))
+        return nodes, total
+
     def _expanded_bias(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
         """The graph's bias broadcast to [B|1, N|1, S, T], the shape MHA's attention_bias must have at run
         time: Expand to [1, 1, S, T] keeps the bias's own batch and head axes (1 or the scores')."""
-        hint = self.name_hint + "_bias"
+        return self._expanded(out, self.additive_bias, self.name_hint + "_bias")
+
+    def _expanded(self, out: Emitter, bias: str, hint: str) -> tuple[list[onnx.NodeProto], str]:
         q_shape, k_shape, q_len, k_len, target, expanded = (out.name(hint + s) for s in (
             "_query_shape", "_key_shape", "_query_len", "_key_len", "_shape", "_attention_bias"))
         seq_axis = out.initializer(hint + "_seq_axes", np.array([1], np.int64))
@@ -376,7 +427,7 @@ class AttentionPlan(Plan):
             onnx.helper.make_node("Gather", [k_shape, key_axis], [k_len], name=out.name(k_len), axis=0),
             onnx.helper.make_node("Concat", [out.initializer(hint + "_lead", np.array([1, 1], np.int64)), q_len, k_len],
                                   [target], name=out.name(target), axis=0),
-            onnx.helper.make_node("Expand", [self.additive_bias, target], [expanded], name=out.name(expanded)),
+            onnx.helper.make_node("Expand", [bias, target], [expanded], name=out.name(expanded)),
         ]
         return nodes, expanded
 
@@ -584,6 +635,30 @@ class _Scores:
     scale: float
     bias: str | None  # the mask bias added to the scores
     post_scale: float = 1.0  # a factor applied after the bias is added: (Q·Kᵀ·s + bias)·post_scale
+    keep: _ScoreKeep | None = None  # Where(keep, Q·Kᵀ·s, fill) on the product itself (GPT-Neo)
+
+
+@dataclass(frozen=True)
+class _ScoreKeep:
+    """``Where(keep, Q·Kᵀ·s, fill)``: the product masked before any bias is added (GPT-Neo's own attention
+    code, with a slice of its literal causal buffer)."""
+
+    keep: str  # the boolean condition, as the graph computes it
+    fill: float
+    node: int  # the Where
+    rank: int = 4  # the keep's rank (proved by _prove_score_keep)
+
+
+def _score_where(view: GraphView, t: str) -> tuple[str, _ScoreKeep | None]:
+    """``t = Where(keep, x, fill)`` with a constant scalar fill: (x, the keep); else (t, None)."""
+    i = view.producer.get(t)
+    if i is None or not is_op(view.nodes[i], "Where") or len(view.nodes[i].input) != 3:
+        return t, None
+    w = view.nodes[i]
+    fill = view.scalar(w.input[2])
+    if fill is None or view.dtype(w.input[0]) != T.BOOL:
+        return t, None
+    return w.input[1], _ScoreKeep(w.input[0], fill[0], i)
 
 
 def _scalar_factor(view: GraphView, i: int, t: str, ev: Evaluator | None = None) -> tuple[str, float] | None:
@@ -673,31 +748,38 @@ def _scores(view: GraphView, t: str) -> _Scores | None:
     bias = None
     outer: set = set()
     added, post_scale = _strip_scale(view, t, outer)
+    keep = None
     i = view.producer.get(added)
     if i is not None and is_op(view.nodes[i], "Add") and len(view.nodes[i].input) == 2:
         for a, b in ((view.nodes[i].input[0], view.nodes[i].input[1]), (view.nodes[i].input[1], view.nodes[i].input[0])):
-            inner, _ = _strip_scale(view, a, set())
+            unmasked, keep = _score_where(view, a)
+            inner, _ = _strip_scale(view, unmasked, set())
             j = view.producer.get(inner)
             if j is not None and is_op(view.nodes[j], "MatMul"):
                 nodes |= outer | {i}
-                t, bias = a, b
+                t, bias = unmasked, b
                 break
         else:
             return None
     else:
         post_scale = 1.0  # no bias: the factors are the scores' own, taken below
+        unmasked, keep = _score_where(view, t)
+        if keep is not None:
+            t = unmasked
+    if keep is not None:
+        nodes.add(keep.node)
     t, scale = _strip_scale(view, t, nodes)
     j = view.producer.get(t)
     if j is None or not is_op(view.nodes[j], "MatMul"):
         return None
     nodes.add(j)
-    return _Scores(j, nodes, scale, bias, post_scale)
+    return _Scores(j, nodes, scale, bias, post_scale, keep)
 
 
 def _scores_masked_by_where(view: GraphView, t: str) -> str | None:
-    """Why a Softmax of ``Where(keep, Q·Kᵀ, fill)`` (plus a bias or not) is not taken, or None for any other
-    Softmax. GPT-Neo's own attention code masks the product this way with a slice of a literal triangular
-    buffer; its "local" layers with a banded one. Taking it would need the literal buffer proved causal."""
+    """Why a Softmax of ``Where(keep, Q·Kᵀ, fill)`` scaled after the Where (plus a bias or not) is not taken,
+    or None for any other Softmax. The form taken (:func:`_score_where`) scales the product inside the
+    Where, as GPT-Neo does (it does not scale at all); scaled after it, the fill is scaled too."""
     added, _ = _strip_scale(view, t, set())
     i = view.producer.get(added)
     terms = [added]
@@ -709,8 +791,8 @@ def _scores_masked_by_where(view: GraphView, t: str) -> str | None:
             continue
         inner = view.producer.get(_strip_scale(view, view.nodes[j].input[1], set())[0])
         if inner is not None and is_op(view.nodes[inner], "MatMul"):
-            return ("the scores are masked as Where(keep, Q·Kᵀ, fill) (GPT-Neo's own attention code), not by an "
-                    "added bias: a mask in this form is not taken")
+            return ("the scores are masked as Where(keep, Q·Kᵀ, fill) and then scaled, which scales the fill: "
+                    "not taken (the product scaled inside the Where is)")
     return None
 
 
@@ -740,6 +822,7 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     if dtype not in _SUPPORTED or ev.dtype(k.typed) != dtype:
         raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
     mask = _classify_mask(view, ev, sc.bias, q, k, dtype) if sc.bias is not None else _NO_MASK
+    score_keep = None if sc.keep is None else replace(sc.keep, rank=_prove_score_keep(view, ev, sc.keep, q, k, dtype))
     # The mask adds without broadcasting the scores up (checked by _classify_mask), so the probabilities
     # have the product's dimensions: recorded, so the head merge's reshapes can be checked against them.
     probs, guarded = node.output[0], False
@@ -754,6 +837,12 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         nodes |= set(guard[0])
         probs, guarded = guard[1], True
     ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
+    cast = view.single_consumer(probs)
+    if cast is not None and is_op(view.nodes[cast], "Cast") and attr(view.nodes[cast], "to") == dtype:
+        # GPT-Neo's attn_weights.to(value.dtype): a Cast to the type the probabilities already have
+        nodes.add(cast)
+        probs = view.nodes[cast].output[0]
+        ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
     pv = view.single_consumer(probs)
     if pv is None or not is_op(view.nodes[pv], "MatMul") or view.nodes[pv].input[0] != probs:
         raise _Refused("the attention probabilities are read outside the attention (output_attentions?)")
@@ -770,12 +859,13 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     # finite fill such a row is the graph's plain softmax of equal scores, which MHA computes the same way.
     no_key_row = 0.0 if guarded else math.nan
     return _finish(view, ev, nodes, q, k, v, dtype, mask, merged, flat_shape, scale,
-                   (scaling, "IsNaN guard" if guarded else ""), no_key_row, view.nodes[softmax].name or f"attention_{softmax}")
+                   (scaling, "IsNaN guard" if guarded else ""), no_key_row, view.nodes[softmax].name or f"attention_{softmax}",
+                   score_keep)
 
 
 def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v: _Heads, dtype: int, mask: _Mask,
             merged: str, flat_shape: tuple | None, scale: float, form_notes: tuple, no_key_row: float,
-            name_hint: str) -> AttentionPlan:
+            name_hint: str, score_keep: _ScoreKeep | None = None) -> AttentionPlan:
     """The plan of a matched attention (either anchor): packing, biases, the mask's input and the rows that
     see no key. ``no_key_row`` is the graph's value for such a row where the fill is -inf (0 or NaN)."""
     per_head = q.computed or k.computed or v.computed
@@ -811,7 +901,8 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
     if scale == 0.0:  # MHA reads scale 0 as "the default 1/√head_size"
         raise _Refused("the scores are scaled by 0")
     scaling, guard_note = form_notes
-    form = ", ".join(p for p in ("heads computed per head" if per_head else "", scaling, mask.kind or "no mask",
+    form = ", ".join(p for p in ("heads computed per head" if per_head else "", scaling,
+                                 "Where(keep, Q·Kᵀ, fill)" if score_keep else "", mask.kind or "no mask",
                                  guard_note) if p)
     extra = {"packed": packed} if packed else {"separate_because": separate_because}
     return (PackedAttentionPlan if packed else AttentionPlan)(
@@ -824,7 +915,10 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
         self_attention=q.seq == k.seq, flat_shape=flat_shape,
         query_heads=q.tensor if q.computed else None, kv_heads=per_head,
-        additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full, **extra)
+        additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
+        score_keep=score_keep.keep if score_keep else None, score_fill=score_keep.fill if score_keep else None,
+        score_keep_rank=score_keep.rank if score_keep else 4,
+        **extra)
 
 
 def _value_hidden(ev: Evaluator, v: _Heads) -> int | None:
@@ -949,8 +1043,9 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
     n, h = target[2], target[3]
     # position j keeps dimension j of Xp: the same int or symbol, or 0 ("copy", unless allowzero)
     kept = [target[j] == ev.dim(xp, j) or (allow_zero and target[j] == Dim(0)) for j in (0, 1)]
-    # one -1 among batch/sequence is the other's complement when heads × head_size is the hidden size
-    implied = sorted(kept) == [False, True] and target[kept.index(False)] == Dim(-1) and \
+    # one entry among batch/sequence that is -1, or a symbol of its own (dynamo's min(max_positions, S)), is
+    # the other's complement when heads × head_size is the hidden size: the element count forces it
+    implied = sorted(kept) == [False, True] and _forced(target[kept.index(False)]) and \
         n.is_int and h.is_int and n.coef * h.coef == hidden
     if not (all(kept) or implied):
         raise _Refused(f"the {what} head split {list(target)} does not keep the projection's batch and sequence")
@@ -1050,15 +1145,22 @@ def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, hidden: int 
     last = (Dim(-1),) if hidden is None else (Dim(-1), Dim(hidden))
     # [B·S, D]: GPT-2's Conv1D (dynamo)
     flat = len(target) == 2 and hidden is not None and target == (Dim(-1), Dim(hidden))
-    # one -1 among batch/sequence is the other's complement when the last is the hidden size
+    # one entry among batch/sequence that is -1 or a symbol of its own is the other's complement when the
+    # last is the hidden size (the element count forces it, as in the head split)
     kept = len(target) == 3 and (
         (target[0] in batch and target[1] in seq and target[2] in last)
-        or (hidden is not None and target[2] == Dim(hidden) and ((target[0] == Dim(-1) and target[1] in seq)
-                                                                 or (target[0] in batch and target[1] == Dim(-1)))))
+        or (hidden is not None and target[2] == Dim(hidden) and ((_forced(target[0]) and target[1] in seq)
+                                                                 or (target[0] in batch and _forced(target[1])))))
     if not flat and not kept:
         raise _Refused(f"the heads are merged into {list(target)}, not [batch, sequence, {hidden or 'hidden'}]")
     nodes.add(ri)
     return view.nodes[ri].output[0], (-1, hidden) if flat else None
+
+
+def _forced(d: Dim) -> bool:
+    """A Reshape target entry whose value the element count decides, given the others: -1, or a symbolic
+    dimension the evaluator could not name as the input's own (any other value makes the Reshape fail)."""
+    return d == Dim(-1) or not d.is_int
 
 
 def _sole_reader(view: GraphView, t: str) -> int | None:
@@ -1256,18 +1358,125 @@ def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: flo
             raise _Refused(f"the padding mask spans {extents[0]}×{extents[3]}, not shown to be batch × key length")
         if view.dtype(padding.name) not in (T.BOOL, T.INT64, T.INT32) and not padding.as_bool:
             raise _Refused("the padding mask is read as values, not as keep/drop")
-    if causal and (extents[2] not in (query_len, extents[3]) or extents[3] not in (key_len, query_len, cols)):
+    if causal and (not _one_of(extents[2], (query_len, extents[3]))
+                   or not _one_of(extents[3], (key_len, query_len, cols))):
         raise _Refused(f"the causal mask spans {extents[2]}×{extents[3]} positions, not shown to be "
                        "the query and key lengths")
     allowed = ({batch, rows}, {Dim(q.heads)}, {query_len, extents[3] if causal else query_len}, {key_len, cols})
     for j, (e, ok) in enumerate(zip(extents, allowed)):
-        if e != Dim(1) and e not in ok:
+        if e != Dim(1) and not _one_of(e, ok):
             raise _Refused(f"the mask's dimension {j} ({e}) is not shown to match the scores'")
     kind = "+".join(p for p, on in (("causal", causal), ("key-padding", padding is not None)) if on)
     if not kind:
         return _NO_MASK  # keeps every key: adding its zero bias changes nothing
     return _Mask(kind, padding.name if padding else None, causal, fill_value, keep=keep_name,
                  rank=len(keep.extents), has_query_axis=extents[2] != Dim(1))
+
+
+# A literal keep is read whole to prove it (GPT-Neo-2.7B's buffer: 2048 × 2048 booleans, 4 MiB).
+_SCORE_KEEP_MAX_ELEMENTS = 1 << 24
+_SHAPE_PASS_THROUGH = ("Reshape", "Unsqueeze", "Squeeze", "Identity", "Cast")
+
+
+def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads, k: _Heads, dtype: int) -> int:
+    """The scores' own ``Where(keep, Q·Kᵀ·s, fill) [+ mask]`` is MHA's ``Q·Kᵀ·s + (Where(keep, 0, fill)
+    [+ mask])`` exactly when (module docstring) the fill is ``-inf`` or the dtype's lowest and every query
+    row keeps a key. The keep must be a boolean literal ``C`` or Slices of one (GPT-Neo: its buffer
+    ``C[:, :, L - S : L, :L]``) from 0 on its last two axes, the key axis sliced up to the key length or
+    not at all; with the query and key lengths proved equal, row q of the keep is ``C[q, :L]``, L > q, and
+    every row of ``C`` must keep a key at or left of its diagonal (a causal or banded buffer does: its
+    diagonal). Returns the keep's rank."""
+    what = "the product is masked as Where(keep, Q·Kᵀ, fill)"
+    lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
+    if sk.fill not in (-math.inf, lowest):
+        raise _Refused(f"{what} with fill {sk.fill:g}: only -inf or the dtype's lowest ({lowest:g}) drops a key "
+                       "the way an attention_bias entry does")
+    if q.seq != k.seq:
+        raise _Refused(f"{what} where the query and key lengths are not shown equal")
+    t, ends = sk.keep, {}  # axis -> (the Slice's ends input, position in it)
+    while view.constant(t) is None:
+        i = view.producer.get(t)
+        node = view.nodes[i] if i is not None else None
+        if node is None or not is_op(node, "Slice") or len(node.input) < 3 or len(ends) > 8:
+            raise _Refused(f"{what} where keep is not a literal or a Slice of one (a mask computed at run time)")
+        rank = ev.rank(node.input[0])
+        try:
+            starts = ev.vec(node.input[1]).items
+            axes = ev.vec(node.input[3]).items if len(node.input) > 3 and node.input[3] else \
+                tuple(Dim(a) for a in range(len(starts)))
+            steps = ev.vec(node.input[4]).items if len(node.input) > 4 and node.input[4] else (Dim(1),) * len(starts)
+        except NotSymbolic as e:
+            raise _Refused(f"{what} where keep's Slice cannot be followed: {e}") from None
+        if rank is None or len(axes) != len(starts) or not all(a.is_int and -rank <= a.coef < rank for a in axes):
+            raise _Refused(f"{what} where keep's Slice axes are not known")
+        for n, (a, start, step) in enumerate(zip(axes, starts, steps)):
+            j = a.coef % rank
+            if start != Dim(0) or step != Dim(1) or j in ends:
+                raise _Refused(f"{what} where keep is sliced from {start} by {step} on axis {j}: only one slice "
+                               "from 0, step 1, per axis is proved")
+            ends[j] = (node.input[2], n)
+        t = node.input[0]
+    c = view.small_value(t, max_elements=_SCORE_KEEP_MAX_ELEMENTS)
+    if c is None or c.dtype != np.bool_ or not 2 <= c.ndim <= 4:
+        raise _Refused(f"{what} where keep's literal is not a 2-D to 4-D boolean tensor of at most "
+                       f"{_SCORE_KEEP_MAX_ELEMENTS} elements")
+    rank, (rows, cols) = c.ndim, c.shape[-2:]
+    if any(d != 1 for d in c.shape[:-2]) or any(j < rank - 2 for j in ends):
+        raise _Refused(f"{what} where keep's literal {list(c.shape)} has batch or head axes of its own")
+    if cols == 1 or (rank - 1 in ends and not _end_reaches(view, ev, *ends[rank - 1], k.seq, cols)):
+        raise _Refused(f"{what} where keep's key axis is not shown to span the key length")
+    matrix = c.reshape(rows, cols)
+    blind = np.flatnonzero(~np.tril(matrix).any(axis=1))
+    if blind.size:
+        raise _Refused(f"{what} where keep's row {int(blind[0])} keeps no key at or before its own position "
+                       "(such a row is NaN in the graph and the kernel's own choice in the fused op)")
+    return rank
+
+
+def _end_reaches(view: GraphView, ev: Evaluator, ends: str, n: int, length: Dim, extent: int) -> bool:
+    """Whether entry ``n`` of a Slice's ``ends`` is ``length``, or takes an axis of ``extent`` whole (an int
+    at least ``extent``, or ``Min(c, length)`` with c at least ``extent``: dynamo's clamp)."""
+    try:
+        end = ev.vec(ends).items[n]
+        return end == length or (end.is_int and end.coef >= extent)
+    except (NotSymbolic, IndexError):
+        pass
+    t = ends
+    for _ in range(8):
+        i = view.producer.get(t)
+        if i is None:
+            return False
+        node = view.nodes[i]
+        if node.op_type in _SHAPE_PASS_THROUGH and node.domain in ("", "ai.onnx"):
+            t = node.input[0]
+            continue
+        if not is_op(node, "Min") or len(node.input) != 2:
+            return False
+        for a, b in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
+            bound = view.small_value(a)
+            if bound is not None and bound.size == 1 and bound.reshape(-1)[0] >= extent:
+                try:
+                    return ev.vec(b).items == (length,)
+                except NotSymbolic:
+                    return False
+        return False
+    return False
+
+
+def _one_of(d: Dim, lengths) -> bool:
+    """``d`` is one of ``lengths``, where a mask's axis meets the scores' in the graph's own Add: there a
+    length ``Min(c, x)`` (c ≥ 1; the dynamo exporter names the scores' length so after slicing a buffer
+    of c positions) and ``x`` broadcast only where they are equal (each is 1 exactly when the other is)."""
+    for e in lengths:
+        if d == e:
+            return True
+        if e is None:
+            continue
+        for a, b in ((d, e), (e, d)):
+            clamp = clamped_to(a)
+            if clamp is not None and clamp[0] >= 1 and clamp[1] == repr(b):
+                return True
+    return False
 
 
 def _show(term: tuple) -> str:

@@ -26,6 +26,7 @@ raises :class:`NotSymbolic` with a reason; a caller that needs a proof then refu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,6 +111,21 @@ class Dim:
     def __repr__(self) -> str:
         parts = ([str(self.coef)] if self.coef != 1 or not self.factors else []) + [str(f) for f in self.factors]
         return "·".join(parts)
+
+
+def clamp_dim(op: str, x: Dim, y: Dim) -> Dim:
+    """The symbol of ``min(x, y)`` / ``max(x, y)`` (an int first, as sympy orders them)."""
+    a, b = sorted((repr(x), repr(y)), key=lambda r: (not r.lstrip("-").isdigit(), r))
+    return Dim(1, (f"{op.capitalize()}({a}, {b})",))
+
+
+_CLAMPED = re.compile(r"^Min\((\d+), (.+)\)$")
+
+
+def clamped_to(d: Dim) -> tuple[int, str] | None:
+    """(c, the other's spelling) for a dimension ``Min(c, x)``, else None."""
+    m = _CLAMPED.match(d.factors[0]) if d.coef == 1 and len(d.factors) == 1 else None
+    return (int(m.group(1)), m.group(2)) if m else None
 
 
 def inferred_dim(view: GraphView, name: str, axis: int) -> Dim:
@@ -701,7 +717,9 @@ class Evaluator:
         a, b = (self.value(x) for x in node.input[:2])
         if isinstance(a, Vec) and isinstance(b, Vec) and op in ("mul", "div", "eq"):
             return _vec_arith(a, b, op)
-        if isinstance(a, Vec) and isinstance(b, Vec) and op == "add" and _addable(a, b):
+        if isinstance(a, Vec) and isinstance(b, Vec) and op in ("add", "sub") and _addable(a, b):
+            return _vec_arith(a, b, op)
+        if isinstance(a, Vec) and isinstance(b, Vec) and op in ("min", "max"):
             return _vec_arith(a, b, op)
         a, b = (_as_index(x) for x in (a, b))
         if not isinstance(a, Index) or not isinstance(b, Index):
@@ -728,6 +746,9 @@ class Evaluator:
     def _op_Add(self, node, _):
         return self._elementwise(node, "add")
 
+    def _op_Sub(self, node, _):  # key_length - query_length: GPT-Neo's slice of its causal buffer
+        return self._elementwise(node, "sub")
+
     def _op_Mul(self, node, _):
         return self._elementwise(node, "mul")
 
@@ -736,6 +757,9 @@ class Evaluator:
 
     def _op_Max(self, node, _):
         return self._elementwise(node, "max")
+
+    def _op_Min(self, node, _):
+        return self._elementwise(node, "min")
 
     def _op_Equal(self, node, _):
         return self._elementwise(node, "eq")
@@ -848,9 +872,16 @@ def _vec_arith(a: Vec, b: Vec, op: str) -> Value:
         raise NotSymbolic("shape arithmetic on vectors of different lengths")
     if op == "mul":
         return Vec(tuple(x * y for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
-    if op == "add":  # monomials of the same factors (ints among them: _addable); a zero sum is the int 0
-        sums = (x.coef + y.coef for x, y in zip(xs, ys))
+    if op in ("add", "sub"):  # monomials of the same factors (ints among them: _addable); zero is the int 0
+        sums = (x.coef + y.coef if op == "add" else x.coef - y.coef for x, y in zip(xs, ys))
         return Vec(tuple(Dim(c, x.factors if c else ()) for c, x in zip(sums, xs)), scalar=a.scalar and b.scalar)
+    if op in ("min", "max"):
+        # Shape(x)[1] clamped by a constant (dynamo's min(max_positions, S)): an int where both are, else a
+        # symbol of its own, spelled as the dynamo exporter spells the same dimension in its value_info
+        # ("Min(32, s50)"), so that the two are the same symbol
+        pick = min if op == "min" else max
+        return Vec(tuple(x if x == y else Dim(pick(x.coef, y.coef)) if x.is_int and y.is_int
+                         else clamp_dim(op, x, y) for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
     if op == "div" and all(x.is_int and y.is_int and y.coef for x, y in zip(xs, ys)):
         # integer Div truncates toward zero
         return Vec(tuple(Dim(abs(x.coef) // abs(y.coef) * (1 if (x.coef < 0) == (y.coef < 0) else -1))
