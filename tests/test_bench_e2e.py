@@ -60,7 +60,7 @@ def test_table_rows_and_failed_runs():
 def test_full_size_configs_are_the_published_ones(name):
     spec = next(s for s in e2e.SPECS if s.name == name)
     hidden = spec.full.get("hidden_size", spec.full.get("n_embd"))
-    layers = spec.full.get("num_hidden_layers", spec.full.get("n_layer"))
+    layers = spec.full.get("num_hidden_layers", spec.full.get("n_layer", spec.full.get("num_layers")))
     assert (hidden, layers) == (768, 12)
     if name == "vit-b16":
         assert (spec.full["image_size"], spec.full["patch_size"]) == (224, 16)

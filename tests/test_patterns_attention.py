@@ -18,6 +18,8 @@ ORT 1.31's CPU MultiHeadAttention and Attention run float32 and float16 (both ar
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -146,9 +148,6 @@ SEPARATE_QKV = {
     "bert_torchscript_op16_nofold.onnx": (2, "is not a constant"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
     **{f: (2, "computed per head") for f in ENTRIES if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_"))},
-    # GPT-Neo's query.to(float32) and key.to(float32) between the head split and the product (no-op Casts
-    # whose outputs the buffer's slice reads the lengths from): the heads are read as the graph has them
-    "gpt_neo_torchscript_op17.onnx": (2, "computed per head"),
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
@@ -276,6 +275,38 @@ def test_outputs_match_the_original(file, batch, seq, rng):
         assert err <= tol, f"{name}: {err:.2e}"
 
 
+@pytest.mark.parametrize("fp16", [False, True], ids=["ortopt", "ortfp16"])
+def test_gpt_neo_after_ort_optimizer_fuses_exactly(fp16, rng):
+    """GPT-Neo after ORT's transformers optimizer (model type gpt2, as bench/e2e.py runs it: ORT has none of
+    its own) and its float16 converter: the no-op Casts of the heads are gone, the buffer's slice reads its
+    lengths from the head split itself, and the rebuilt keep lets the whole slice go with the block. In
+    float16 the local (banded) layer stays, with its reason; the global one fuses."""
+    from onnxruntime.transformers import optimizer
+
+    file = "gpt_neo_torchscript_op17.onnx"
+    cfg = ENTRIES[file]["config"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        opt = optimizer.optimize_model(str(MODELS / file), model_type="gpt2", num_heads=cfg["num_heads"],
+                                       hidden_size=cfg["hidden_size"], opt_level=0)
+        if fp16:
+            opt.convert_float_to_float16(keep_io_types=True)
+    original = opt.model
+    result = _fuse(original)
+    # in float16 the local layer's band drops keys the mask keeps: refused (_prove_score_keep)
+    assert [b.details["qkv"] for b in result.report.fused] == ["packed"] * (1 if fp16 else 2)
+    refused = [r.reason for r in result.report.refused if r.rule == "attention"]
+    assert len(refused) == (1 if fp16 else 0) and all("a banded literal" in r for r in refused), refused
+    fused = {n for b in result.report.fused for n in b.replaced}
+    masking = {n.name for n in original.graph.node if n.op_type in ("Softmax", "Where", "Slice") and "h.0" in n.name}
+    assert masking <= fused  # the global layer's buffer slices went with its block
+    ref, new = _session(original), _session(result.model)
+    feeds = _feeds(file, ref, 6, 7, rng)
+    want, got = (np.asarray(s.run(None, feeds)[0], np.float64) for s in (ref, new))
+    assert np.array_equal(np.isnan(want), np.isnan(got))
+    err = np.max(np.abs(want - got)) / max(1.0, np.max(np.abs(want)))
+    assert err <= TOLERANCE["float16" if fp16 else "float32"], f"{err:.2e}"
+
+
 def test_scale_computed_from_the_query_shape_is_evaluated(rng):
     """torch's sdpa with no scale and a head size not constant at export (Falcon) computes 1/√Shape(q)[-1] and
     its square root in the graph: evaluated in float32 as ORT would, it is the constant form's scale."""
@@ -300,6 +331,9 @@ SCORE_KEEPS = [
     {"where_on_scores": "tril", "mask": "causal+padding", "where_slice": "from_zero", "where_fill": -math.inf},
     # the padding mask's -inf fill hides whole rows: NaN in the graph, 0 after sdpa's guard (FillMaskedRows)
     {"where_on_scores": "band", "mask": "causal+padding", "where_slice": "from_zero", "fill": -math.inf},
+    # float16: the causal literal drops only keys the causal mask drops too
+    {"where_on_scores": "tril", "mask": "causal+padding", "where_slice": "from_zero", "dtype": T.FLOAT16,
+     "where_fill": -65504.0, "fill": -65504.0},
 ]
 
 
@@ -321,14 +355,17 @@ def test_scores_masked_by_a_literal_keep_are_fused_exactly(kw):
     assert (attr_of(node, "unidirectional") == 1) == (kw["mask"] == "causal")
     rng = np.random.default_rng(3)
     for seq in ([5] if kw.get("seq_len") == 5 else [1, 5, 9]):
-        x = rng.standard_normal((4, seq, D)).astype(np.float32)
+        x = rng.standard_normal((4, seq, D)).astype(np.float16 if kw.get("dtype") == T.FLOAT16 else np.float32)
         mask = np.ones((4, seq), np.int64)
         mask[1, : seq // 2] = 0  # left padding: under causality its first rows see no key
         mask[2, seq // 2 + 1:] = 0  # right padding
         mask[3] = 0  # no key at all
-        want, got = _run(model, x, mask), _run(result.model, x, mask)
+        want, got = (np.asarray(_run(m, x, mask), np.float64) for m in (model, result.model))
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        if kw.get("dtype") == T.FLOAT16:
+            assert np.max(np.abs(got - want)) <= TOLERANCE["float16"] * max(1.0, np.max(np.abs(want)))
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def attr_of(node: onnx.NodeProto, name: str):
@@ -342,9 +379,11 @@ def attr_of(node: onnx.NodeProto, name: str):
     ({"where_on_scores": "tril", "mask": "", "seq_len": 5, "where_fill": -10000.0}, "with fill -10000"),
     ({"where_on_scores": "upper", "mask": "padding", "seq_len": 5}, "row 0 keeps no key"),
     ({"where_on_scores": "tril", "mask": "causal+padding", "where_slice": "from_one"}, "sliced from 1"),
+    ({"where_on_scores": "band", "mask": "causal+padding", "where_slice": "from_zero", "dtype": T.FLOAT16,
+      "where_fill": -65504.0, "fill": -65504.0}, "a banded literal"),
 ])
 def test_scores_masked_by_a_keep_not_proved_are_refused_with_the_reason(kw, reason):
-    model = _attention(guard=False, fill=FLOAT32_MIN, **kw)
+    model = _attention(**{"guard": False, "fill": FLOAT32_MIN, **kw})
     result = _fuse(model)
     assert result.report.fused == []
     (refusal,) = [r for r in result.report.refused if r.rule == "attention"]

@@ -80,7 +80,11 @@ overflows, in both), else ``lowest`` against ``s_qk + lowest``, which float32 ro
 below 2^103) and whose exponential is 0 in both once the row keeps any key. So the rows agree wherever
 one entry of a row is finite, and ``_prove_score_keep`` shows that from ``C``: every row keeps a key at or
 before its own position, with both slices starting at 0 and the query and key lengths equal (GPT-Neo's
-``C[:, :, L - S : L, :L]``, L - S read as 0 from the shapes). A fill other than ``-inf`` or the lowest, a
+``C[:, :, L - S : L, :L]``, L - S read as 0 from the shapes); the block then takes the slices and slices
+``C`` again from the query's and key's own lengths, so the exporter's shape arithmetic over the heads dies
+with it. Float32's lowest absorbs any score (``s + lowest`` is lowest); float16's does not, so in float16 a
+finite fill must drop only keys the proved causal mask drops too (a causal literal; a banded one is
+refused: a row whose window holds only padding would differ). A fill other than ``-inf`` or the lowest, a
 keep computed at run time, a slice from elsewhere, or a scale applied after the Where (it scales the
 fill) is refused. Causal without padding keeps MHA's ``unidirectional`` and adds the literal's bias.
 
@@ -176,7 +180,7 @@ _SUPPORTED = (T.FLOAT, T.FLOAT16)
 # Ops of a shape-only subgraph that dies with the block (_shape_closure), the run-time scale's arithmetic
 # (1/√Shape(q)[-1], _shape_scalar) included: a closure is taken only where every path ends inside the block.
 _SHAPE_OPS = ("Shape", "Slice", "Concat", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape", "CastLike", "Sqrt",
-              "Reciprocal", "Div", "Mul")
+              "Reciprocal", "Div", "Mul", "Sub")  # Sub: GPT-Neo's key_length - query_length
 
 
 class _Refused(Exception):
@@ -207,9 +211,10 @@ class AttentionPlan(Plan):
     separate_because: str | None = None  # why Q, K and V are not packed into one projection
     query_heads: str | None = None  # the query as heads [B, N, S, H] the graph computed: merged in front of MHA
     kv_heads: bool = False  # key and value are heads [B, N, L, H] the graph has (MHA's 4-D key and value)
-    score_keep: str | None = None  # the graph's boolean keep of Where(keep, Q·Kᵀ, fill) on the product
+    score_keep: str | None = None  # the literal whose slice is the keep of Where(keep, Q·Kᵀ, fill) on the product
     score_fill: float | None = None
     score_keep_rank: int = 4
+    score_keep_rows: int = 0  # the literal's query-axis extent
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
@@ -385,51 +390,70 @@ class AttentionPlan(Plan):
         return nodes, expanded
 
     def _score_keep_bias(self, out: Emitter, attention_bias: str) -> tuple[list[onnx.NodeProto], str]:
-        """``Where(keep, 0, fill) + bias`` (the mask's bias, or nothing) as MHA's attention_bias: the graph's
-        ``Where(keep, s, fill) + bias`` with the product taken out, which MHA adds back (exact: the rule's
-        docstring). The keep's rank is padded to 4 and its broadcast axes expanded to [1, 1, S, T]."""
+        """``Where(C[.., :S, :L], 0, fill) + bias`` (the mask's bias, or nothing) as MHA's attention_bias: the
+        graph's ``Where(keep, s, fill) + bias`` with the product taken out, which MHA adds back (exact: the
+        rule's docstring). The keep is sliced from the literal again, from 0 to the query's and key's own
+        lengths, which is what the graph's slices were proved to be (their starts 0, their ends these
+        lengths): so it reads none of the block's tensors. Padded to 4 axes; a literal of one row is
+        expanded over the query positions (MHA takes [B|1, N|1, S, T])."""
         hint = self.name_hint + "_score_keep"
         np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
-        nodes: list[onnx.NodeProto] = []
-        keep, rank = self.score_keep, self.score_keep_rank
+        nodes, q_len, k_len = self._lengths(out, hint)
+        rank = self.score_keep_rank
+        ends, sliced, keep, dropped = (out.name(hint + x) for x in ("_ends", "_sliced", "_4d", "_bias"))
+        nodes += [
+            onnx.helper.make_node("Concat", [q_len, k_len], [ends], name=out.name(ends), axis=0),
+            onnx.helper.make_node("Slice", [self.score_keep, out.initializer(hint + "_starts", np.zeros(2, np.int64)),
+                                            ends, out.initializer(hint + "_axes", np.array([rank - 2, rank - 1], np.int64))],
+                                  [sliced], name=out.name(sliced)),
+        ]
         if rank < 4:
-            keep = out.name(hint + "_4d")
-            nodes.append(_with_axes(out, self.opset, "Unsqueeze", 13, self.score_keep, keep, list(range(4 - rank)),
-                                    hint + "_axes"))
-        dropped = out.name(hint + "_bias")
+            nodes.append(_with_axes(out, self.opset, "Unsqueeze", 13, sliced, keep, list(range(4 - rank)),
+                                    hint + "_lead_axes"))
+        else:
+            keep = sliced
         nodes.append(onnx.helper.make_node(
             "Where", [keep, out.initializer(hint + "_kept", np.array(0, np_dtype)),
                       out.initializer(hint + "_fill", np.array(self.score_fill, np_dtype))], [dropped],
             name=out.name(dropped)))
-        made, whole = self._expanded(out, dropped, hint)
-        nodes += made
+        if self.score_keep_rows == 1:
+            made, dropped = self._expand_to(out, dropped, q_len, k_len, hint)
+            nodes += made
         if not attention_bias:
-            return nodes, whole
+            return nodes, dropped
         total = out.name(hint + "_attention_bias")
-        nodes.append(onnx.helper.make_node("Add", [whole, attention_bias], [total], name=out.name(total)))
+        nodes.append(onnx.helper.make_node("Add", [dropped, attention_bias], [total], name=out.name(total)))
         return nodes, total
 
     def _expanded_bias(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
         """The graph's bias broadcast to [B|1, N|1, S, T], the shape MHA's attention_bias must have at run
         time: Expand to [1, 1, S, T] keeps the bias's own batch and head axes (1 or the scores')."""
-        return self._expanded(out, self.additive_bias, self.name_hint + "_bias")
+        hint = self.name_hint + "_bias"
+        nodes, q_len, k_len = self._lengths(out, hint)
+        made, expanded = self._expand_to(out, self.additive_bias, q_len, k_len, hint)
+        return nodes + made, expanded
 
-    def _expanded(self, out: Emitter, bias: str, hint: str) -> tuple[list[onnx.NodeProto], str]:
-        q_shape, k_shape, q_len, k_len, target, expanded = (out.name(hint + s) for s in (
-            "_query_shape", "_key_shape", "_query_len", "_key_len", "_shape", "_attention_bias"))
+    def _lengths(self, out: Emitter, hint: str) -> tuple[list[onnx.NodeProto], str, str]:
+        """The query's and key's lengths as [1] tensors (the key's is axis 1 of a [B, L, D] key, axis 2 of
+        [B, N, L, H] heads)."""
+        q_shape, k_shape, q_len, k_len = (out.name(hint + s) for s in ("_query_shape", "_key_shape", "_query_len",
+                                                                       "_key_len"))
         seq_axis = out.initializer(hint + "_seq_axes", np.array([1], np.int64))
-        # the key's length is axis 1 of a [B, L, D] key, axis 2 of [B, N, L, H] heads
         key_axis = out.initializer(hint + "_key_axes", np.array([2], np.int64)) if self.kv_heads else seq_axis
-        nodes = [
+        return [
             onnx.helper.make_node("Shape", [self.query], [q_shape], name=out.name(q_shape)),
             onnx.helper.make_node("Gather", [q_shape, seq_axis], [q_len], name=out.name(q_len), axis=0),
             onnx.helper.make_node("Shape", [self.key], [k_shape], name=out.name(k_shape)),
             onnx.helper.make_node("Gather", [k_shape, key_axis], [k_len], name=out.name(k_len), axis=0),
+        ], q_len, k_len
+
+    def _expand_to(self, out: Emitter, bias: str, q_len: str, k_len: str, hint: str) -> tuple[list[onnx.NodeProto], str]:
+        target, expanded = out.name(hint + "_shape"), out.name(hint + "_attention_bias_expanded")
+        return [
             onnx.helper.make_node("Concat", [out.initializer(hint + "_lead", np.array([1, 1], np.int64)), q_len, k_len],
                                   [target], name=out.name(target), axis=0),
             onnx.helper.make_node("Expand", [bias, target], [expanded], name=out.name(expanded)),
-        ]
-        return nodes, expanded
+        ], expanded
 
 
 @dataclass(frozen=True)
@@ -646,7 +670,11 @@ class _ScoreKeep:
     keep: str  # the boolean condition, as the graph computes it
     fill: float
     node: int  # the Where
-    rank: int = 4  # the keep's rank (proved by _prove_score_keep)
+    # proved by _prove_score_keep: the literal the keep is sliced from, its rank and rows, the Slices
+    literal: str = ""
+    rank: int = 4
+    rows: int = 0
+    slices: frozenset = frozenset()
 
 
 def _score_where(view: GraphView, t: str) -> tuple[str, _ScoreKeep | None]:
@@ -822,7 +850,9 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     if dtype not in _SUPPORTED or ev.dtype(k.typed) != dtype:
         raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
     mask = _classify_mask(view, ev, sc.bias, q, k, dtype) if sc.bias is not None else _NO_MASK
-    score_keep = None if sc.keep is None else replace(sc.keep, rank=_prove_score_keep(view, ev, sc.keep, q, k, dtype))
+    score_keep = None if sc.keep is None else _prove_score_keep(view, ev, sc.keep, q, k, dtype, mask)
+    if score_keep is not None:
+        nodes |= score_keep.slices  # rebuilt from the literal (AttentionPlan._score_keep_bias)
     # The mask adds without broadcasting the scores up (checked by _classify_mask), so the probabilities
     # have the product's dimensions: recorded, so the head merge's reshapes can be checked against them.
     probs, guarded = node.output[0], False
@@ -916,8 +946,8 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         self_attention=q.seq == k.seq, flat_shape=flat_shape,
         query_heads=q.tensor if q.computed else None, kv_heads=per_head,
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
-        score_keep=score_keep.keep if score_keep else None, score_fill=score_keep.fill if score_keep else None,
-        score_keep_rank=score_keep.rank if score_keep else 4,
+        score_keep=score_keep.literal if score_keep else None, score_fill=score_keep.fill if score_keep else None,
+        score_keep_rank=score_keep.rank if score_keep else 4, score_keep_rows=score_keep.rows if score_keep else 0,
         **extra)
 
 
@@ -999,6 +1029,11 @@ def _heads(view: GraphView, ev: Evaluator, t: str, nodes: set, what: str) -> _He
     """The heads ``t`` [B, N, S, H] that reach a product: a head split of a projection (which MHA reads
     as [B, S, D] and splits itself), or else any tensor of proved [B, N, S, ·] dimensions, which the graph
     computes from the heads itself (a rotary embedding): MHA then reads that tensor as it is."""
+    i = view.producer.get(t)
+    while i is not None and is_op(view.nodes[i], "Cast") and attr(view.nodes[i], "to") == ev.dtype(view.nodes[i].input[0]):
+        nodes.add(i)  # GPT-Neo's query.to(float32) of float32 heads: a Cast to the type they have
+        t = view.nodes[i].input[0]
+        i = view.producer.get(t)
     try:
         return _split_heads(view, ev, t, (0, 2, 1, 3), nodes, what)
     except _NotSplit as why:
@@ -1378,14 +1413,21 @@ _SCORE_KEEP_MAX_ELEMENTS = 1 << 24
 _SHAPE_PASS_THROUGH = ("Reshape", "Unsqueeze", "Squeeze", "Identity", "Cast")
 
 
-def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads, k: _Heads, dtype: int) -> int:
+def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads, k: _Heads,
+                      dtype: int, mask: _Mask) -> _ScoreKeep:
     """The scores' own ``Where(keep, Q·Kᵀ·s, fill) [+ mask]`` is MHA's ``Q·Kᵀ·s + (Where(keep, 0, fill)
     [+ mask])`` exactly when (module docstring) the fill is ``-inf`` or the dtype's lowest and every query
     row keeps a key. The keep must be a boolean literal ``C`` or Slices of one (GPT-Neo: its buffer
     ``C[:, :, L - S : L, :L]``) from 0 on its last two axes, the key axis sliced up to the key length or
-    not at all; with the query and key lengths proved equal, row q of the keep is ``C[q, :L]``, L > q, and
-    every row of ``C`` must keep a key at or left of its diagonal (a causal or banded buffer does: its
-    diagonal). Returns the keep's rank."""
+    not at all, the query axis likewise to the query length; with the two lengths proved equal, row q of
+    the keep is ``C[q, :L]``, L > q, and every row of ``C`` must keep a key at or left of its diagonal (a
+    causal or banded buffer does: its diagonal). In float16 a finite fill must drop only keys the mask
+    drops too (a proved causal mask and a literal keeping every key at or before the diagonal): MHA adds
+    the product to ``fill + m`` in float32, where the graph's ``fill`` of a dropped key the mask keeps
+    stays ``fill`` — float32's lowest absorbs any score, float16's does not, and a row whose kept keys
+    the padding hides all (a banded layer's rows more than its window past the last token) would differ.
+    Returns ``sk`` with the literal, its rank and rows, and
+    the Slices (which the block takes: the keep is sliced again from the query's and key's lengths)."""
     what = "the product is masked as Where(keep, Q·Kᵀ, fill)"
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
     if sk.fill not in (-math.inf, lowest):
@@ -1393,7 +1435,7 @@ def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads,
                        "the way an attention_bias entry does")
     if q.seq != k.seq:
         raise _Refused(f"{what} where the query and key lengths are not shown equal")
-    t, ends = sk.keep, {}  # axis -> (the Slice's ends input, position in it)
+    t, ends, slices = sk.keep, {}, set()  # ends: axis -> (the Slice's ends input, position in it)
     while view.constant(t) is None:
         i = view.producer.get(t)
         node = view.nodes[i] if i is not None else None
@@ -1415,6 +1457,7 @@ def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads,
                 raise _Refused(f"{what} where keep is sliced from {start} by {step} on axis {j}: only one slice "
                                "from 0, step 1, per axis is proved")
             ends[j] = (node.input[2], n)
+        slices.add(i)
         t = node.input[0]
     c = view.small_value(t, max_elements=_SCORE_KEEP_MAX_ELEMENTS)
     if c is None or c.dtype != np.bool_ or not 2 <= c.ndim <= 4:
@@ -1425,12 +1468,18 @@ def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads,
         raise _Refused(f"{what} where keep's literal {list(c.shape)} has batch or head axes of its own")
     if cols == 1 or (rank - 1 in ends and not _end_reaches(view, ev, *ends[rank - 1], k.seq, cols)):
         raise _Refused(f"{what} where keep's key axis is not shown to span the key length")
+    if rank - 2 in ends and not _end_reaches(view, ev, *ends[rank - 2], q.seq, rows):
+        raise _Refused(f"{what} where keep's query axis is not shown to span the query length")
     matrix = c.reshape(rows, cols)
     blind = np.flatnonzero(~np.tril(matrix).any(axis=1))
     if blind.size:
         raise _Refused(f"{what} where keep's row {int(blind[0])} keeps no key at or before its own position "
                        "(such a row is NaN in the graph and the kernel's own choice in the fused op)")
-    return rank
+    if dtype == T.FLOAT16 and sk.fill != -math.inf and not (mask.causal and matrix[np.tril_indices(rows, 0, cols)].all()):
+        raise _Refused(f"{what} in float16 with a finite fill, where keep drops keys the mask keeps (a banded "
+                       "literal): MultiHeadAttention adds the product to the fill in float32, which float16's "
+                       "lowest does not absorb")
+    return replace(sk, literal=t, rank=rank, rows=rows, slices=frozenset(slices))
 
 
 def _end_reaches(view: GraphView, ev: Evaluator, ends: str, n: int, length: Dim, extent: int) -> bool:
