@@ -256,9 +256,10 @@ def stage(record: dict, name: str, what: str):
 
 def run_model(spec: Spec, args, workdir: Path, out: Path, deadline: Deadline) -> dict:
     raw, base, fused, alone = (workdir / f"{spec.name}.{kind}.onnx" for kind in ("raw", "ortopt", "onnxfuse", "alone"))
-    record = {"model": spec.name, "config": spec.config(args.tiny), "dtype": args.dtype, "attn": args.attn,
+    attn = args.attn if spec.sdpa else "eager"  # the model's only form where transformers has no sdpa one
+    record = {"model": spec.name, "config": spec.config(args.tiny), "dtype": args.dtype, "attn": attn,
               "seconds": {}, "runs": {}}
-    with stage(record, "export", f"exported (torch.onnx, {args.exporter} exporter, opset {args.opset}, {args.attn} attention)"):
+    with stage(record, "export", f"exported (torch.onnx, {args.exporter} exporter, opset {args.opset}, {attn} attention)"):
         export(spec, args.tiny, raw, args.attn, args.exporter, args.opset)
     with stage(record, "ort_optimizer", f"ORT transformers optimizer{' + fp16' if args.dtype == 'fp16' else ''}"):
         ort_optimize(spec, args.tiny, raw, base, fp16=args.dtype == "fp16", use_gpu=args.provider == "cuda")

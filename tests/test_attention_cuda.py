@@ -10,11 +10,17 @@ has NaN, and nowhere else. Skips, with the reason, where there is no CUDA provid
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from test_patterns_attention import ENTRIES, FUSED_MODELS, TOLERANCE, _feeds, _fuse, _load, _session
+from onnx import TensorProto as T
+from test_patterns_attention import (D, ENTRIES, FUSED_MODELS, SCORE_KEEPS, TOLERANCE, _attention, _feeds, _fuse,
+                                     _load, _session)
+
+from onnxfuse.patterns.attention import FLOAT32_MIN
 
 from onnxfuse.runtime import CUDA, cuda_unusable_reason, get_library_path
 
@@ -60,3 +66,28 @@ def test_fused_attention_on_cuda_matches_the_original(file, batch, seq, rng):
         assert np.array_equal(np.isnan(want), np.isnan(got)), f"{name}: NaN where the original has none, or none where it has"
         base_err, err = _relative_error(want, base), _relative_error(want, got)
         assert err <= 2 * base_err + tol, f"{name}: fused {err:.2e} against the original's {base_err:.2e} on CUDA"
+
+
+@pytest.mark.parametrize("kw", SCORE_KEEPS, ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_scores_masked_by_a_literal_keep_on_cuda(kw):
+    """GPT-Neo's Where(C, Q·Kᵀ, fill) as attention_bias (with unidirectional where the mask is causal only)
+    on ORT's CUDA MHA kernels: what the original gives on the CPU, padded rows and rows with no key included."""
+    kw = {"fill": FLOAT32_MIN, "guard": False, **kw}
+    kw["guard"] = kw["guard"] or kw["fill"] == -math.inf
+    model = _attention(**kw)
+    fused = _fuse(model).model
+    fp16 = kw.get("dtype") == T.FLOAT16
+    rng = np.random.default_rng(5)
+    for seq in ([5] if kw.get("seq_len") == 5 else [1, 5, 12]):
+        x = rng.standard_normal((4, seq, D)).astype(np.float16 if fp16 else np.float32)
+        mask = np.ones((4, seq), np.int64)
+        mask[1, : seq // 2] = 0
+        mask[2, seq // 2 + 1:] = 0
+        mask[3] = 0
+        feeds = {"x": x, "attention_mask": mask} if any(i.name == "attention_mask" for i in model.graph.input) else {"x": x}
+        want = np.asarray(_session(model).run(None, feeds)[0], np.float64)
+        base = np.asarray(_cuda_session(model).run(None, feeds)[0], np.float64)
+        got = np.asarray(_cuda_session(fused).run(None, feeds)[0], np.float64)
+        assert np.array_equal(np.isnan(want), np.isnan(got))
+        tol = TOLERANCE["float16" if fp16 else "float32"]
+        assert _relative_error(want, got) <= 2 * _relative_error(want, base) + tol
