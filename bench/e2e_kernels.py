@@ -44,6 +44,8 @@ from onnxfuse.runtime import create_session, cuda_usable, preload_cuda_libraries
 
 # Kernel groups, first match wins (lower-case substrings of the kernel's name).
 GROUPS = (
+    # the row guard of sdpa exports (ai.onnxfuse FillMaskedRows), before the FusedLinearGelu group's "onnxfuse"
+    ("onnxfuse FillMaskedRows", ("fill_masked_rows",)),
     ("onnxfuse FusedLinearGelu", ("onnxfuse", "cutlassactivation")),
     ("GELU (BiasGelu, FastGelu, Gelu)", ("gelu",)),
     # ORT's fused attention kernels (flash, cuDNN SDPA, memory-efficient/CUTLASS FMHA, its unfused fallback)

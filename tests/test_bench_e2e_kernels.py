@@ -34,6 +34,8 @@ NAMES = {
         "GELU (BiasGelu, FastGelu, Gelu)",
     "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN8onnxfuse4cuda21CutlassActivationImplE":
         "onnxfuse FusedLinearGelu",
+    "void onnxfuse::cuda::(anonymous namespace)::fill_masked_rows_kernel<unsigned int>(onnxfuse::cuda::MaskedRows)":
+        "onnxfuse FillMaskedRows",
     "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_32_64x256x64_4x1x1_cga1x1x1_kernel0_0":
         "fused attention (MHA/Attention)",
     "void onnxruntime::cuda::_SoftmaxWarpForward<__half, __half, float, 8, true>(__half*)": "Softmax",
