@@ -360,10 +360,11 @@ def phi() -> Family:
 
 
 def falcon() -> Family:
-    """Falcon decoder (one head per query head, rotary, no biases): its sdpa call passes no scale and the head
-    size is not a constant at export, so the graph computes 1/√(Shape(q)[-1]) and its square root on Q and on
-    Kᵀ at run time; each MLP's dense_h_to_4h (no bias) + erf GELU is a Linear+GELU block."""
-    cfg = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, multi_query=False,
+    """Falcon-7B's decoder (multi-query: one key/value head that the products broadcast over the query's four,
+    rotary, no biases): its sdpa call passes no scale and the head size is not a constant at export, so the
+    graph computes 1/√(Shape(q)[-1]) and its square root on Q and on Kᵀ at run time; each MLP's
+    dense_h_to_4h (no bias) + erf GELU is a Linear+GELU block."""
+    cfg = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, multi_query=True,
                new_decoder_architecture=False, max_position_embeddings=32)
     return Family(
         "falcon", "FalconModel", cfg, _hf("FalconModel", "FalconConfig", cfg, SEED + 15),

@@ -105,7 +105,9 @@ EXPECTED = {
     "gemma_torchscript_op17.onnx": (2, None),
     "gemma_dynamo_op20.onnx": (2, None),
     "phi_torchscript_op17.onnx": (2, None),  # a partial rotary: half of each head rotated
-    "falcon_torchscript_op17.onnx": (2, None),  # its scale computed at run time from the query's shape
+    # Falcon-7B's multi-query heads (one key/value head, expanded in front of MHA); its scale computed at run
+    # time from the query's shape
+    "falcon_torchscript_op17.onnx": (2, None),
     # GPT-Neo (eager only): Where(slice of its literal causal buffer, Q·Kᵀ, finfo.min), unscaled, plus the
     # padding-and-causal mask; the "local" layer's buffer is banded to 4 keys. Dynamo names the second
     # layer's length Min(16, S) (the buffer's clamp), met by the mask's S in the graph's Add.
@@ -305,6 +307,16 @@ def test_gpt_neo_after_ort_optimizer_fuses_exactly(fp16, rng):
     assert np.array_equal(np.isnan(want), np.isnan(got))
     err = np.max(np.abs(want - got)) / max(1.0, np.max(np.abs(want)))
     assert err <= TOLERANCE["float16" if fp16 else "float32"], f"{err:.2e}"
+
+
+def test_multi_query_heads_are_expanded_in_front_of_mha():
+    """Falcon-7B's one key/value head, which the graph's products broadcast over the query's heads: MHA
+    broadcasts none, so each is expanded to the query's count, and MHA reads the expansions."""
+    result = _fuse(_load("falcon_torchscript_op17.onnx"))
+    assert [b.details["broadcast_heads"] for b in result.report.fused] == ["one key/value head expanded to 4"] * 2
+    expanded = {n.output[0] for n in result.model.graph.node if n.op_type == "Expand"}
+    for node in (n for n in result.model.graph.node if (n.domain, n.op_type) == MHA):
+        assert node.input[1] in expanded and node.input[2] in expanded
 
 
 def test_scale_computed_from_the_query_shape_is_evaluated(rng):

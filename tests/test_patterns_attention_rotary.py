@@ -193,6 +193,10 @@ ACCEPTED = [
     {"dtype": T.FLOAT16, "fill": -65504.0, "projections": "fused"},  # after ORT's float16 converter
     {"kv_heads": 1},  # grouped key/value heads repeated to the query's count (repeat_kv)
     {"kv_heads": 1, "rotary": "full", "key_form": "dynamo"},
+    # one key/value head the graph's MatMuls broadcast onto the query's two (Falcon-7B's multi-query):
+    # expanded to the query's count in front of MHA, which broadcasts no head
+    {"kv_heads": 1, "repeat": False},
+    {"kv_heads": 1, "repeat": False, "mask": "padding", "guard": False},
     {"present": True},  # the rotated key heads also returned (a cache): computed in front of the op
 ]
 
@@ -214,8 +218,14 @@ def test_rotary_heads_fuse_and_match(form, magnitude, rng):
     merge = producers[mha.input[0]]
     assert merge.op_type == "Reshape" and producers[merge.input[0]].op_type == "Transpose"
     assert producers[merge.input[0]].input[0] in {"q_embedded", "q_rope"}
-    assert mha.input[1] in {"k_embedded", "k_rope", "k_repeated"}
-    assert mha.input[2] in {"v_heads", "v_repeated"}
+    if form.get("repeat", True):
+        assert mha.input[1] in {"k_embedded", "k_rope", "k_repeated"}
+        assert mha.input[2] in {"v_heads", "v_repeated"}
+    else:  # the one broadcast head, expanded to the query's
+        assert block.details["broadcast_heads"] == f"one key/value head expanded to {N}"
+        assert {producers[mha.input[j]].op_type for j in (1, 2)} == {"Expand"}
+        assert producers[mha.input[1]].input[0] in {"k_embedded", "k_rope"}
+        assert producers[mha.input[2]].input[0] == "v_heads"
     assert sum(n.op_type == "Cos" for n in result.model.graph.node) == 1
     assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
     attrs = {a.name: helper.get_attribute_value(a) for a in mha.attribute}
@@ -234,8 +244,6 @@ REFUSED = [
     # ORT's kernel takes [B, N, L, H] key and value of one shape only
     ({"value_head_size": 2 * H}, "not shown to be equal"),
     ({"key_form": "split"}, "split into heads straight as Kᵀ"),
-    # one key/value head broadcast by the graph's MatMuls onto the query's two: MHA takes one head count
-    ({"kv_heads": 1, "repeat": False}, "query/key split into 2/1 heads"),
     ({"escape": True}, "graph output"),
 ]
 

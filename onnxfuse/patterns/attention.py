@@ -42,7 +42,9 @@ from these dimensions. The projections' bias Adds stay where they are, before th
 a bias into a term that depends on the position), and nothing goes into MHA's ``bias`` — with a 4-D key
 ORT 1.31's CPU kernel adds only its query third (measured); Q, K and V are not packed. Grouped key/value
 heads repeated to the query's count (repeat_kv: Unsqueeze, Expand, Reshape from the heads' shape) are [B,
-N, L, H] heads like any other; unrepeated ones (N_kv < N) are refused: MHA takes one head count. A present
+N, L, H] heads like any other; one key/value head the products broadcast over the query's (Falcon's multi-query
+attention: [B, 1, L, H]) is expanded to the query's N in front of MHA, which broadcasts none; other
+unrepeated ones (1 < N_kv < N: the graph's MatMul would not broadcast them) are refused. A present
 key or value returned as a graph output (a cache) is such a tensor, computed in front of the op: it does
 not keep the attention from being fused.
 
@@ -211,6 +213,7 @@ class AttentionPlan(Plan):
     separate_because: str | None = None  # why Q, K and V are not packed into one projection
     query_heads: str | None = None  # the query as heads [B, N, S, H] the graph computed: merged in front of MHA
     kv_heads: bool = False  # key and value are heads [B, N, L, H] the graph has (MHA's 4-D key and value)
+    broadcast_heads: tuple = ()  # "key"/"value": one head the graph's product broadcasts (multi-query)
     score_keep: str | None = None  # the literal whose slice is the keep of Where(keep, Q·Kᵀ, fill) on the product
     score_fill: float | None = None
     score_keep_rank: int = 4
@@ -230,14 +233,15 @@ class AttentionPlan(Plan):
             found["qkv_separate_because"] = self.separate_because
         if self.kv_heads:
             found.update(query="heads merged" if self.query_heads else "projection", key_value="heads")
+        if self.broadcast_heads:
+            found["broadcast_heads"] = f"one {'/'.join(self.broadcast_heads)} head expanded to {self.num_heads}"
         return found
 
     def emit(self, out: Emitter, name: str) -> list[onnx.NodeProto]:
         if self.query_heads is not None:
             merge, query = self._merged_query(out)
             return merge + replace(self, query=query, query_heads=None).emit(out, name)
-        nodes: list[onnx.NodeProto] = []
-        projections = self._projection_inputs(out)
+        nodes, projections = self._projection_inputs(out)
         attention_bias = ""
         if self.padding is not None:
             made, attention_bias = out.shared(self._mask_key("attention_bias"), lambda: self._attention_bias(out))
@@ -296,11 +300,19 @@ class AttentionPlan(Plan):
             attrs["unidirectional"] = 1
         return attrs
 
-    def _projection_inputs(self, out: Emitter) -> list[str]:
-        """MultiHeadAttention's query, key, value [B, S, D] and its packed bias (or "")."""
+    def _projection_inputs(self, out: Emitter) -> tuple[list[onnx.NodeProto], list[str]]:
+        """MultiHeadAttention's query, key, value [B, S, D] (or 4-D heads) and its packed bias (or ""), and
+        the nodes that make them: a broadcast key/value head [B, 1, L, H] is expanded to [B, N, L, H] (MHA
+        broadcasts no head)."""
         bias = "" if self.biases is None else out.initializer(self.name_hint + "_qkv_bias",
                                                               _packed_bias(out.view, self.biases))
-        return [self.query, self.key, self.value, bias]
+        nodes, inputs = [], {"key": self.key, "value": self.value}
+        for what in self.broadcast_heads:
+            heads = out.initializer(self.name_hint + "_heads_shape", np.array([1, self.num_heads, 1, 1], np.int64))
+            expanded = out.name(f"{self.name_hint}_{what}_heads")
+            nodes.append(onnx.helper.make_node("Expand", [inputs[what], heads], [expanded], name=out.name(expanded)))
+            inputs[what] = expanded
+        return nodes, [self.query, inputs["key"], inputs["value"], bias]
 
     # The mask is rebuilt from what the rule proved it to be, keep[b, 0, q, k] = padding[b, k] != 0
     # (∧ k <= q), from the padding tensor and the query's length alone: every op of it runs on the model's
@@ -471,8 +483,8 @@ class PackedAttentionPlan(AttentionPlan):
         found.update(bias="packed", qkv="packed", qkv_form=self.packed.form)
         return found
 
-    def _projection_inputs(self, out: Emitter) -> list[str]:
-        """Attention's input X [B, S, D_in], weight [D_in, 3D] and bias [3D]."""
+    def _projection_inputs(self, out: Emitter) -> tuple[list[onnx.NodeProto], list[str]]:
+        """Attention's input X [B, S, D_in], weight [D_in, 3D] and bias [3D] (no nodes to make them)."""
         p = self.packed
         weight, bias = p.weight, p.bias
         if p.weights is not None:  # three constants side by side: [Wq | Wk | Wv], one copy for tied layers
@@ -487,7 +499,7 @@ class PackedAttentionPlan(AttentionPlan):
             bias = out.initializer(self.name_hint + "_qkv_bias", np.concatenate([
                 np.zeros(p.hidden, np_dtype) if b is None else numpy_helper.to_array(b.tensor).reshape(-1)
                 for b in biases]))
-        return [p.input, weight, bias]
+        return [], [p.input, weight, bias]
 
 
 def _concatenated(refs, axis: int) -> np.ndarray:
@@ -879,7 +891,7 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     nodes.add(pv)
     v = _heads(view, ev, view.nodes[pv].input[1], nodes, "value")
     per_head = q.computed or k.computed or v.computed
-    hidden = _value_hidden(ev, v) if per_head else q.heads * q.head_size
+    hidden = _value_hidden(ev, q, v) if per_head else q.heads * q.head_size
     merged, flat_shape = _merge_heads(view, ev, view.nodes[pv].output[0], q, hidden, nodes)
     scaling = ("√scale on Q and Kᵀ" if q_scale != 1.0 and k_scale != 1.0 else
                "scaled Q" if q_scale != 1.0 else "scaled Kᵀ" if k_scale != 1.0 else
@@ -901,8 +913,10 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
     per_head = q.computed or k.computed or v.computed
     if ev.dtype(v.typed) != dtype:
         raise _Refused(f"the value is {dtype_name(ev.dtype(v.typed))}, the query {dtype_name(dtype)}")
+    broadcast_heads: tuple = ()
     if per_head:
-        nodes -= _heads_read_as_they_are(ev, q, k, v)
+        kept, broadcast_heads = _heads_read_as_they_are(ev, q, k, v)
+        nodes -= kept
     elif not (q.heads == k.heads == v.heads and q.head_size == k.head_size):
         raise _Refused(f"query/key/value split into {q.heads}/{k.heads}/{v.heads} heads of "
                        f"{q.head_size}/{k.head_size}/{v.head_size}")
@@ -944,17 +958,18 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         hidden_rows=hidden_rows, causal=mask.causal and not padded, num_heads=q.heads,
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
         self_attention=q.seq == k.seq, flat_shape=flat_shape,
-        query_heads=q.tensor if q.computed else None, kv_heads=per_head,
+        query_heads=q.tensor if q.computed else None, kv_heads=per_head, broadcast_heads=broadcast_heads,
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
         score_keep=score_keep.literal if score_keep else None, score_fill=score_keep.fill if score_keep else None,
         score_keep_rank=score_keep.rank if score_keep else 4, score_keep_rows=score_keep.rows if score_keep else 0,
         **extra)
 
 
-def _value_hidden(ev: Evaluator, v: _Heads) -> int | None:
-    """N·H of the value heads, where their head size is known."""
+def _value_hidden(ev: Evaluator, q: _Heads, v: _Heads) -> int | None:
+    """N·H of the product P·V, where the value's head size is known: the query's N heads (one value head
+    is broadcast over them by the product: multi-query attention)."""
     h = Dim(v.head_size) if v.head_size else ev.dim(v.tensor, 3)
-    return v.heads * h.coef if h.is_int else None
+    return (q.heads if v.heads == 1 else v.heads) * h.coef if h.is_int else None
 
 
 def _heads_read_as_they_are(ev: Evaluator, q: _Heads, k: _Heads, v: _Heads) -> frozenset:
@@ -962,23 +977,29 @@ def _heads_read_as_they_are(ev: Evaluator, q: _Heads, k: _Heads, v: _Heads) -> f
     (and the query's merged back into [B, S, N·H] in front of it, or its projection where that is split):
     their dimensions must be what MHA requires — the query's batch and head count, one length, and one
     head size for key and value (ORT's CPU kernel refuses key and value heads of different shapes). The
-    query's and key's head sizes need no proof: the graph's own product of the two contracts them.
-    Returns the head splits of key and value, which stay in the graph (MHA reads their output)."""
+    query's and key's head sizes need no proof: the graph's own product of the two contracts them. One
+    key/value head that the graph's products broadcast over the query's (Falcon's multi-query attention)
+    is expanded to the query's count in front of MHA, which is what the broadcast computes.
+    Returns the head splits of key and value, which stay in the graph (MHA reads their output), and which
+    of "key"/"value" is such a broadcast head."""
     if k.tensor is None:
         raise _Refused("the key is split into heads straight as Kᵀ while other heads are computed per head: "
                        "MultiHeadAttention would need the key heads as [batch, heads, length, head_size]")
     kd, vd = ([ev.dim(x.tensor, a) for a in range(4)] for x in (k, v))
+    broadcast = []
     for d, what in ((kd, "key"), (vd, "value")):
         if d[0] != q.batch:
             raise _Refused(f"the {what} heads' batch ({d[0]}) is not shown to be the query's ({q.batch})")
-        if d[1] != Dim(q.heads):
+        if d[1] == Dim(1) and q.heads > 1:
+            broadcast.append(what)
+        elif d[1] != Dim(q.heads):
             raise _Refused(f"query/{what} split into {q.heads}/{d[1]} heads")
     if vd[2] != kd[2]:
         raise _Refused(f"the value heads' length ({vd[2]}) is not shown to be the key heads' ({kd[2]})")
     if vd[3] != kd[3]:
         raise _Refused(f"the key and value heads' sizes ({kd[3]}, {vd[3]}) are not shown to be equal: "
                        "MultiHeadAttention takes [batch, heads, length, head_size] key and value of one shape")
-    return k.split_nodes | v.split_nodes
+    return k.split_nodes | v.split_nodes, tuple(broadcast)
 
 
 def _packed_projection(view: GraphView, ev: Evaluator, heads, dtype: int, nodes: set,
