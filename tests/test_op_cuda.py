@@ -592,6 +592,10 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
     assert [_path_ran(mid, x[:m]) for m in (4, 5, 16, 17)] == ["gemv", "fallback", "fallback", "fused"]
     x, w_nk, b = make_inputs(rng, (16, 384), 1536, "float16", 1, True)
     assert _path_ran(cuda_session(path_model("float16", 384, w_nk, b, "none", 1), library), x) == "fused"
+    # float32 on a narrow, deep W (N < K): gemv at one and two rows (exact, within ORT's time), then the fallback.
+    x, w_nk, b = make_inputs(rng, (16, 4095), 1023, "float32", 1, True)
+    narrow = cuda_session(path_model("float32", 4095, w_nk, b, "none", 1), library)
+    assert [_path_ran(narrow, x[:m]) for m in (1, 2, 3, 16)] == ["gemv", "gemv", "fallback", "fallback"]
     # float32 beyond 16 rows: TF32 in the fused kernel, or the fallback in strict fp32.
     x, w_nk, b = make_inputs(rng, (512, 768), 3072, "float32", 1, True)
     assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fused"

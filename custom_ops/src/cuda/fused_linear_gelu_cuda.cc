@@ -86,9 +86,14 @@ constexpr int64_t kFewRowsFallbackMinWeights = int64_t{1} << 21;
 // with up to 4 rows below kWeightBoundMinWeights weights, or one row of any W; float32 with up to 16 rows
 // below that size, or up to 4 rows of any W (8 columns per group at 4 rows: gemv_gelu.cu), where W is at
 // least as wide as it is deep (N >= K: the up-projections this op fuses; a narrow, deep W leaves too few
-// columns to spread over the SMs).
+// columns to spread over the SMs, but for one or two float32 rows: kGemvF32NarrowMaxRows).
 constexpr int64_t kGemv16BitMaxRows = 4;
 constexpr int64_t kGemvF32MaxRows = 16;
+// float32 on a narrow, deep W (N < K) still takes the gemv kernel at one or two rows: exact fp32 where the
+// fallback and ORT run TF32 (2 rows) or cuBLAS's own fp32 gemv, within ORT's time (4095x1023, GPU µs gemv /
+// fallback / ORT: 1 row 10.7 / 9.0 / 11.6, error 1.4e-7 / 2.4e-7 / 2.3e-7; 2 rows 9.2 / 14.1 / 14.9, error
+// 1.4e-7 / 3.1e-4 / 3.1e-4; 4 rows 15.8 / 13.9 / 15.0: no longer).
+constexpr int64_t kGemvF32NarrowMaxRows = 2;
 // In exact fp32; with TF32 allowed, 5-16 rows run on the path's Tensor-Core kernel (gemv_uses_tf32):
 // 8x4096x16384 71.5 µs, 16 rows 75.8, against the fallback's 83 and ORT's 72-75.
 constexpr int64_t kGemvF32LargeWeightMaxRows = cuda::kGemvExactF32MaxRows;
@@ -151,14 +156,14 @@ bool StagedFusedPays(const cuda::GemmGeluArgs& a) {
 //    runs only K = 0 and float32 forced to the fused path;
 //  - fp16/bf16 with up to 16 rows and a large W: 8x4096x16384 fp16 as above: fallback;
 //  - float32 without TF32 in the fused path (onnxfuse.strict_fp32, or K or N not a multiple of 4) or with
-//    at most kStrictF32MaxRows rows (which it runs strictly): 1x4095x1023 1178 / 9.3 / 30.0 / 11.8: fallback;
+//    at most kStrictF32MaxRows rows (which it runs strictly), beyond the gemv kernel's reach: the fallback;
 //  - everywhere else the fused path, 1.1-3.3x faster than ORT (4096x768x3072 fp16 48 / 53 / 134 wall).
 // `onnxfuse tune` writes per-node tables that override this on the measured device.
 bool GemvReaches(const cuda::GemmGeluArgs& a) {
   if (!a.trans_b || a.M > kGemvMaxRows) return false;
   const bool large_w = a.K * a.N >= kWeightBoundMinWeights;
   if (a.dtype == cuda::DType::kFloat32) {
-    if (a.N < a.K) return false;
+    if (a.N < a.K) return a.M <= kGemvF32NarrowMaxRows && !large_w;
     return large_w ? a.M <= kGemvF32LargeWeightMaxRows || cuda::gemv_uses_tf32(a) : a.M <= kGemvF32MaxRows;
   }
   if (!cuda::gemv_reads_vectors(a)) return a.M <= kGemvUnaligned16BitMaxRows && a.N >= a.K && !large_w;
