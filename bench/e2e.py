@@ -65,6 +65,9 @@ SEQUENCE = 128
 BATCHES = (1, 8, 32)
 GOAL_B32_LATENCY_CUT = 0.10  # onnxfuse ≥ 10 % lower latency than ORT opt alone at B=32
 GOAL_B32_SDPA_SPEEDUP = 1.6  # on the default (sdpa) export, where onnxfuse fuses the attention ORT leaves
+# ... set for these models (issue #18); the rotary decoders, whose unfused rotary arithmetic neither side
+# touches, are reported against the 10 % goal alone
+SDPA_GOAL_MODELS = ("bert-base", "gpt2-small", "vit-b16")
 # The run of onnxfuse on the export without ORT's optimizer (--without-ort-optimizer), against the same baseline.
 ALONE_LABEL = "onnxfuse_alone"
 
@@ -379,7 +382,7 @@ def verdicts(records: list[dict]) -> list[str]:
                 cut = 1 - 1 / by_batch[32]["speedup"]
                 ok = "PASS" if cut >= GOAL_B32_LATENCY_CUT else "FAIL"
                 line += f"; B=32 latency cut {cut:+.1%} (goal ≥ {GOAL_B32_LATENCY_CUT:.0%}): {ok}"
-                if rec.get("attn") == "sdpa":
+                if rec.get("attn") == "sdpa" and rec["model"] in SDPA_GOAL_MODELS:
                     speedup = by_batch[32]["speedup"]
                     ok = "PASS" if speedup >= GOAL_B32_SDPA_SPEEDUP else "FAIL"
                     line += f"; sdpa export B=32 speedup {speedup:.2f}× (goal ≥ {GOAL_B32_SDPA_SPEEDUP}×): {ok}"

@@ -72,8 +72,11 @@ def test_sdpa_export_goal():
         {"model": "vit-b16", "attn": "sdpa", "runs": {"default": _run({1: (2.0, 1.5), 32: (16.4, 9.6)})}},
         {"model": "bert-base", "attn": "sdpa", "runs": {"default": _run({1: (2.0, 1.9), 32: (8.0, 6.0)})}},
         {"model": "gpt2-small", "attn": "eager", "runs": {"default": _run({32: (8.0, 6.0)})}},
+        # the rotary decoders are held to the 10 % goal only (issue #18 sets 1.6× for the three above)
+        {"model": "llama-160m", "attn": "sdpa", "runs": {"default": _run({32: (5.2, 4.4)})}},
     ]
-    vit, bert, gpt2 = e2e.verdicts(records)
+    vit, bert, gpt2, llama = e2e.verdicts(records)
     assert vit.endswith("sdpa export B=32 speedup 1.71× (goal ≥ 1.6×): PASS")
     assert bert.endswith("sdpa export B=32 speedup 1.33× (goal ≥ 1.6×): FAIL")
     assert "sdpa" not in gpt2
+    assert llama.endswith("(goal ≥ 10%): PASS") and "sdpa" not in llama
