@@ -253,8 +253,11 @@ class AttentionPlan(Plan):
                                               lambda: self._expanded_bias(out))
             nodes += made
         if self.score_keep is not None:
+            # one bias for every layer that slices the same literal to the padding's own length (GPT-Neo's
+            # TorchScript export reads one causal and one banded buffer for all its layers)
+            lengths = (self.padding,) if self._lengths_from_padding else (self.query, self.key)
             made, attention_bias = out.shared(
-                ("score_keep_bias", self.score_keep, self.score_fill, self.dtype, attention_bias, self.query, self.key),
+                ("score_keep_bias", self.score_keep, self.score_fill, self.dtype, attention_bias) + lengths,
                 lambda: self._score_keep_bias(out, attention_bias))
             nodes += made
         y = self.outputs[0]
@@ -410,7 +413,14 @@ class AttentionPlan(Plan):
         expanded over the query positions (MHA takes [B|1, N|1, S, T])."""
         hint = self.name_hint + "_score_keep"
         np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
-        nodes, q_len, k_len = self._lengths(out, hint)
+        if self._lengths_from_padding:  # S = L = the padding mask's length (self-attention, proved)
+            shape, length = out.name(hint + "_padding_shape"), out.name(hint + "_length")
+            nodes = [onnx.helper.make_node("Shape", [self.padding], [shape], name=out.name(shape)),
+                     onnx.helper.make_node("Gather", [shape, out.initializer(hint + "_seq_axes", np.array([1], np.int64))],
+                                           [length], name=out.name(length), axis=0)]
+            q_len = k_len = length
+        else:
+            nodes, q_len, k_len = self._lengths(out, hint)
         rank = self.score_keep_rank
         ends, sliced, keep, dropped = (out.name(hint + x) for x in ("_ends", "_sliced", "_4d", "_bias"))
         nodes += [
@@ -436,6 +446,10 @@ class AttentionPlan(Plan):
         total = out.name(hint + "_attention_bias")
         nodes.append(onnx.helper.make_node("Add", [dropped, attention_bias], [total], name=out.name(total)))
         return nodes, total
+
+    @property
+    def _lengths_from_padding(self) -> bool:
+        return self.padding is not None and self.self_attention
 
     def _expanded_bias(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
         """The graph's bias broadcast to [B|1, N|1, S, T], the shape MHA's attention_bias must have at run
