@@ -381,14 +381,15 @@ def gpt_neo() -> Family:
     """GPT-Neo decoder (eager attention only: transformers has no sdpa form for it): its own attention code
     masks the unscaled product with a slice of a literal boolean buffer, Where(tril, Q·Kᵀ, finfo.min), the
     "local" layers' buffer banded to window_size keys, then adds the padding-and-causal mask; each MLP's
-    c_fc + gelu_new is a Linear+GELU block. A window of 4 keys makes the local layer's band bite at 8 tokens."""
-    cfg = dict(vocab_size=32, hidden_size=16, num_layers=2, num_heads=2, attention_types=[[["global", "local"], 1]],
+    c_fc + gelu_new is a Linear+GELU block. A window of 4 keys makes the local layers' band bite at 8 tokens;
+    four layers, so that two layers read each buffer (the dynamo exporter then shares their slices)."""
+    cfg = dict(vocab_size=32, hidden_size=16, num_layers=4, num_heads=2, attention_types=[[["global", "local"], 2]],
                window_size=4, intermediate_size=32, max_position_embeddings=16, activation_function="gelu_new",
                use_cache=False)
     return Family(
         "gpt_neo", "GPTNeoModel", cfg, _hf("GPTNeoModel", "GPTNeoConfig", cfg, SEED + 16),
         [_ids("input_ids", 32), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
-        fused_blocks=2, blocks_why="2 layers x 1 mlp.c_fc + gelu_new",
+        fused_blocks=4, blocks_why="4 layers x 1 mlp.c_fc + gelu_new",
         approximate=TANH, gelu_form="gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))",
         extra_kwargs={"use_cache": False},
         ort=None, ort_unsupported="the transformers optimizer has no gpt_neo model type",

@@ -109,10 +109,11 @@ EXPECTED = {
     # time from the query's shape
     "falcon_torchscript_op17.onnx": (2, None),
     # GPT-Neo (eager only): Where(slice of its literal causal buffer, Q·Kᵀ, finfo.min), unscaled, plus the
-    # padding-and-causal mask; the "local" layer's buffer is banded to 4 keys. Dynamo names the second
-    # layer's length Min(16, S) (the buffer's clamp), met by the mask's S in the graph's Add.
-    "gpt_neo_torchscript_op17.onnx": (2, None),
-    "gpt_neo_dynamo_op18.onnx": (2, None),
+    # padding-and-causal mask; the "local" layers' buffer is banded to 4 keys. Dynamo names the later
+    # layers' length Min(16, S) (the buffer's clamp), met by the mask's S in the graph's Add, and shares one
+    # slice of each buffer between the two layers that read it.
+    "gpt_neo_torchscript_op17.onnx": (4, None),
+    "gpt_neo_dynamo_op18.onnx": (4, None),
     # T5: Where(keep, relative position bias, finfo.min), a finite bias fed as attention_bias. The other
     # four blocks' intermediates are read outside them (the first layers' key heads are also the returned
     # cache; the decoder's position bias reads the query heads' shape): the engine's single-use check
@@ -282,7 +283,7 @@ def test_gpt_neo_after_ort_optimizer_fuses_exactly(fp16, rng):
     """GPT-Neo after ORT's transformers optimizer (model type gpt2, as bench/e2e.py runs it: ORT has none of
     its own) and its float16 converter: the no-op Casts of the heads are gone, the buffer's slice reads its
     lengths from the head split itself, and the rebuilt keep lets the whole slice go with the block. In
-    float16 the local (banded) layer stays, with its reason; the global one fuses."""
+    float16 the local (banded) layers stay, with their reason; the global ones fuse."""
     from onnxruntime.transformers import optimizer
 
     file = "gpt_neo_torchscript_op17.onnx"
@@ -295,9 +296,9 @@ def test_gpt_neo_after_ort_optimizer_fuses_exactly(fp16, rng):
     original = opt.model
     result = _fuse(original)
     # in float16 the local layer's band drops keys the mask keeps: refused (_prove_score_keep)
-    assert [b.details["qkv"] for b in result.report.fused] == ["packed"] * (1 if fp16 else 2)
+    assert [b.details["qkv"] for b in result.report.fused] == ["packed"] * (2 if fp16 else 4)
     refused = [r.reason for r in result.report.refused if r.rule == "attention"]
-    assert len(refused) == (1 if fp16 else 0) and all("a banded literal" in r for r in refused), refused
+    assert len(refused) == (2 if fp16 else 0) and all("a banded literal" in r for r in refused), refused
     fused = {n for b in result.report.fused for n in b.replaced}
     masking = {n.name for n in original.graph.node if n.op_type in ("Softmax", "Where", "Slice") and "h.0" in n.name}
     assert masking <= fused  # the global layer's buffer slices went with its block

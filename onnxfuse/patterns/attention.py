@@ -160,6 +160,7 @@ writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not a candidate), 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, replace
 
@@ -218,6 +219,7 @@ class AttentionPlan(Plan):
     score_fill: float | None = None
     score_keep_rank: int = 4
     score_keep_rows: int = 0  # the literal's query-axis extent
+    score_keep_digest: str = ""
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
@@ -253,12 +255,14 @@ class AttentionPlan(Plan):
                                               lambda: self._expanded_bias(out))
             nodes += made
         if self.score_keep is not None:
-            # one bias for every layer that slices the same literal to the padding's own length (GPT-Neo's
-            # TorchScript export reads one causal and one banded buffer for all its layers)
+            # One literal for every layer whose literal has the same values (the dynamo export stores GPT-Neo's
+            # causal buffer once a layer, 4 MiB each at full size; the others die with their Slices), and one
+            # bias for every layer that slices it to the padding's own length.
+            _, literal = out.shared(("score_literal", self.score_keep_digest), lambda: ([], self.score_keep))
             lengths = (self.padding,) if self._lengths_from_padding else (self.query, self.key)
             made, attention_bias = out.shared(
-                ("score_keep_bias", self.score_keep, self.score_fill, self.dtype, attention_bias) + lengths,
-                lambda: self._score_keep_bias(out, attention_bias))
+                ("score_keep_bias", literal, self.score_fill, self.dtype, attention_bias) + lengths,
+                lambda: replace(self, score_keep=literal)._score_keep_bias(out, attention_bias))
             nodes += made
         y = self.outputs[0]
         merged = out.name(self.name_hint + "_merged") if self.flat_shape else y
@@ -701,6 +705,7 @@ class _ScoreKeep:
     rank: int = 4
     rows: int = 0
     slices: frozenset = frozenset()
+    digest: str = ""  # of the literal's shape and values: layers whose literals are equal share one
 
 
 def _score_where(view: GraphView, t: str) -> tuple[str, _ScoreKeep | None]:
@@ -877,8 +882,12 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
     mask = _classify_mask(view, ev, sc.bias, q, k, dtype) if sc.bias is not None else _NO_MASK
     score_keep = None if sc.keep is None else _prove_score_keep(view, ev, sc.keep, q, k, dtype, mask)
-    if score_keep is not None:
-        nodes |= score_keep.slices  # rebuilt from the literal (AttentionPlan._score_keep_bias)
+    if score_keep is not None and all(r in nodes | score_keep.slices for i in score_keep.slices
+                                      for o in view.nodes[i].output for r in view.consumers_of(o)):
+        # the block's own slices go with it (the keep is sliced again: AttentionPlan._score_keep_bias), so the
+        # shape arithmetic over the heads they may read dies with it; slices another layer also reads (the
+        # dynamo exporter shares one between layers of the same buffer) stay, and die once no layer reads them
+        nodes |= score_keep.slices
     # The mask adds without broadcasting the scores up (checked by _classify_mask), so the probabilities
     # have the product's dimensions: recorded, so the head merge's reshapes can be checked against them.
     probs, guarded = node.output[0], False
@@ -976,6 +985,7 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
         score_keep=score_keep.literal if score_keep else None, score_fill=score_keep.fill if score_keep else None,
         score_keep_rank=score_keep.rank if score_keep else 4, score_keep_rows=score_keep.rows if score_keep else 0,
+        score_keep_digest=score_keep.digest if score_keep else "",
         **extra)
 
 
@@ -1514,7 +1524,8 @@ def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads,
         raise _Refused(f"{what} in float16 with a finite fill, where keep drops keys the mask keeps (a banded "
                        "literal): MultiHeadAttention adds the product to the fill in float32, which float16's "
                        "lowest does not absorb")
-    return replace(sk, literal=t, rank=rank, rows=rows, slices=frozenset(slices))
+    digest = hashlib.sha256(repr(c.shape).encode() + np.packbits(c).tobytes()).hexdigest()
+    return replace(sk, literal=t, rank=rank, rows=rows, slices=frozenset(slices), digest=digest)
 
 
 def _end_reaches(view: GraphView, ev: Evaluator, ends: str, n: int, length: Dim, extent: int) -> bool:
