@@ -42,10 +42,12 @@ def models():
                                          bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
     return {
         "roberta": (transformers.RobertaModel(transformers.RobertaConfig(vocab_size=64, max_position_embeddings=40,
-                                                                         **small)), ["input_ids", "attention_mask"], "text"),
+                                                                         **small)),
+                    ["input_ids", "attention_mask"], "text"),
         "deit": (transformers.DeiTModel(transformers.DeiTConfig(image_size=32, patch_size=8, **small),
                                         add_pooling_layer=False), ["pixel_values"], "image"),
-        "clip_vision": (transformers.CLIPVisionModel(transformers.CLIPVisionConfig(image_size=32, patch_size=8, **small)),
+        "clip_vision": (transformers.CLIPVisionModel(transformers.CLIPVisionConfig(image_size=32, patch_size=8,
+                                                                                   **small)),
                         ["pixel_values"], "image"),
         "whisper_encoder": (transformers.WhisperModel(whisper).encoder, ["input_features"], "audio"),
     }

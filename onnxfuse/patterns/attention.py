@@ -120,7 +120,8 @@ Why these are exact, row by row:
 
 Refused, with the reason shown by ``inspect``: probabilities read anywhere else (``output_attentions``),
 Softmax over another axis, a bias that is neither a proved padding/causal mask nor a finite tensor of
-the scores' type and shape (``-inf`` fills of masks it cannot prove, such as an anti-causal compare; ``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or
+the scores' type and shape (``-inf`` fills of masks it cannot prove, such as an anti-causal compare;
+``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or
 one that broadcasts the scores up), scores scaled after the bias is added, a query/key that reaches the
 product through other ops without proved [B, N, S, H] dimensions (above), key and value heads of
 different sizes, inconsistent head counts.
@@ -420,7 +421,8 @@ class AttentionPlan(Plan):
         if self._lengths_from_padding:  # S = L = the padding mask's length (self-attention, proved)
             shape, length = out.name(hint + "_padding_shape"), out.name(hint + "_length")
             nodes = [onnx.helper.make_node("Shape", [self.padding], [shape], name=out.name(shape)),
-                     onnx.helper.make_node("Gather", [shape, out.initializer(hint + "_seq_axes", np.array([1], np.int64))],
+                     onnx.helper.make_node("Gather", [shape, out.initializer(hint + "_seq_axes",
+                                                                             np.array([1], np.int64))],
                                            [length], name=out.name(length), axis=0)]
             q_len = k_len = length
         else:
@@ -430,7 +432,8 @@ class AttentionPlan(Plan):
         nodes += [
             onnx.helper.make_node("Concat", [q_len, k_len], [ends], name=out.name(ends), axis=0),
             onnx.helper.make_node("Slice", [self.score_keep, out.initializer(hint + "_starts", np.zeros(2, np.int64)),
-                                            ends, out.initializer(hint + "_axes", np.array([rank - 2, rank - 1], np.int64))],
+                                            ends, out.initializer(hint + "_axes", np.array([rank - 2, rank - 1],
+                                                                                           np.int64))],
                                   [sliced], name=out.name(sliced)),
         ]
         if rank < 4:
@@ -477,7 +480,8 @@ class AttentionPlan(Plan):
             onnx.helper.make_node("Gather", [k_shape, key_axis], [k_len], name=out.name(k_len), axis=0),
         ], q_len, k_len
 
-    def _expand_to(self, out: Emitter, bias: str, q_len: str, k_len: str, hint: str) -> tuple[list[onnx.NodeProto], str]:
+    def _expand_to(self, out: Emitter, bias: str, q_len: str, k_len: str,
+                   hint: str) -> tuple[list[onnx.NodeProto], str]:
         target, expanded = out.name(hint + "_shape"), out.name(hint + "_attention_bias_expanded")
         return [
             onnx.helper.make_node("Concat", [out.initializer(hint + "_lead", np.array([1, 1], np.int64)), q_len, k_len],
@@ -924,8 +928,8 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     # finite fill such a row is the graph's plain softmax of equal scores, which MHA computes the same way.
     no_key_row = 0.0 if guarded else math.nan
     return _finish(view, ev, nodes, q, k, v, dtype, mask, merged, flat_shape, scale,
-                   (scaling, "IsNaN guard" if guarded else ""), no_key_row, view.nodes[softmax].name or f"attention_{softmax}",
-                   score_keep)
+                   (scaling, "IsNaN guard" if guarded else ""), no_key_row,
+                   view.nodes[softmax].name or f"attention_{softmax}", score_keep)
 
 
 def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v: _Heads, dtype: int, mask: _Mask,
@@ -1075,7 +1079,8 @@ def _heads(view: GraphView, ev: Evaluator, t: str, nodes: set, what: str) -> _He
     as [B, S, D] and splits itself), or else any tensor of proved [B, N, S, ·] dimensions, which the graph
     computes from the heads itself (a rotary embedding): MHA then reads that tensor as it is."""
     i = view.producer.get(t)
-    while i is not None and is_op(view.nodes[i], "Cast") and attr(view.nodes[i], "to") == ev.dtype(view.nodes[i].input[0]):
+    while (i is not None and is_op(view.nodes[i], "Cast")
+           and attr(view.nodes[i], "to") == ev.dtype(view.nodes[i].input[0])):
         nodes.add(i)  # GPT-Neo's query.to(float32) of float32 heads: a Cast to the type they have
         t = view.nodes[i].input[0]
         i = view.producer.get(t)
@@ -1520,7 +1525,8 @@ def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads,
     if blind.size:
         raise _Refused(f"{what} where keep's row {int(blind[0])} keeps no key at or before its own position "
                        "(such a row is NaN in the graph and the kernel's own choice in the fused op)")
-    if dtype == T.FLOAT16 and sk.fill != -math.inf and not (mask.causal and matrix[np.tril_indices(rows, 0, cols)].all()):
+    keeps_the_triangle = bool(matrix[np.tril_indices(rows, 0, cols)].all())
+    if dtype == T.FLOAT16 and sk.fill != -math.inf and not (mask.causal and keeps_the_triangle):
         raise _Refused(f"{what} in float16 with a finite fill, where keep drops keys the mask keeps (a banded "
                        "literal): MultiHeadAttention adds the product to the fill in float32, which float16's "
                        "lowest does not absorb")
