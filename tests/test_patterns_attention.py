@@ -310,6 +310,21 @@ def test_gpt_neo_after_ort_optimizer_fuses_exactly(fp16, rng):
     assert err <= TOLERANCE["float16" if fp16 else "float32"], f"{err:.2e}"
 
 
+@pytest.mark.parametrize("file", ["gpt_neo_torchscript_op17.onnx", "gpt_neo_dynamo_op18.onnx"])
+def test_layers_reading_one_literal_share_one_bias(file):
+    """GPT-Neo's four layers read two buffers (causal, banded; each exporter stores each once): the fused model
+    keeps both and builds one attention_bias per buffer for the two layers that read it."""
+    original = _load(file)
+    result = _fuse(original)
+    literals = [t.name for t in original.graph.initializer if t.data_type == T.BOOL] + \
+        [n.output[0] for n in original.graph.node if n.op_type == "Constant" and n.attribute[0].t.data_type == T.BOOL
+         and len(n.attribute[0].t.dims) == 4]
+    kept = {t.name for t in result.model.graph.initializer} | {o for n in result.model.graph.node for o in n.output}
+    assert len([x for x in literals if x in kept]) == 2
+    biases = {node.input[5] for node in result.model.graph.node if (node.domain, node.op_type) in (MHA, PACKED)}
+    assert len(biases) == 2
+
+
 def test_multi_query_heads_are_expanded_in_front_of_mha():
     """Falcon-7B's one key/value head, which the graph's products broadcast over the query's heads: MHA
     broadcasts none, so each is expanded to the query's count, and MHA reads the expansions."""

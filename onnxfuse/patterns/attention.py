@@ -161,7 +161,6 @@ writes it (its scores are one ``baddbmm``, no Q·Kᵀ MatMul: not a candidate), 
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, replace
 
@@ -220,7 +219,6 @@ class AttentionPlan(Plan):
     score_fill: float | None = None
     score_keep_rank: int = 4
     score_keep_rows: int = 0  # the literal's query-axis extent
-    score_keep_digest: str = ""
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
@@ -256,14 +254,12 @@ class AttentionPlan(Plan):
                                               lambda: self._expanded_bias(out))
             nodes += made
         if self.score_keep is not None:
-            # One literal for every layer whose literal has the same values (the dynamo export stores GPT-Neo's
-            # causal buffer once a layer, 4 MiB each at full size; the others die with their Slices), and one
-            # bias for every layer that slices it to the padding's own length.
-            _, literal = out.shared(("score_literal", self.score_keep_digest), lambda: ([], self.score_keep))
+            # one bias for every layer that slices the same literal to the padding's own length (both exporters
+            # store each of GPT-Neo's buffers once, its causal and its banded one, for all the layers that read it)
             lengths = (self.padding,) if self._lengths_from_padding else (self.query, self.key)
             made, attention_bias = out.shared(
-                ("score_keep_bias", literal, self.score_fill, self.dtype, attention_bias) + lengths,
-                lambda: replace(self, score_keep=literal)._score_keep_bias(out, attention_bias))
+                ("score_keep_bias", self.score_keep, self.score_fill, self.dtype, attention_bias) + lengths,
+                lambda: self._score_keep_bias(out, attention_bias))
             nodes += made
         y = self.outputs[0]
         merged = out.name(self.name_hint + "_merged") if self.flat_shape else y
@@ -709,7 +705,6 @@ class _ScoreKeep:
     rank: int = 4
     rows: int = 0
     slices: frozenset = frozenset()
-    digest: str = ""  # of the literal's shape and values: layers whose literals are equal share one
 
 
 def _score_where(view: GraphView, t: str) -> tuple[str, _ScoreKeep | None]:
@@ -989,7 +984,6 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
         score_keep=score_keep.literal if score_keep else None, score_fill=score_keep.fill if score_keep else None,
         score_keep_rank=score_keep.rank if score_keep else 4, score_keep_rows=score_keep.rows if score_keep else 0,
-        score_keep_digest=score_keep.digest if score_keep else "",
         **extra)
 
 
@@ -1530,8 +1524,7 @@ def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads,
         raise _Refused(f"{what} in float16 with a finite fill, where keep drops keys the mask keeps (a banded "
                        "literal): MultiHeadAttention adds the product to the fill in float32, which float16's "
                        "lowest does not absorb")
-    digest = hashlib.sha256(repr(c.shape).encode() + np.packbits(c).tobytes()).hexdigest()
-    return replace(sk, literal=t, rank=rank, rows=rows, slices=frozenset(slices), digest=digest)
+    return replace(sk, literal=t, rank=rank, rows=rows, slices=frozenset(slices))
 
 
 def _end_reaches(view: GraphView, ev: Evaluator, ends: str, n: int, length: Dim, extent: int) -> bool:
