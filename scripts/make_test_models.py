@@ -49,6 +49,8 @@ SEED = 20261129
 
 # What each ORT contrib / ONNX activation becomes in FusedLinearGelu's `approximate` attribute.
 ERF, TANH, SIGMOID = "none", "tanh", "sigmoid"
+# GPT-2's, Phi's and GPT-Neo's activation_function "gelu_new", as their model code writes it.
+GELU_NEW = "gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def gpt2() -> Family:
         "gpt2", "GPT2Model", cfg, _hf("GPT2Model", "GPT2Config", cfg, SEED + 2),
         [_ids("input_ids", 128), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
         fused_blocks=2, blocks_why="2 blocks x 1 c_fc Conv1D + gelu_new",
-        approximate=TANH, gelu_form="gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))",
+        approximate=TANH, gelu_form=GELU_NEW,
         extra_kwargs={"use_cache": False},
         ort=dict(model_type="gpt2", num_heads=2, hidden_size=32),
     )
@@ -350,7 +352,7 @@ def phi() -> Family:
         "phi", "PhiModel", cfg, _hf("PhiModel", "PhiConfig", cfg, SEED + 14),
         [_ids("input_ids", 64), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
         fused_blocks=2, blocks_why="2 layers x 1 mlp.fc1 + gelu_new",
-        approximate=TANH, gelu_form="gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))",
+        approximate=TANH, gelu_form=GELU_NEW,
         ort=None, ort_unsupported="ORT 1.31's transformers optimizer, model type phi, fails on this export "
                                   "(onnx_model_phi.py's preprocessing iterates model functions, which only its "
                                   "own dynamo conversion writes: TypeError)",
@@ -390,7 +392,7 @@ def gpt_neo() -> Family:
         "gpt_neo", "GPTNeoModel", cfg, _hf("GPTNeoModel", "GPTNeoConfig", cfg, SEED + 16),
         [_ids("input_ids", 32), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
         fused_blocks=4, blocks_why="4 layers x 1 mlp.c_fc + gelu_new",
-        approximate=TANH, gelu_form="gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))",
+        approximate=TANH, gelu_form=GELU_NEW,
         extra_kwargs={"use_cache": False},
         ort=None, ort_unsupported="the transformers optimizer has no gpt_neo model type",
     )

@@ -414,15 +414,7 @@ class AttentionPlan(Plan):
         expanded over the query positions (MHA takes [B|1, N|1, S, T])."""
         hint = self.name_hint + "_score_keep"
         np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
-        if self._lengths_from_padding:  # S = L = the padding mask's length (self-attention, proved)
-            shape, length = out.name(hint + "_padding_shape"), out.name(hint + "_length")
-            nodes = [onnx.helper.make_node("Shape", [self.padding], [shape], name=out.name(shape)),
-                     onnx.helper.make_node("Gather", [shape, out.initializer(hint + "_seq_axes",
-                                                                             np.array([1], np.int64))],
-                                           [length], name=out.name(length), axis=0)]
-            q_len = k_len = length
-        else:
-            nodes, q_len, k_len = self._lengths(out, hint)
+        nodes, q_len, k_len = self._lengths(out, hint)
         rank = self.score_keep_rank
         ends, sliced, keep, dropped = (out.name(hint + x) for x in ("_ends", "_sliced", "_4d", "_bias"))
         nodes += [
@@ -463,8 +455,15 @@ class AttentionPlan(Plan):
         return nodes + made, expanded
 
     def _lengths(self, out: Emitter, hint: str) -> tuple[list[onnx.NodeProto], str, str]:
-        """The query's and key's lengths as [1] tensors (the key's is axis 1 of a [B, L, D] key, axis 2 of
-        [B, N, L, H] heads)."""
+        """The query's and key's lengths as [1] tensors: in self-attention with a padding mask both are the
+        mask's length (proved), which every layer shares; else the query's axis 1 and the key's (axis 1 of a
+        [B, L, D] key, axis 2 of [B, N, L, H] heads)."""
+        if self._lengths_from_padding:
+            shape, length = out.name(hint + "_padding_shape"), out.name(hint + "_length")
+            axis = out.initializer(hint + "_seq_axes", np.array([1], np.int64))
+            return [onnx.helper.make_node("Shape", [self.padding], [shape], name=out.name(shape)),
+                    onnx.helper.make_node("Gather", [shape, axis], [length], name=out.name(length), axis=0)
+                    ], length, length
         q_shape, k_shape, q_len, k_len = (out.name(hint + s) for s in ("_query_shape", "_key_shape", "_query_len",
                                                                        "_key_len"))
         seq_axis = out.initializer(hint + "_seq_axes", np.array([1], np.int64))
