@@ -1,7 +1,9 @@
 """bench/cuda_kernel.py without a GPU: the grid timing (the GPU time of a segment is the sum of the kernels it
 launched, per call: torch.profiler also mirrors each labelled host range on the GPU timeline as a device-side
 annotation spanning those kernels; counting it as a kernel doubled long segments and added the launch gaps to
-short ones), which forced paths run at which rows (gemv at most 16), and the tables and verdicts over them."""
+short ones), the order of the interleaved wall replays (every variant once a round, the first rotating, so that
+drift between measurements is not read as one variant being slower), which forced paths run at which rows (gemv
+at most 16), and the tables and verdicts over them."""
 
 from __future__ import annotations
 
@@ -43,6 +45,44 @@ def test_segment_time_counts_kernels_only_and_divides_by_calls():
         _Event("gemm", "DeviceType.CUDA", 210, 260),
     ]
     assert cuda_kernel._segment_gpu_us(events, labels, calls=2) == pytest.approx([25.0, 25.0])
+
+
+def test_interleaved_rounds_time_each_variant_once_a_round_and_rotate_the_first():
+    variants = ["auto", "fused", "fallback", "gemv", "unfused"]
+    order = cuda_kernel.interleaved_rounds(variants, 7)
+    assert len(order) == 7 * len(variants)
+    assert all(sum(v == w for _, v in order) == 7 for w in variants)  # every variant exactly `rounds` times
+    for r in range(7):  # round r: each variant once, starting at variant r mod n and going round
+        assert [v for rr, v in order if rr == r] == variants[r % 5:] + variants[:r % 5]
+    assert [rr for rr, _ in order] == sorted(rr for rr, _ in order)  # round by round, never mixed
+    firsts = [order[i * 5][1] for i in range(7)]
+    assert firsts == ["auto", "fused", "fallback", "gemv", "unfused", "auto", "fused"]
+    assert len(set(firsts)) == len(variants)  # no variant is always first
+    # fewer variants (gemv skipped above 16 rows) and a single one rotate the same way; none is no calls
+    assert cuda_kernel.interleaved_rounds(["auto", "unfused"], 3) == [(0, "auto"), (0, "unfused"), (1, "unfused"),
+                                                                        (1, "auto"), (2, "auto"), (2, "unfused")]
+    assert cuda_kernel.interleaved_rounds(["auto"], 2) == [(0, "auto"), (1, "auto")]
+    assert cuda_kernel.interleaved_rounds([], 4) == []
+
+
+def test_interleaved_wall_times_the_calls_in_rounds_and_takes_each_variants_median():
+    calls_made, now = [], [0.0]
+
+    def clock():
+        return now[0]
+
+    def call(v, seconds):
+        def fn():
+            calls_made.append(v)
+            now[0] += seconds[len([c for c in calls_made if c == v]) - 1]
+        return fn
+
+    # a: 1, 9, 2 µs (median 2); b: 5 µs every time; c: 3, 4, 100 µs (median 4)
+    calls = {"a": call("a", [1e-6, 9e-6, 2e-6]), "b": call("b", [5e-6] * 3), "c": call("c", [3e-6, 4e-6, 100e-6])}
+    wall = cuda_kernel.interleaved_wall_us(calls, 3, clock=clock)
+    assert calls_made == [v for _, v in cuda_kernel.interleaved_rounds(["a", "b", "c"], 3)]
+    assert calls_made == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert wall == pytest.approx({"a": 2.0, "b": 5.0, "c": 4.0})
 
 
 def test_gemv_is_measured_up_to_its_row_bound_and_skipped_above():
