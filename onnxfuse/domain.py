@@ -1,4 +1,5 @@
-"""The ops' contracts, as onnx sees them: ``FusedLinearGelu`` and ``FillMaskedRows``.
+"""The ops' contracts, as onnx sees them: ``FusedLinearGelu``, ``FillMaskedRows`` and
+``MaskedSkipLayerNormalization``.
 
 ``Y = act(X · Wᵀ + B)`` (transB=1, the default) or ``act(X · W + B)`` (transB=0), accumulated in fp32.
 ``act`` is GELU in its exact erf form (``approximate="none"``), its tanh form (``"tanh"``) or
@@ -10,6 +11,14 @@ a row none of whose K flags is set equal to the ``fill`` attribute (default 0):
 attention rule writes it as its row guard on the attention mask itself ([B, 1, S|1, T]: a query row is kept
 when it sees a key); its kernels may write Y into X's buffer, so that a call costs only the flags and the
 rows it fills (custom_ops/src/fill_masked_rows_common.h).
+
+``MaskedSkipLayerNormalization(input [B, S, D], skip, row_kept, gamma [D], beta?, bias?) -> (Y, sum?)``: ORT's
+``SkipLayerNormalization`` (com.microsoft) in which a row none of whose flags is set takes its ``input`` as 0:
+``sum = Where(ReduceMax(row_kept, axes=[-1]), input, 0) + skip + bias`` (in float32), ``Y = LayerNorm(sum) · gamma
++ beta`` over the last axis with ``epsilon``; the optional second output is ``sum`` in the tensor type. skip is
+``[B, S, D]``, ``[1, S, D]`` or ``[S, D]``; row_kept as FillMaskedRows'. It is the attention rule's row guard
+folded into the normalization that reads the output projection (patterns/guard_into_skip_norm.py): a zero row
+stays zero through a MatMul, so the guard costs the normalization one read of the flags instead of a kernel.
 
 The domain string and versions are one fact shared with the C++ library (``custom_ops/src/domain.h``); a
 test checks that they agree. The domain has its own opset version (what a model imports); each op says
@@ -23,11 +32,14 @@ import onnx
 from onnx import defs
 
 DOMAIN = "ai.onnxfuse"
-DOMAIN_VERSION = 2  # the ai.onnxfuse opset version this package writes (and the newest it reads)
+DOMAIN_VERSION = 3  # the ai.onnxfuse opset version this package writes (and the newest it reads)
 OP_TYPE = "FusedLinearGelu"
 OP_SINCE_VERSION = 1  # FusedLinearGelu exists since version 1 of the domain
 FILL_MASKED_ROWS = "FillMaskedRows"
 FILL_MASKED_ROWS_SINCE_VERSION = 2  # FillMaskedRows exists since version 2
+MASKED_SKIP_NORM = "MaskedSkipLayerNormalization"
+MASKED_SKIP_NORM_SINCE_VERSION = 3  # MaskedSkipLayerNormalization exists since version 3
+DEFAULT_SKIP_NORM_EPSILON = 1e-12  # ORT's SkipLayerNormalization default, which the op keeps
 OP_VERSION = DOMAIN_VERSION  # the opset a model imports to use the op (older name, kept for importers)
 
 # The opset version written for each domain a rewrite emits nodes in: ours, and ORT's contrib ops
@@ -133,12 +145,44 @@ def _fill_masked_rows_schema() -> defs.OpSchema:
     return schema
 
 
+def _infer_masked_skip_norm(ctx) -> None:
+    """Y (and the optional sum) have input's type and shape."""
+    x_type = ctx.get_input_type(0)
+    if x_type is not None and x_type.HasField("tensor_type"):
+        for i in range(ctx.get_num_outputs()):
+            ctx.set_output_type(i, x_type)
+
+
+def _masked_skip_norm_schema() -> defs.OpSchema:
+    P = defs.OpSchema.FormalParameter
+    Opt = defs.OpSchema.FormalParameterOption
+    schema = defs.OpSchema(
+        MASKED_SKIP_NORM, DOMAIN, MASKED_SKIP_NORM_SINCE_VERSION, __doc__.split("\n\n")[3],
+        inputs=[P("input", "T", "[B, S, D]: counts only in the rows row_kept keeps"),
+                P("skip", "T", "[B, S, D], [1, S, D] or [S, D]"),
+                P("row_kept", "B", "[B, S|1, K] or [B, 1, S|1, K]: a row with no flag set takes input as 0"),
+                P("gamma", "T", "[D]"),
+                P("beta", "T", "[D]", param_option=Opt.Optional),
+                P("bias", "T", "[D]", param_option=Opt.Optional)],
+        outputs=[P("Y", "T", "the normalized sum, [B, S, D]"),
+                 P("input_skip_bias_sum", "T", "the sum, [B, S, D]", param_option=Opt.Optional)],
+        type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "Floating types"),
+                          ("B", ["tensor(bool)"], "Row flags")],
+        attributes=[defs.OpSchema.Attribute("epsilon", onnx.helper.make_attribute("epsilon", DEFAULT_SKIP_NORM_EPSILON),
+                                            "added to the variance, as SkipLayerNormalization's")],
+    )
+    schema.set_type_and_shape_inference_function(_infer_masked_skip_norm)
+    return schema
+
+
 def register_schema() -> None:
     """Register the schemas with onnx once per process (idempotent)."""
     if not defs.has(OP_TYPE, DOMAIN):
         defs.register_schema(_schema())
     if not defs.has(FILL_MASKED_ROWS, DOMAIN):
         defs.register_schema(_fill_masked_rows_schema())
+    if not defs.has(MASKED_SKIP_NORM, DOMAIN):
+        defs.register_schema(_masked_skip_norm_schema())
 
 
 register_schema()

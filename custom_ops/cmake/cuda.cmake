@@ -135,6 +135,7 @@ target_compile_options(onnxfuse_cuda_kernels PRIVATE
 target_sources(${ONNXFUSE_OPS_TARGET} PRIVATE
   "${_cuda_dir}/fused_linear_gelu_cuda.cc"
   "${_cuda_dir}/fill_masked_rows_cuda.cc"
+  "${_cuda_dir}/masked_skip_layer_norm_cuda.cc"
   "${_cuda_dir}/cublaslt_gemm_bias.cc"
   "${_cuda_dir}/device_signature.cc"
   $<TARGET_OBJECTS:onnxfuse_cuda_kernels>)

@@ -1,6 +1,6 @@
 // The library's entry point: ORT calls RegisterCustomOps when a session registers the library
-// (SessionOptions.register_custom_ops_library). It adds the `ai.onnxfuse` domain with FusedLinearGelu and
-// FillMaskedRows for the CPU provider and, in a CUDA build, for the CUDA provider.
+// (SessionOptions.register_custom_ops_library). It adds the `ai.onnxfuse` domain with FusedLinearGelu,
+// FillMaskedRows and MaskedSkipLayerNormalization for the CPU provider and, in a CUDA build, for the CUDA provider.
 #include <cstddef>
 #include <cstring>
 #include <mutex>
@@ -11,6 +11,7 @@
 
 #include "cpu/fill_masked_rows_cpu.h"
 #include "cpu/fused_linear_gelu_cpu.h"
+#include "cpu/masked_skip_layer_norm_cpu.h"
 #include "cpu/packed_gemm.h"
 #include "domain.h"
 
@@ -18,6 +19,7 @@
 #include "cuda/device_signature.h"
 #include "cuda/fill_masked_rows_cuda.h"
 #include "cuda/fused_linear_gelu_cuda.h"
+#include "cuda/masked_skip_layer_norm_cuda.h"
 #endif
 
 namespace {
@@ -73,10 +75,13 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     Ort::CustomOpDomain domain{onnxfuse::kDomain};
     onnxfuse::cpu::AddCpuOps(domain);
     onnxfuse::cpu::AddFillMaskedRowsCpuOps(domain);
+    onnxfuse::cpu::AddMaskedSkipNormCpuOps(domain);
 #ifdef ONNXFUSE_WITH_CUDA
-    // The CUDA provider's op instances (src/cuda/fused_linear_gelu_cuda.h, fill_masked_rows_cuda.h).
+    // The CUDA provider's op instances (src/cuda/fused_linear_gelu_cuda.h, fill_masked_rows_cuda.h,
+    // masked_skip_layer_norm_cuda.h).
     onnxfuse::RegisterCudaOps(domain);
     onnxfuse::RegisterFillMaskedRowsCudaOps(domain);
+    onnxfuse::RegisterMaskedSkipNormCudaOps(domain);
 #endif
     Ort::UnownedSessionOptions(options).Add(domain);
     KeepAlive(std::move(domain));

@@ -13,11 +13,8 @@
 #include "fused_linear_gelu_cpu.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <exception>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -26,6 +23,7 @@
 #include "../fused_linear_gelu_common.h"
 #include "gemm.h"
 #include "packed_gemm.h"
+#include "parallel_for.h"
 #include "vector_kernels.h"
 
 namespace onnxfuse::cpu {
@@ -80,35 +78,6 @@ TilePlan PlanTiles(int64_t M, int64_t N) {
   return p;
 }
 
-// Runs fn(i) for i in [0, count) on ORT's intra-op pool. The first exception a task throws is kept and
-// rethrown on the calling thread: nothing escapes into ORT's threads.
-template <typename Fn>
-void ParallelFor(const Ort::KernelContext& ctx, int64_t count, Fn&& fn) {
-  if (count <= 0) return;
-  struct Shared {
-    Fn* fn;
-    std::atomic<bool> failed{false};
-    std::exception_ptr error;
-    std::mutex mutex;
-  } shared;
-  shared.fn = &fn;
-  auto task = [](void* data, size_t i) {
-    auto* s = static_cast<Shared*>(data);
-    if (s->failed.load(std::memory_order_relaxed)) return;
-    try {
-      (*s->fn)(static_cast<int64_t>(i));
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(s->mutex);
-      if (!s->failed.exchange(true)) s->error = std::current_exception();
-    }
-  };
-  if (count == 1) {
-    task(&shared, 0);
-  } else {
-    ctx.ParallelFor(task, static_cast<size_t>(count), 0, &shared);
-  }
-  if (shared.error) std::rethrow_exception(shared.error);
-}
 
 template <typename T>
 class FusedLinearGeluCpuKernel {

@@ -1,15 +1,16 @@
 // launch_fill_masked_rows (fill_masked_rows.h). A warp owns one row: its lanes read the row's K flags
-// side by side, four to a load where they are aligned (the attention mask's row of 128 keys is one 128-byte
-// read), and vote; a kept row in place costs the warp nothing more. A warp rather than a block per row: in
-// place nearly every row is kept and the kernel is the flags' read, and four rows to a block make a quarter
-// of the blocks to schedule (B=32, S=128: 1 024 instead of 4 096). H200, GPT-2's twelve guards at batch 32:
-// 48 µs a block per row, 25 µs a warp per row with one flag a row, 31 µs reading the 128-key causal mask.
+// side by side and vote (masked_rows.cuh); a kept row in place costs the warp nothing more. A warp rather
+// than a block per row: in place nearly every row is kept and the kernel is the flags' read, and four rows to
+// a block make a quarter of the blocks to schedule (B=32, S=128: 1 024 instead of 4 096). H200, GPT-2's
+// twelve guards at batch 32: 48 µs a block per row, 25 µs a warp per row with one flag a row, 31 µs reading
+// the 128-key causal mask.
 // Elements move as 16-byte vectors where the row's bytes and both pointers allow it (every hidden size of a
 // transformer; a 768-wide float16 row is 96 vectors, three a lane), else one element at a time.
 #include <algorithm>
 #include <cstdint>
 
 #include "fill_masked_rows.h"
+#include "masked_rows.cuh"
 
 namespace onnxfuse::cuda {
 namespace {
@@ -23,21 +24,12 @@ template <class Unit>
 __global__ void __launch_bounds__(kThreads) fill_masked_rows_kernel(MaskedRows c, Unit fill, int64_t units) {
   const int64_t total_rows = c.batch * c.rows;
   const int lane = threadIdx.x % kWarpSize;
-  // Every row's flags start on a 4-byte boundary when the first do and K is a multiple of 4.
-  const bool flag_words = c.flags_per_row % 4 == 0 && reinterpret_cast<uintptr_t>(c.row_kept) % 4 == 0;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  for (int64_t row = first; row < total_rows; row += stride) {
+  for (int64_t row = first; row < total_rows; row += stride) {  // warp-uniform: every lane votes
     const int64_t b = row / c.rows, r = row - b * c.rows;
-    const bool* flags = c.row_kept + (b * c.flag_rows + (c.flag_rows == 1 ? 0 : r)) * c.flags_per_row;
-    bool any = false;
-    if (flag_words) {  // four flags a lane in one load: 128 keys are one coalesced read of the warp
-      const uint32_t* words = reinterpret_cast<const uint32_t*>(flags);
-      for (int64_t k = lane; k < c.flags_per_row / 4; k += kWarpSize) any |= words[k] != 0u;
-    } else {
-      for (int64_t k = lane; k < c.flags_per_row; k += kWarpSize) any |= flags[k];
-    }
-    const bool kept = __any_sync(0xffffffffu, any);  // the row loop is warp-uniform: every lane votes
+    const bool* flags = row_flags(c.row_kept, b, r, c.flag_rows, c.flags_per_row);
+    const bool kept = warp_any_flag(flags, c.flags_per_row, lane);
     if (kept && c.y == c.x) continue;
     Unit* dst = static_cast<Unit*>(c.y) + row * units;
     const Unit* src = static_cast<const Unit*>(c.x) + row * units;

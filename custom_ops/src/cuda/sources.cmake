@@ -1,7 +1,8 @@
 # The CUDA kernel sources (relative to src/cuda/), included by cmake/cuda.cmake. The sm90_* files hold
 # Hopper-only (sm_90a) CUTLASS 3 kernels (their sm_80 pass compiles to empty guarded bodies that are never
 # launched); the others are the portable sm_80+ tactics, the dispatch table, the few-rows (gemv) kernel and
-# the fallback path's in-place activation, the staging copy and the attention's row guard. One file per (dtype, layout[, tile group]) so that a parallel build compiles the long CUTLASS
+# the fallback path's in-place activation, the staging copy, the attention's row guard and the
+# normalization it folds into. One file per (dtype, layout[, tile group]) so that a parallel build compiles the long CUTLASS
 # instantiations side by side.
 set(ONNXFUSE_CUDA_KERNEL_SOURCES
   gemm_gelu_dispatch.cu
@@ -22,4 +23,5 @@ set(ONNXFUSE_CUDA_KERNEL_SOURCES
   activation_inplace.cu
   copy_rows.cu
   fill_masked_rows.cu
+  masked_skip_layer_norm.cu
 )

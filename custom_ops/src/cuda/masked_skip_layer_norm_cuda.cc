@@ -1,0 +1,114 @@
+// MaskedSkipLayerNormalization on ORT's CUDA provider: every tensor stays in GPU memory; one kernel on ORT's
+// compute stream (masked_skip_layer_norm.h), no synchronization, no allocation.
+#include "masked_skip_layer_norm_cuda.h"
+
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "../domain.h"
+#include "../masked_skip_layer_norm_common.h"
+#include "../status.h"
+#include "masked_skip_layer_norm.h"
+
+namespace onnxfuse {
+namespace {
+
+cuda::DType ToDType(ONNXTensorElementDataType t) {
+  switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return cuda::DType::kFloat16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return cuda::DType::kBFloat16;
+    default: return cuda::DType::kFloat32;
+  }
+}
+
+const void* OptionalData(const Ort::KernelContext& ctx, const TensorSpec& spec, size_t index) {
+  return spec.present ? ctx.GetInput(index).GetTensorRawData() : nullptr;
+}
+
+class MaskedSkipNormCudaKernel {
+ public:
+  explicit MaskedSkipNormCudaKernel(const OrtKernelInfo* info) : epsilon_(ReadEpsilonAttribute(info)) {}
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
+    return GuardOpStatus(kMaskedSkipNormOpType, [&] { Compute(context); });
+  }
+
+ private:
+  void Compute(OrtKernelContext* context) {
+    Ort::KernelContext ctx(context);
+    const TensorSpec input = InputSpec(ctx, 0), skip = InputSpec(ctx, 1), kept = InputSpec(ctx, 2),
+                     gamma = InputSpec(ctx, 3), beta = InputSpec(ctx, 4), bias = InputSpec(ctx, 5);
+    const MaskedSkipNormShape s = ValidateMaskedSkipNorm(input, skip, kept, gamma, beta, bias);
+    Ort::UnownedValue y = ctx.GetOutput(0, input.shape);
+    void* sum = nullptr;
+    if (ctx.GetOutputCount() > 1) {
+      Ort::UnownedValue sum_value = ctx.GetOutput(1, input.shape);
+      if (static_cast<OrtValue*>(sum_value) != nullptr) sum = sum_value.GetTensorMutableRawData();
+    }
+    if (s.rows.batch * s.rows.rows * s.rows.width == 0) return;
+    const cuda::MaskedSkipNorm call{y.GetTensorMutableRawData(),
+                                    sum,
+                                    ctx.GetInput(0).GetTensorRawData(),
+                                    ctx.GetInput(1).GetTensorRawData(),
+                                    ctx.GetInput(2).GetTensorData<bool>(),
+                                    ctx.GetInput(3).GetTensorRawData(),
+                                    OptionalData(ctx, beta, 4),
+                                    OptionalData(ctx, bias, 5),
+                                    s.rows.batch,
+                                    s.rows.rows,
+                                    s.rows.flag_rows,
+                                    s.rows.flags_per_row,
+                                    s.rows.width,
+                                    s.skip_per_batch,
+                                    epsilon_,
+                                    ToDType(input.type)};
+    const cudaError_t err =
+        cuda::launch_masked_skip_layer_norm(call, static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
+    if (err != cudaSuccess) {
+      throw Ort::Exception(std::string("CUDA launch failed: ") + cudaGetErrorString(err), ORT_RUNTIME_EXCEPTION);
+    }
+  }
+
+  const float epsilon_;
+};
+
+struct MaskedSkipNormCudaOp
+    : Ort::CustomOpBase<MaskedSkipNormCudaOp, MaskedSkipNormCudaKernel, /*WithStatus=*/true> {
+  explicit MaskedSkipNormCudaOp(ONNXTensorElementDataType type) : type_(type) {
+    start_ver_ = kMaskedSkipNormSinceVersion;
+  }
+  OrtStatusPtr CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const {
+    *kernel = nullptr;
+    return GuardOpStatus(kMaskedSkipNormOpType, [&] { *kernel = new MaskedSkipNormCudaKernel(info); });
+  }
+  const char* GetName() const { return kMaskedSkipNormOpType; }
+  const char* GetExecutionProviderType() const { return "CUDAExecutionProvider"; }
+  size_t GetInputTypeCount() const { return kMaskedSkipNormInputs; }
+  ONNXTensorElementDataType GetInputType(size_t index) const { return MaskedSkipNormInputType(index, type_); }
+  OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t index) const {
+    return MaskedSkipNormInputCharacteristic(index);
+  }
+  OrtMemType GetInputMemoryType(size_t /*index*/) const { return OrtMemTypeDefault; }  // all on the GPU
+  size_t GetOutputTypeCount() const { return kMaskedSkipNormOutputs; }
+  ONNXTensorElementDataType GetOutputType(size_t /*index*/) const { return type_; }
+  OrtCustomOpInputOutputCharacteristic GetOutputCharacteristic(size_t index) const {
+    return MaskedSkipNormOutputCharacteristic(index);
+  }
+
+ private:
+  ONNXTensorElementDataType type_;
+};
+
+}  // namespace
+
+void RegisterMaskedSkipNormCudaOps(Ort::CustomOpDomain& domain) {
+  static MaskedSkipNormCudaOp op_float32(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT);
+  static MaskedSkipNormCudaOp op_float16(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16);
+  static MaskedSkipNormCudaOp op_bfloat16(ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16);
+  domain.Add(&op_float32);
+  domain.Add(&op_float16);
+  domain.Add(&op_bfloat16);
+}
+
+}  // namespace onnxfuse

@@ -1,0 +1,79 @@
+#include "masked_skip_layer_norm_common.h"
+
+#include <cmath>
+#include <string>
+
+#include "fused_linear_gelu_common.h"  // ShapeToString
+
+namespace onnxfuse {
+namespace {
+
+[[noreturn]] void Invalid(const std::string& message) { throw Ort::Exception(std::string(message), ORT_INVALID_ARGUMENT); }
+
+// SkipLayerNormalization's default epsilon (ORT's kDefaultSkipLayerNormEpsilon).
+constexpr float kDefaultEpsilon = 1e-12f;
+
+void CheckVector(const TensorSpec& t, const char* name, ONNXTensorElementDataType type, int64_t width) {
+  if (t.type != type) Invalid(std::string(name) + " must have input's element type");
+  if (t.shape.size() != 1 || t.shape[0] != width) {
+    Invalid(std::string(name) + " must be [" + std::to_string(width) + "] (input's last dimension), got " +
+            ShapeToString(t.shape));
+  }
+}
+
+}  // namespace
+
+MaskedSkipNormShape ValidateMaskedSkipNorm(const TensorSpec& input, const TensorSpec& skip, const TensorSpec& kept,
+                                           const TensorSpec& gamma, const TensorSpec& beta, const TensorSpec& bias) {
+  MaskedSkipNormShape s;
+  try {
+    s.rows = ValidateMaskedRows(input.shape, input.type, kept.shape, kept.type);
+  } catch (const Ort::Exception& e) {
+    // FillMaskedRows' validation names its X; this op calls that tensor `input`.
+    std::string message = e.what();
+    if (message.rfind("X ", 0) == 0) message = "input " + message.substr(2);
+    Invalid(message);
+  }
+  if (skip.type != input.type) Invalid("skip must have input's element type");
+  const int64_t b = s.rows.batch, rows = s.rows.rows, d = s.rows.width;
+  const std::vector<int64_t> per_batch{b, rows, d}, shared_3d{1, rows, d}, shared_2d{rows, d};
+  if (skip.shape == per_batch) {
+    s.skip_per_batch = true;
+  } else if (skip.shape == shared_3d || skip.shape == shared_2d) {
+    s.skip_per_batch = false;
+  } else {
+    Invalid("skip must be [B, S, D], [1, S, D] or [S, D] for input " + ShapeToString(input.shape) + ", got " +
+            ShapeToString(skip.shape));
+  }
+  CheckVector(gamma, "gamma", input.type, d);
+  if (beta.present) CheckVector(beta, "beta", input.type, d);
+  if (bias.present) CheckVector(bias, "bias", input.type, d);
+  return s;
+}
+
+TensorSpec InputSpec(const Ort::KernelContext& context, size_t index) {
+  TensorSpec spec;
+  if (index >= context.GetInputCount()) return spec;
+  Ort::ConstValue value = context.GetInput(index);
+  if (static_cast<const OrtValue*>(value) == nullptr) return spec;
+  const auto info = value.GetTensorTypeAndShapeInfo();
+  spec.present = true;
+  spec.shape = info.GetShape();
+  spec.type = info.GetElementType();
+  return spec;
+}
+
+float ReadEpsilonAttribute(const OrtKernelInfo* info) {
+  const OrtApi& api = Ort::GetApi();
+  float epsilon = kDefaultEpsilon;
+  if (OrtStatus* st = api.KernelInfoGetAttribute_float(info, "epsilon", &epsilon)) {
+    api.ReleaseStatus(st);  // absent: the schema's default
+    return kDefaultEpsilon;
+  }
+  if (!std::isfinite(epsilon) || epsilon < 0.0f) {
+    Invalid("epsilon must be finite and >= 0, got " + std::to_string(epsilon));
+  }
+  return epsilon;
+}
+
+}  // namespace onnxfuse
