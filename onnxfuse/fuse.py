@@ -16,6 +16,10 @@ node list, the emitted nodes take the place of the last of them (a position wher
 exist), and only what the rewrite itself made dead is removed — traced backwards from the inputs of the
 replaced nodes, never by a hand-kept list. The main graph is rewritten first, then every If/Loop/Scan
 body (whose blocks may read weights of the enclosing graph).
+
+Two passes: a rule whose anchors are what other rules write (``after_rewrites``: the attention's row guard
+folded into the normalization behind it) runs over the first pass's output, not beside the rules it
+depends on; the second pass runs only where the first one wrote such an anchor.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from .domain import EMITTED_DOMAIN_VERSIONS
 from .errors import BadInputError
 from .patterns import APPROXIMATIONS, FusionRule, NewTensor, Plan, Refusal, default_rules
 from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, base_dir_of, infer_types, node_reads
-from .patterns.rule import op_key
+from .patterns.rule import after_rewrites, op_key
 from .report import FusedBlock, MathChange, RefusedBlock, Report
 from .tuning import read_tuning
 
@@ -408,6 +412,12 @@ def _fuse_graph(src: onnx.GraphProto, dst: onnx.GraphProto, inferred: onnx.Graph
             _fuse_graph(sub, dst_sub, inf_sub, view, ctx)
 
 
+def _has_node(graph: onnx.GraphProto, keys: set[tuple[str, str]]) -> bool:
+    """Whether ``graph`` or one of its subgraphs has a node of one of ``keys`` ((domain, op_type))."""
+    return any(op_key(n) in keys for n in graph.node) or any(
+        _has_node(sub, keys) for _, subs in _subgraphs(graph) for sub in subs)
+
+
 def _drop_unused_outer_sources(ctx: _Rewrite) -> None:
     """An outer weight whose every reader (in If/Loop bodies) now reads its derived copy is dead."""
     for graph, name in ctx.outer_sources:
@@ -443,17 +453,29 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
         # Rules read small constants (√2, 0.5, biases' shapes never); without their folder they would
         # silently not match.
         raise ValueError("fuse_model: this model keeps small constants in external data; pass base_dir=")
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    ctx = _Rewrite(default_rules(approximate) if rules is None else tuple(rules), target,
-                   None if base_dir is None else os.fspath(base_dir),
+    rules = default_rules(approximate) if rules is None else tuple(rules)
+    ctx = _Rewrite(rules, target, None if base_dir is None else os.fspath(base_dir),
                    _Names(_all_names(model.graph)), Report(approximate=approximate, target=target.name),
                    opset=model_io.default_opset(model))
-    _fuse_graph(model.graph, out.graph, infer_types(model), None, ctx)
-    _drop_unused_outer_sources(ctx)
-    imported = {o.domain for o in out.opset_import}
-    for d in sorted(ctx.domains - imported):
-        out.opset_import.append(helper.make_opsetid(d, EMITTED_DOMAIN_VERSIONS[d]))
+    # Two passes: the rules that match what other rules write (after_rewrites) see the first pass's output.
+    # Names, derived constants and the report carry over; the second pass reads no weight the first made.
+    out = model
+    passes = (tuple(r for r in rules if not after_rewrites(r)), tuple(r for r in rules if after_rewrites(r)))
+    for rules_of_pass in passes:
+        anchors = {a for rule in rules_of_pass for a in rule.anchors}
+        if not rules_of_pass or (rules_of_pass is passes[1] and not _has_node(out.graph, anchors)):
+            continue  # (a second pass with nothing to match would only copy the model)
+        src, out = out, onnx.ModelProto()
+        out.CopyFrom(src)
+        ctx.rules, ctx.targets = rules_of_pass, {}
+        _fuse_graph(src.graph, out.graph, infer_types(src), None, ctx)
+        _drop_unused_outer_sources(ctx)
+        imported = {o.domain for o in out.opset_import}
+        for d in sorted(ctx.domains - imported):
+            out.opset_import.append(helper.make_opsetid(d, EMITTED_DOMAIN_VERSIONS[d]))
+    if out is model:  # no rules at all: still a copy, never the caller's model
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     return FuseResult(out, ctx.report, ctx.derived, ctx.base_dir)
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from onnxfuse import cost_model, model_io
 from onnxfuse.fuse import fuse_model, inspect_file, optimize_file
+from onnxfuse.patterns import default_rules
+from onnxfuse.patterns.rule import after_rewrites
 from onnxfuse.patterns.graph import base_dir_of
 from tests.graphs import build, build_mlp
 from tests.test_cli_optimize import cli
@@ -56,9 +58,13 @@ def test_each_target_on_committed_models(path):
     original = model_io.load_model(path)
     assert trt.report.fused == [] and trt.model.graph == original.graph  # every block as it was
     mine = [r for r in trt.report.refused if r.rule == cost_model.RULE]
-    # one refusal per block the rules would fuse, naming exactly its nodes, with the op's own reason
-    assert [r.nodes for r in mine] == [b.replaced for b in plain.report.fused]
-    for r, b in zip(mine, plain.report.fused):
+    # one refusal per block the rules would fuse, naming exactly its nodes, with the op's own reason; the
+    # second pass's rules match what the first pass wrote (the attention's row guard), which tensorrt
+    # left unwritten, so they have nothing to refuse
+    second_pass = {r.name for r in default_rules() if after_rewrites(r)}
+    would_fuse = [b for b in plain.report.fused if b.rule not in second_pass]
+    assert [r.nodes for r in mine] == [b.replaced for b in would_fuse]
+    for r, b in zip(mine, would_fuse):
         assert r.reason.startswith("--target tensorrt: ") and b.form in r.reason
         assert f"has no {b.op} kernel" in r.reason
     # the rules' own refusals are the same as without a target

@@ -129,6 +129,37 @@ def test_rules_of_different_fusions_share_one_pass():
     assert [n.op_type for n in result.model.graph.node] == [OP_TYPE, "QuickGelu"]
 
 
+class QuickGeluTwiceRule:
+    """A second-pass rule: QuickGelu(QuickGelu(x)) as the test's marker op, matched on what SiluRule wrote."""
+
+    name = "quick-gelu-twice"
+    anchors = ((MS, "QuickGelu"),)
+    emits = ((MS, "QuickGelu"),)
+    after_rewrites = True
+    seen: list = []
+
+    def match(self, view: GraphView, i: int):
+        self.seen.append(view.nodes[i].name)
+        return None
+
+
+def test_a_rule_after_rewrites_sees_what_the_first_pass_wrote():
+    rule = QuickGeluTwiceRule()
+    rule.seen = []
+    result = fuse_model(_silu_model(), rules=(rule, SiluRule()))  # listed first, it still runs second
+    assert [b.rule for b in result.report.fused] == ["silu"]
+    (node,) = result.model.graph.node
+    assert rule.seen == [node.name]  # the QuickGelu SiluRule wrote, in the second pass's view
+
+
+def test_a_second_pass_with_nothing_to_match_leaves_the_first_passs_model():
+    model = build("erf:pytorch:div", "matmul")  # no SiLU: nothing writes a QuickGelu
+    plain = fuse_model(model, rules=default_rules())
+    result = fuse_model(model, rules=(*default_rules(), QuickGeluTwiceRule()))
+    assert result.model.SerializeToString() == plain.model.SerializeToString()
+    assert result.report.to_dict() == plain.report.to_dict()
+
+
 def test_the_default_rules_leave_silu_alone():
     model = _silu_model()
     result = fuse_model(model)

@@ -85,10 +85,11 @@ def _fused(file: str):
 
 
 def _gelu(blocks) -> list:
-    """The report's blocks or refusals but the attention, embedding and Gemm-bias rules': the manifest counts
-    Linear+GELU blocks; the others' per-model expectations live in test_patterns_attention.py,
-    test_patterns_embedding_norm.py and test_patterns_skip_norm_bias.py."""
-    return [b for b in blocks if b.rule not in ("attention", "embeddings-into-skip-norm", "gemm-bias-into-skip-norm")]
+    """The report's blocks or refusals but the attention, embedding, Gemm-bias and row-guard rules': the manifest
+    counts Linear+GELU blocks; the others' per-model expectations live in test_patterns_attention.py,
+    test_patterns_embedding_norm.py, test_patterns_skip_norm_bias.py and test_patterns_guard_into_skip_norm.py."""
+    return [b for b in blocks if b.rule not in ("attention", "embeddings-into-skip-norm", "gemm-bias-into-skip-norm",
+                                                "guard-into-skip-norm")]
 
 
 def _key(n: onnx.NodeProto) -> tuple[str, str]:

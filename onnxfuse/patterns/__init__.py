@@ -14,6 +14,9 @@ adding a rule to :func:`default_rules`.
   ``SkipLayerNormalization`` (a table row of uniform indices, the token types of today's exports, as its bias).
 - ``skip_norm_bias``: a Gemm's bias (C) moved into the ``SkipLayerNormalization`` that reads the Gemm,
   where ORT's CUDA Gemm would broadcast it into its output in a kernel of its own.
+- ``guard_into_skip_norm``: the attention's row guard, behind the output projection, folded into the
+  ``SkipLayerNormalization`` there (``ai.onnxfuse.MaskedSkipLayerNormalization``); it matches what the
+  attention rule writes, so the driver runs it in a second pass (``after_rewrites``).
 - ``graph``: the read-only view every rule matches on; ``rule``: what rules return and the algebra they share.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from .attention import Attention, OnnxAttention
 from .embedding_norm import EmbeddingsIntoSkipNorm
+from .guard_into_skip_norm import GuardIntoSkipNorm
 from .linear_gelu import ACTIVATION_RULES, APPROXIMATIONS, LinearGelu
 from .rule import Activation, FusionRule, NewTensor, OpKey, Plan, Refusal
 from .skip_norm_bias import GemmBiasIntoSkipNorm
@@ -28,8 +32,9 @@ from .skip_norm_bias import GemmBiasIntoSkipNorm
 
 def default_rules(approximate: str | None = None) -> tuple[FusionRule, ...]:
     """The rules ``optimize`` and ``inspect`` run, in priority order (a node claimed by an earlier plan is not
-    fused again). ``approximate``: see :class:`LinearGelu`."""
-    return (LinearGelu(approximate), Attention(), OnnxAttention(), EmbeddingsIntoSkipNorm(), GemmBiasIntoSkipNorm())
+    fused again; the ``after_rewrites`` ones in a second pass). ``approximate``: see :class:`LinearGelu`."""
+    return (LinearGelu(approximate), Attention(), OnnxAttention(), EmbeddingsIntoSkipNorm(), GemmBiasIntoSkipNorm(),
+            GuardIntoSkipNorm())
 
 
 def emitted_ops(rules: tuple[FusionRule, ...] | None = None) -> tuple[OpKey, ...]:
@@ -43,5 +48,8 @@ def emitted_op_types(rules: tuple[FusionRule, ...] | None = None) -> tuple[str, 
     return tuple(dict.fromkeys(op_type for _, op_type in emitted_ops(rules)))
 
 
-__all__ = ["ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "Attention", "EmbeddingsIntoSkipNorm", "FusionRule", "GemmBiasIntoSkipNorm", "LinearGelu", "NewTensor", "OnnxAttention", "Plan",
-           "Refusal", "default_rules", "emitted_op_types", "emitted_ops"]
+__all__ = [
+    "ACTIVATION_RULES", "APPROXIMATIONS", "Activation", "Attention", "EmbeddingsIntoSkipNorm", "FusionRule",
+    "GemmBiasIntoSkipNorm", "GuardIntoSkipNorm", "LinearGelu", "NewTensor", "OnnxAttention", "Plan", "Refusal",
+    "default_rules", "emitted_op_types", "emitted_ops"
+]

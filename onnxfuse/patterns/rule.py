@@ -140,7 +140,10 @@ class Plan:
 
 
 class FusionRule(Protocol):
-    """One fusion: where a match starts, what it may write, and the matching itself."""
+    """One fusion: where a match starts, what it may write, and the matching itself.
+
+    A rule whose anchor is what other rules write (the attention's row guard) sets ``after_rewrites``: the
+    driver runs it in a second pass, over the first pass's output (see :func:`after_rewrites`)."""
 
     name: str
     anchors: tuple[OpKey, ...]  # (domain, op_type) of the nodes a match starts from
@@ -148,6 +151,11 @@ class FusionRule(Protocol):
 
     def match(self, view: GraphView, i: int) -> Plan | Refusal | None:
         """Look at node ``i`` (one of ``anchors``): a plan, a refusal with its reason, or None."""
+
+
+def after_rewrites(rule: FusionRule) -> bool:
+    """Whether ``rule`` matches the output of the other rules (an optional attribute, False if absent)."""
+    return bool(getattr(rule, "after_rewrites", False))
 
 
 def op_key(node: onnx.NodeProto) -> OpKey:
