@@ -46,6 +46,8 @@ from onnxfuse.runtime import create_session, cuda_usable, preload_cuda_libraries
 GROUPS = (
     # the row guard of sdpa exports (ai.onnxfuse FillMaskedRows), before the FusedLinearGelu group's "onnxfuse"
     ("onnxfuse FillMaskedRows", ("fill_masked_rows",)),
+    # ... and that guard folded into the layer norm behind the projection (MaskedSkipLayerNormalization)
+    ("onnxfuse MaskedSkipLayerNorm", ("masked_skip_norm",)),
     ("onnxfuse FusedLinearGelu", ("onnxfuse", "cutlassactivation")),
     ("GELU (BiasGelu, FastGelu, Gelu)", ("gelu",)),
     # ORT's fused attention kernels (flash, cuDNN SDPA, memory-efficient/CUTLASS FMHA, its unfused fallback)

@@ -36,6 +36,8 @@ NAMES = {
         "onnxfuse FusedLinearGelu",
     "void onnxfuse::cuda::(anonymous namespace)::fill_masked_rows_kernel<unsigned int>(onnxfuse::cuda::MaskedRows)":
         "onnxfuse FillMaskedRows",
+    "void onnxfuse::cuda::(anonymous namespace)::masked_skip_norm_registers<__half, 3>(onnxfuse::cuda::MaskedSkipNorm)":
+        "onnxfuse MaskedSkipLayerNorm",
     "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_32_64x256x64_4x1x1_cga1x1x1_kernel0_0":
         "fused attention (MHA/Attention)",
     "void onnxruntime::cuda::_SoftmaxWarpForward<__half, __half, float, 8, true>(__half*)": "Softmax",
