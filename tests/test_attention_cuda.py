@@ -91,3 +91,27 @@ def test_scores_masked_by_a_literal_keep_on_cuda(kw):
         assert np.array_equal(np.isnan(want), np.isnan(got))
         tol = TOLERANCE["float16" if fp16 else "float32"]
         assert _relative_error(want, got) <= 2 * _relative_error(want, base) + tol
+
+
+# The committed exports ORT's optimizer has seen, whose row guards fold into the SkipLayerNormalization behind
+# the projection (patterns/guard_into_skip_norm.py): the masked normalization's CUDA kernel in the whole model.
+@pytest.mark.parametrize("file", ["bert_torchscript_op14_ortopt.onnx", "bert_torchscript_op14_ortfp16.onnx",
+                                  "gpt2_torchscript_op14_ortopt.onnx", "gpt2_torchscript_op14_ortfp16.onnx"])
+def test_guards_folded_into_the_normalization_on_cuda_match_the_original(file, rng):
+    from onnxfuse.fuse import fuse_model
+
+    original = _load(file)
+    fused = fuse_model(original).model
+    assert any(n.op_type == "MaskedSkipLayerNormalization" for n in fused.graph.node)
+    assert not any(n.op_type == "FillMaskedRows" for n in fused.graph.node)
+    reference = _session(original)
+    feeds = _feeds(file, reference, 6, 7, rng)  # batch entries 2 and 3: rows that see no key
+    want_cpu = reference.run(None, feeds)
+    original_cuda = _cuda_session(original).run(None, feeds)
+    fused_cuda = _cuda_session(fused).run(None, feeds)
+    tol = TOLERANCE[ENTRIES[file]["dtype"]]
+    for name, want, base, got in zip([o.name for o in reference.get_outputs()], want_cpu, original_cuda, fused_cuda):
+        want, base, got = (a.astype(np.float64) for a in (want, base, got))
+        assert np.array_equal(np.isnan(want), np.isnan(got)), name
+        base_err, err = _relative_error(want, base), _relative_error(want, got)
+        assert err <= 2 * base_err + tol, f"{name}: fused {err:.2e} against the original's {base_err:.2e} on CUDA"
