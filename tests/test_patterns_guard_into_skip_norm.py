@@ -147,7 +147,8 @@ FOLDED = [
     {"dtype": T.BFLOAT16},
     {"sum_output": False},
     {"beta": False, "bias": False},
-    {"dtype": T.FLOAT16, "width": 4096},  # 8 KiB rows: the most the CUDA kernel holds in registers
+    {"dtype": T.FLOAT16, "width": 1536},  # 3 KiB rows: the widest the fold takes (MAX_ROW_BYTES)
+    {"width": 768},  # and float32's widest
 ]
 
 
@@ -184,7 +185,7 @@ def _weight_with(value: float) -> np.ndarray:
 
 
 # A zero row times W is 0 only for a finite W; the masked op has no place for the normalization's training
-# outputs, no RMS form, and a row wider than the CUDA kernel's registers would run a slower kernel than ORT's.
+# outputs, no RMS form, and rows wider than 3 KiB ran slower than the guard and ORT's normalization.
 NOT_FOLDED = [
     ({"weight": _weight_with(np.inf)}, "W holds an infinity: a zero row times W is NaN there"),
     ({"weight": _weight_with(np.nan)}, "W holds a NaN"),
@@ -196,7 +197,9 @@ NOT_FOLDED = [
     ({"product_as_skip": True}, "the projection is the normalization's skip"),
     ({"norm": "SkipSimplifiedLayerNormalization"}, "RMS normalization"),
     ({"width": 6}, "rows that are not 16-byte vectors"),
-    ({"dtype": T.FLOAT, "width": 2052}, "rows over 8 KiB"),
+    ({"dtype": T.FLOAT16, "width": 1544}, "rows over 3 KiB: where the masked kernel was not measured to pay"),
+    ({"dtype": T.FLOAT16, "width": 4096}, "4 096-wide float16 rows: measured slower than the guard and ORT's norm"),
+    ({"width": 776}, "float32 rows over 3 KiB"),
 ]
 
 
@@ -217,3 +220,15 @@ def test_a_weight_in_external_data_keeps_its_guard(tmp_path):
     result = fuse_model(loaded, rules=(GuardIntoSkipNorm(),), base_dir=tmp_path)
     assert result.report.fused == []
     assert _count(result.model, FILL_MASKED_ROWS) == 1
+
+
+def test_the_rules_reach_is_the_kernels_params_in_registers():
+    """MAX_ROW_BYTES is one fact with the CUDA kernel: rows of kParamsWithRowVectors 16-byte vectors a lane."""
+    import re
+    from pathlib import Path
+
+    from onnxfuse.patterns.guard_into_skip_norm import MAX_ROW_BYTES, VECTOR_BYTES
+
+    source = (Path(__file__).resolve().parents[1] / "custom_ops/src/cuda/masked_skip_layer_norm.cu").read_text()
+    (vectors,) = re.findall(r"constexpr int kParamsWithRowVectors = (\d+);", source)
+    assert MAX_ROW_BYTES == int(vectors) * VECTOR_BYTES * 32
