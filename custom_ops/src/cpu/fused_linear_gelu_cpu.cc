@@ -21,6 +21,7 @@
 
 #include "../domain.h"
 #include "../fused_linear_gelu_common.h"
+#include "element_rows.h"
 #include "gemm.h"
 #include "packed_gemm.h"
 #include "parallel_for.h"
@@ -28,33 +29,6 @@
 
 namespace onnxfuse::cpu {
 namespace {
-
-template <typename T>
-constexpr ONNXTensorElementDataType kElementType =
-    std::is_same_v<T, float>           ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
-    : std::is_same_v<T, Ort::Float16_t> ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16
-                                        : ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
-
-// Widen/narrow n elements of T to/from float32 with the vector kernels.
-template <typename T>
-void ToFloat(const VectorKernels& vk, const T* in, float* out, size_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(in, in + n, out);
-  } else if constexpr (std::is_same_v<T, Ort::Float16_t>) {
-    vk.half_to_float(reinterpret_cast<const uint16_t*>(in), out, n);
-  } else {
-    vk.bfloat16_to_float(reinterpret_cast<const uint16_t*>(in), out, n);
-  }
-}
-
-template <typename T>
-void FromFloat(const VectorKernels& vk, const float* in, T* out, size_t n) {
-  if constexpr (std::is_same_v<T, Ort::Float16_t>) {
-    vk.float_to_half(in, reinterpret_cast<uint16_t*>(out), n);
-  } else {
-    vk.float_to_bfloat16(in, reinterpret_cast<uint16_t*>(out), n);
-  }
-}
 
 // Output tiling: tiles run in parallel on ORT's pool (handed out dynamically). A tile is 144 rows x 128
 // columns: its packed panel slices for one K slice (128 x 256 floats, 128 KiB) and its block of Y (72 KiB)

@@ -11,39 +11,12 @@
 #include "../domain.h"
 #include "../masked_skip_layer_norm_common.h"
 #include "../status.h"
+#include "element_rows.h"
 #include "parallel_for.h"
 #include "vector_kernels.h"
 
 namespace onnxfuse::cpu {
 namespace {
-
-template <typename T>
-constexpr ONNXTensorElementDataType kElementType =
-    std::is_same_v<T, float>           ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
-    : std::is_same_v<T, Ort::Float16_t> ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16
-                                        : ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
-
-template <typename T>
-void Widen(const VectorKernels& vk, const T* in, float* out, size_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(in, in + n, out);
-  } else if constexpr (std::is_same_v<T, Ort::Float16_t>) {
-    vk.half_to_float(reinterpret_cast<const uint16_t*>(in), out, n);
-  } else {
-    vk.bfloat16_to_float(reinterpret_cast<const uint16_t*>(in), out, n);
-  }
-}
-
-template <typename T>
-void Narrow(const VectorKernels& vk, const float* in, T* out, size_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(in, in + n, out);
-  } else if constexpr (std::is_same_v<T, Ort::Float16_t>) {
-    vk.float_to_half(in, reinterpret_cast<uint16_t*>(out), n);
-  } else {
-    vk.float_to_bfloat16(in, reinterpret_cast<uint16_t*>(out), n);
-  }
-}
 
 // Rows per task: enough work to pay a task's dispatch (a 768-wide row is about a microsecond).
 constexpr int64_t kRowsPerTask = 16;
@@ -79,9 +52,9 @@ class MaskedSkipNormCpuKernel {
     T* out = y.GetTensorMutableData<T>();
     // gamma, beta and bias in float32 once a call: [gamma | beta | bias], absent ones 0 (beta, bias)
     std::vector<float> vectors(3 * d, 0.0f);
-    Widen(vk_, ctx.GetInput(3).GetTensorData<T>(), vectors.data(), d);
-    if (beta.present) Widen(vk_, ctx.GetInput(4).GetTensorData<T>(), vectors.data() + d, d);
-    if (bias.present) Widen(vk_, ctx.GetInput(5).GetTensorData<T>(), vectors.data() + 2 * d, d);
+    ToFloat(vk_, ctx.GetInput(3).GetTensorData<T>(), vectors.data(), d);
+    if (beta.present) ToFloat(vk_, ctx.GetInput(4).GetTensorData<T>(), vectors.data() + d, d);
+    if (bias.present) ToFloat(vk_, ctx.GetInput(5).GetTensorData<T>(), vectors.data() + 2 * d, d);
     const float* g = vectors.data();
     const float* be = g + d;
     const float* bi = g + 2 * d;
@@ -95,10 +68,10 @@ class MaskedSkipNormCpuKernel {
             flags + (b * s.rows.flag_rows + (s.rows.flag_rows == 1 ? 0 : q)) * s.rows.flags_per_row;
         const bool row_kept = std::find(row_flags, row_flags + s.rows.flags_per_row, true) !=
                               row_flags + s.rows.flags_per_row;
-        Widen(vk_, sk + (s.skip_per_batch ? r : q) * d, row.data(), d);
+        ToFloat(vk_, sk + (s.skip_per_batch ? r : q) * d, row.data(), d);
         if (row_kept) {
           // A row not kept never reads its input: what the attention left there (NaN too) counts for nothing.
-          Widen(vk_, x + r * d, other.data(), d);
+          ToFloat(vk_, x + r * d, other.data(), d);
           for (int64_t i = 0; i < d; ++i) row[i] += other[i];
         }
         double total = 0.0;
@@ -113,9 +86,9 @@ class MaskedSkipNormCpuKernel {
           squares += dev * dev;
         }
         const float inv_std = 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(d)) + epsilon_);
-        if (sum_out != nullptr) Narrow(vk_, row.data(), sum_out + r * d, d);
+        if (sum_out != nullptr) FromFloat(vk_, row.data(), sum_out + r * d, d);
         for (int64_t i = 0; i < d; ++i) other[i] = (row[i] - mean) * inv_std * g[i] + be[i];
-        Narrow(vk_, other.data(), out + r * d, d);
+        FromFloat(vk_, other.data(), out + r * d, d);
       }
     });
   }
