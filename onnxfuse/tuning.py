@@ -37,7 +37,7 @@ import onnx
 from onnx import helper
 
 from . import model_io
-from .domain import CUDA_PATHS, DEFAULT_SIGMOID_ALPHA, DOMAIN, GEMV_MAX_ROWS, OP_TYPE
+from .domain import CUDA_PATHS, DEFAULT_SIGMOID_ALPHA, DOMAIN, GEMV_MAX_ROWS, MASKED_SKIP_NORM, OP_TYPE
 from .dtypes import dtype_name
 from .errors import BadInputError
 from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, attr, infer_types
@@ -286,7 +286,8 @@ def _concrete(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onn
 _SHAPE_OF_FIRST = {"Cast", "Identity", "Dropout", "Relu", "Tanh", "Erf", "Sigmoid", "Neg", "Sqrt", "Softmax",
                    "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "LayerNormalization", "SkipLayerNormalization",
                    "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "RMSNormalization"}
-_SKIP_SUMS = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
+# The skip normalizations: where their input+skip sum comes out (it has the input's dims, as the first output has)
+_SKIP_SUMS = {"SkipLayerNormalization": 3, "SkipSimplifiedLayerNormalization": 3, MASKED_SKIP_NORM: 1}
 _BROADCASTING = {"Add", "Sub", "Mul", "Div", "Where", "Max", "Min", "Pow"}
 _MAX_DEPTH = 400  # ops walked back from one node's input; a transformer layer has a few dozen
 
@@ -315,8 +316,8 @@ def _rows(ev: Evaluator, view: GraphView, name: str, memo: dict, depth: int = 0)
     node = view.producer_of(name)
     if node is None or depth > _MAX_DEPTH or not node.input:
         return None
-    # the first output, or the input+skip sum of ORT's skip normalisations (their fourth), has X's dims
-    if name != node.output[0] and not (node.op_type in _SKIP_SUMS and list(node.output).index(name) == 3):
+    # the first output, or the input+skip sum of the skip normalisations, has X's dims
+    if name != node.output[0] and list(node.output).index(name) != _SKIP_SUMS.get(node.op_type):
         return None
 
     def of(x: str) -> Rows | None:
