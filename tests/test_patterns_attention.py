@@ -268,8 +268,11 @@ def test_outputs_match_the_original(file, batch, seq, rng):
     original = _load(file)
     fused = _fuse(original).model
     ref, new = _session(original), _session(fused)
-    feeds = _feeds(file, ref, batch, seq, rng)
-    tol = TOLERANCE[ENTRIES[file]["dtype"]]
+    assert_outputs_match(ref, new, _feeds(file, ref, batch, seq, rng), TOLERANCE[ENTRIES[file]["dtype"]])
+
+
+def assert_outputs_match(ref: ort.InferenceSession, new: ort.InferenceSession, feeds: dict, tol: float) -> None:
+    """Every output of ``new`` within ``tol`` of ``ref``'s, relative to its largest magnitude; NaN where it is NaN."""
     for name, want, got in zip([o.name for o in ref.get_outputs()], ref.run(None, feeds), new.run(None, feeds)):
         want, got = want.astype(np.float64), got.astype(np.float64)
         assert np.array_equal(np.isnan(want), np.isnan(got)), name

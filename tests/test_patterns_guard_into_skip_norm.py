@@ -18,7 +18,7 @@ from onnxfuse.fuse import fuse_model
 from onnxfuse.patterns import Attention, GemmBiasIntoSkipNorm, GuardIntoSkipNorm, default_rules
 from onnxfuse.patterns.rule import after_rewrites
 from onnxfuse.runtime import create_session
-from tests.test_patterns_attention import ENTRIES, TOLERANCE, _feeds, _load, _session
+from tests.test_patterns_attention import ENTRIES, TOLERANCE, _feeds, _load, _session, assert_outputs_match
 
 RULE = "guard-into-skip-norm"
 SKIP_NORM = ("com.microsoft", "SkipLayerNormalization")
@@ -63,14 +63,7 @@ def test_guards_fold_in_exports_after_orts_optimizer_and_outputs_match(file, rng
     ref, new = _session(original), _session(fused)
     # batch entries 2 and 3 (left padding, all padding) have query rows that see no key: the rows the guard
     # zeroes, that the masked normalization takes as 0
-    feeds = _feeds(file, ref, 6, 7, rng)
-    tol = TOLERANCE[ENTRIES[file]["dtype"]]
-    for name, want, got in zip([o.name for o in ref.get_outputs()], ref.run(None, feeds), new.run(None, feeds)):
-        want, got = want.astype(np.float64), got.astype(np.float64)
-        assert np.array_equal(np.isnan(want), np.isnan(got)), name
-        ok = ~np.isnan(want)
-        err = np.max(np.abs(want[ok] - got[ok])) / max(1.0, np.max(np.abs(want[ok])))
-        assert err <= tol, f"{name}: {err:.2e}"
+    assert_outputs_match(ref, new, _feeds(file, ref, 6, 7, rng), TOLERANCE[ENTRIES[file]["dtype"]])
 
 
 def test_raw_exports_have_no_normalization_to_fold_into():
