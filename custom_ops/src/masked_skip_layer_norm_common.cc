@@ -51,6 +51,9 @@ MaskedSkipNormShape ValidateMaskedSkipNorm(const TensorSpec& input, const Tensor
   return s;
 }
 
+namespace {
+
+// The spec of input `index` of the call (absent where the node has no such input).
 TensorSpec InputSpec(const Ort::KernelContext& context, size_t index) {
   TensorSpec spec;
   if (index >= context.GetInputCount()) return spec;
@@ -61,6 +64,33 @@ TensorSpec InputSpec(const Ort::KernelContext& context, size_t index) {
   spec.shape = info.GetShape();
   spec.type = info.GetElementType();
   return spec;
+}
+
+const void* Data(const Ort::KernelContext& context, const TensorSpec& spec, size_t index) {
+  return spec.present ? context.GetInput(index).GetTensorRawData() : nullptr;
+}
+
+}  // namespace
+
+MaskedSkipNormTensors ReadMaskedSkipNormCall(Ort::KernelContext& context) {
+  const TensorSpec input = InputSpec(context, 0), skip = InputSpec(context, 1), kept = InputSpec(context, 2),
+                   gamma = InputSpec(context, 3), beta = InputSpec(context, 4), bias = InputSpec(context, 5);
+  MaskedSkipNormTensors t;
+  t.shape = ValidateMaskedSkipNorm(input, skip, kept, gamma, beta, bias);
+  t.type = input.type;
+  t.input = Data(context, input, 0);
+  t.skip = Data(context, skip, 1);
+  t.row_kept = static_cast<const bool*>(Data(context, kept, 2));
+  t.gamma = Data(context, gamma, 3);
+  t.beta = Data(context, beta, 4);
+  t.bias = Data(context, bias, 5);
+  t.y = context.GetOutput(0, input.shape).GetTensorMutableRawData();
+  t.sum = nullptr;
+  if (context.GetOutputCount() > 1) {
+    Ort::UnownedValue sum = context.GetOutput(1, input.shape);
+    if (static_cast<OrtValue*>(sum) != nullptr) t.sum = sum.GetTensorMutableRawData();
+  }
+  return t;
 }
 
 float ReadEpsilonAttribute(const OrtKernelInfo* info) {

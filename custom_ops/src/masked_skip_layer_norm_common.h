@@ -45,8 +45,21 @@ struct TensorSpec {
 MaskedSkipNormShape ValidateMaskedSkipNorm(const TensorSpec& input, const TensorSpec& skip, const TensorSpec& kept,
                                            const TensorSpec& gamma, const TensorSpec& beta, const TensorSpec& bias);
 
-// The spec of input `index` of the call (absent where the node has no such input).
-TensorSpec InputSpec(const Ort::KernelContext& context, size_t index);
+// One call's tensors, validated (ValidateMaskedSkipNorm): the element type, the shape and every pointer, with
+// beta, bias and sum null where the node has none. Y and the sum are the outputs ORT allocated for the call.
+struct MaskedSkipNormTensors {
+  MaskedSkipNormShape shape;
+  ONNXTensorElementDataType type;
+  const void* input;
+  const void* skip;
+  const bool* row_kept;
+  const void* gamma;
+  const void* beta;
+  const void* bias;
+  void* y;
+  void* sum;
+};
+MaskedSkipNormTensors ReadMaskedSkipNormCall(Ort::KernelContext& context);
 
 // Reads the `epsilon` attribute (SkipLayerNormalization's default when absent); it must be finite and >= 0.
 float ReadEpsilonAttribute(const OrtKernelInfo* info);

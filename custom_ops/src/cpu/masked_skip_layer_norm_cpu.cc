@@ -34,27 +34,21 @@ class MaskedSkipNormCpuKernel {
  private:
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
-    const TensorSpec input = InputSpec(ctx, 0), skip = InputSpec(ctx, 1), kept = InputSpec(ctx, 2),
-                     gamma = InputSpec(ctx, 3), beta = InputSpec(ctx, 4), bias = InputSpec(ctx, 5);
-    const MaskedSkipNormShape s = ValidateMaskedSkipNorm(input, skip, kept, gamma, beta, bias);
-    Ort::UnownedValue y = ctx.GetOutput(0, input.shape);
-    T* sum_out = nullptr;
-    if (ctx.GetOutputCount() > 1) {
-      Ort::UnownedValue sum = ctx.GetOutput(1, input.shape);
-      if (static_cast<OrtValue*>(sum) != nullptr) sum_out = sum.GetTensorMutableData<T>();
-    }
+    const MaskedSkipNormTensors t = ReadMaskedSkipNormCall(ctx);
+    const MaskedSkipNormShape& s = t.shape;
     const int64_t rows = s.rows.batch * s.rows.rows, d = s.rows.width;
     if (rows * d == 0) return;
 
-    const T* x = ctx.GetInput(0).GetTensorData<T>();
-    const T* sk = ctx.GetInput(1).GetTensorData<T>();
-    const bool* flags = ctx.GetInput(2).GetTensorData<bool>();
-    T* out = y.GetTensorMutableData<T>();
+    const T* x = static_cast<const T*>(t.input);
+    const T* sk = static_cast<const T*>(t.skip);
+    const bool* flags = t.row_kept;
+    T* out = static_cast<T*>(t.y);
+    T* sum_out = static_cast<T*>(t.sum);
     // gamma, beta and bias in float32 once a call: [gamma | beta | bias], absent ones 0 (beta, bias)
     std::vector<float> vectors(3 * d, 0.0f);
-    ToFloat(vk_, ctx.GetInput(3).GetTensorData<T>(), vectors.data(), d);
-    if (beta.present) ToFloat(vk_, ctx.GetInput(4).GetTensorData<T>(), vectors.data() + d, d);
-    if (bias.present) ToFloat(vk_, ctx.GetInput(5).GetTensorData<T>(), vectors.data() + 2 * d, d);
+    ToFloat(vk_, static_cast<const T*>(t.gamma), vectors.data(), d);
+    if (t.beta != nullptr) ToFloat(vk_, static_cast<const T*>(t.beta), vectors.data() + d, d);
+    if (t.bias != nullptr) ToFloat(vk_, static_cast<const T*>(t.bias), vectors.data() + 2 * d, d);
     const float* g = vectors.data();
     const float* be = g + d;
     const float* bi = g + 2 * d;

@@ -22,10 +22,6 @@ cuda::DType ToDType(ONNXTensorElementDataType t) {
   }
 }
 
-const void* OptionalData(const Ort::KernelContext& ctx, const TensorSpec& spec, size_t index) {
-  return spec.present ? ctx.GetInput(index).GetTensorRawData() : nullptr;
-}
-
 class MaskedSkipNormCudaKernel {
  public:
   explicit MaskedSkipNormCudaKernel(const OrtKernelInfo* info) : epsilon_(ReadEpsilonAttribute(info)) {}
@@ -37,24 +33,17 @@ class MaskedSkipNormCudaKernel {
  private:
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
-    const TensorSpec input = InputSpec(ctx, 0), skip = InputSpec(ctx, 1), kept = InputSpec(ctx, 2),
-                     gamma = InputSpec(ctx, 3), beta = InputSpec(ctx, 4), bias = InputSpec(ctx, 5);
-    const MaskedSkipNormShape s = ValidateMaskedSkipNorm(input, skip, kept, gamma, beta, bias);
-    Ort::UnownedValue y = ctx.GetOutput(0, input.shape);
-    void* sum = nullptr;
-    if (ctx.GetOutputCount() > 1) {
-      Ort::UnownedValue sum_value = ctx.GetOutput(1, input.shape);
-      if (static_cast<OrtValue*>(sum_value) != nullptr) sum = sum_value.GetTensorMutableRawData();
-    }
+    const MaskedSkipNormTensors t = ReadMaskedSkipNormCall(ctx);
+    const MaskedSkipNormShape& s = t.shape;
     if (s.rows.batch * s.rows.rows * s.rows.width == 0) return;
-    const cuda::MaskedSkipNorm call{y.GetTensorMutableRawData(),
-                                    sum,
-                                    ctx.GetInput(0).GetTensorRawData(),
-                                    ctx.GetInput(1).GetTensorRawData(),
-                                    ctx.GetInput(2).GetTensorData<bool>(),
-                                    ctx.GetInput(3).GetTensorRawData(),
-                                    OptionalData(ctx, beta, 4),
-                                    OptionalData(ctx, bias, 5),
+    const cuda::MaskedSkipNorm call{t.y,
+                                    t.sum,
+                                    t.input,
+                                    t.skip,
+                                    t.row_kept,
+                                    t.gamma,
+                                    t.beta,
+                                    t.bias,
                                     s.rows.batch,
                                     s.rows.rows,
                                     s.rows.flag_rows,
@@ -62,7 +51,7 @@ class MaskedSkipNormCudaKernel {
                                     s.rows.width,
                                     s.skip_per_batch,
                                     epsilon_,
-                                    ToDType(input.type)};
+                                    ToDType(t.type)};
     const cudaError_t err =
         cuda::launch_masked_skip_layer_norm(call, static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
     if (err != cudaSuccess) {
