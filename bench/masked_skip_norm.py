@@ -11,8 +11,10 @@ Shapes of the transformers the fold serves: B×S rows of hidden size D, the flag
 
     python3 bench/masked_skip_norm.py --json $OUT/masked_skip_norm.json      (on the GPU machine)
 
-Prints a table and the verdict (masked ≤ ort in every row: the fold costs nothing over the eager export's
-normalization); never fails on it.
+Prints a table and the verdict the rule stands on: within its reach (rows of at most
+``guard_into_skip_norm.MAX_ROW_BYTES``) the masked op is faster than the guarded graph it replaces; rows past it
+are measured, not judged. ``masked ÷ ORT alone`` says how far each is from the eager export's normalization.
+Never fails on the verdict.
 """
 
 from __future__ import annotations
@@ -149,6 +151,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def folded(row: dict) -> bool:
+    """Whether the rule folds rows of this width and type (guard_into_skip_norm's reach)."""
+    from onnxfuse.patterns.guard_into_skip_norm import MAX_ROW_BYTES
+
+    return row["D"] * (2 if row["dtype"] == "fp16" else 4) <= MAX_ROW_BYTES
+
+
+def verdict(rows: list[dict]) -> str:
+    """The masked op against the guarded graph it replaces, over the rows the rule folds."""
+    judged = [r for r in rows if folded(r)]
+    worst = max(r["masked_over_guard_ort"] for r in judged)
+    return (f"within the fold's reach, masked < guard + ORT SLN in every row: {'PASS' if worst < 1.0 else 'FAIL'} "
+            f"(worst {worst:.3f}, {len(judged)} rows; {len(rows) - len(judged)} past the reach, measured only)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=50, help="profiled calls per variant (mean)")
@@ -163,9 +180,7 @@ def main(argv=None) -> int:
         return 2
     rows = run(SHAPES, args.reps, args.warmup)
     print(table(rows))
-    worst = max(r["masked_over_ort"] for r in rows)
-    print(f"masked <= ORT's SkipLayerNormalization alone in every row: {'PASS' if worst <= 1.0 else 'FAIL'} "
-          f"(worst {worst:.3f})")
+    print(verdict(rows))
     if args.json:
         meta = {"command": "python3 bench/masked_skip_norm.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

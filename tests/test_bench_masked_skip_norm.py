@@ -63,3 +63,15 @@ def test_the_table_has_a_line_per_row():
            "guard+ort_relerr": 3.35e-4}
     lines = msn.table([row, row]).splitlines()
     assert len(lines) == 4 and "| 32×128×768 | fp16 | yes | 6.33 | 9.68 | 5.53 | 1.145 |" in lines[2]
+
+
+def test_the_verdict_judges_the_rows_the_rule_folds_against_what_they_replace():
+    def row(d, dtype, masked, guarded):
+        return {"D": d, "dtype": dtype, "masked_over_guard_ort": masked / guarded}
+
+    # H200 rows: 768 fp16 and fp32 within the reach; 4096 fp16 past it (slower there, so the rule leaves it)
+    rows = [row(768, "fp16", 6.33, 9.73), row(768, "fp32", 13.97, 22.06), row(4096, "fp16", 63.55, 54.04)]
+    assert msn.verdict(rows).startswith("within the fold's reach, masked < guard + ORT SLN in every row: PASS")
+    assert "2 rows; 1 past the reach" in msn.verdict(rows)
+    assert ": FAIL" in msn.verdict([row(1536, "fp16", 10.0, 9.0)])  # a width the rule folds, slower: FAIL
+    assert not msn.folded({"D": 776, "dtype": "fp32"}) and msn.folded({"D": 1536, "dtype": "fp16"})
