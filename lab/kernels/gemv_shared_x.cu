@@ -24,10 +24,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 // Named namespaces: nvcc's host stubs cannot tell kernels of two anonymous namespaces apart.
 namespace onnxfuse::cuda::lab {
+
+DeviceInfo g_dev_lab;  // main copies the harness's device facts here
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -266,7 +269,7 @@ cudaError_t launch_chunked_x(const GemmGeluArgs& a, cudaStream_t stream) {
 }
 
 
-template <int kRows, int kColTiles, int kSplit, bool kStream, int kLaneK = 8>
+template <int kRows, int kColTiles, int kSplit, WLoad kStream, int kLaneK = 8>
 cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
   constexpr int kRowTiles = kRows <= 8 ? 1 : 2;
   const int64_t block_cols = static_cast<int64_t>(4 / kSplit) * kColTiles * 16;
@@ -274,6 +277,121 @@ cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
   gemv_tf32_kernel<kRowTiles, kColTiles, kSplit, kStream, kLaneK><<<blocks, 128, 0, stream>>>(
       static_cast<const float*>(a.x), static_cast<const float*>(a.w), static_cast<const float*>(a.bias),
       static_cast<float*>(a.y), static_cast<int>(a.M), a.K, a.N, activation_params(a));
+  return cudaGetLastError();
+}
+
+
+// v4: rows of W at any element offset (K not a multiple of a 16-byte vector's elements: 4095x1023 fp32, 770x3074
+// 16-bit), which the shipped kernel reads an element at a time (4 bytes a load in fp32: too few bytes in flight
+// to cover DRAM latency with 8 warps per SM). Here each column's row is read as the aligned 16-byte vectors that
+// cover it, from the aligned address at or below its start, the elements outside the row dropped (edge vectors
+// element by element, so nothing past W is read); X's rows are staged in shared memory as floats once per block
+// and read at the element each W element meets (X's alignment no longer has to match W's).
+template <class T, int kRows, int kCols>
+__global__ void __launch_bounds__(128) gemv_tn_realigned_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                                const T* __restrict__ bias, T* __restrict__ y, int M,
+                                                                int64_t K, int64_t N, int k_split, ActivationParams act) {
+  constexpr int kVec = kPerVector<T>;
+  constexpr int kOutputs = kRows * kCols;
+  constexpr int kSlots = (kOutputs + 31) / 32;
+  extern __shared__ float xs[];  // [kRows][K]
+  for (int64_t i = threadIdx.x; i < kRows * K; i += 128) {
+    const int64_t r = i / K;
+    xs[i] = to_float(x[(r < M ? r : M - 1) * K + i % K]);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int slice = warp % k_split;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (4 / k_split) + warp / k_split) * kCols;
+  const bool active = n0 < N;
+  float acc[kRows][kCols] = {};
+  if (active) {
+    const T* base[kCols];
+    int off[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const T* p = w + (n0 + c < N ? n0 + c : N - 1) * K;
+      off[c] = static_cast<int>(reinterpret_cast<uintptr_t>(p) % 16 / sizeof(T));
+      base[c] = p - off[c];
+    }
+    const int64_t vectors = (K + kVec - 1) / kVec + 1;  // a row covers at most one vector more than K fills
+#pragma unroll 2
+    for (int64_t j = static_cast<int64_t>(slice) * 32 + lane; j < vectors; j += 32 * k_split) {
+      float wv[kCols][kVec];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int64_t k0 = j * kVec - off[c];
+        if (k0 >= 0 && k0 + kVec <= K) {
+          load_floats<T, kVec>(base[c] + j * kVec, wv[c]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            wv[c][e] = k0 + e >= 0 && k0 + e < K ? to_float(__ldg(base[c] + j * kVec + e)) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int64_t k0 = j * kVec - off[c];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const int64_t k = min(max(k0 + e, int64_t{0}), K - 1);  // wv is 0 outside the row
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) acc[r][c] = fmaf(xs[r * K + k], wv[c][e], acc[r][c]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], o);
+  float mine[kSlots] = {};
+#pragma unroll
+  for (int j = 0; j < kOutputs; ++j)
+    if (j % 32 == lane) mine[j / 32] = acc[j / kCols][j % kCols];
+  if (k_split > 1) {
+    __shared__ float partial[4][kOutputs];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s)
+      if (s * 32 + lane < kOutputs) partial[warp][s * 32 + lane] = mine[s];
+    __syncthreads();
+    if (slice != 0) return;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      if (s * 32 + lane >= kOutputs) continue;
+      float sum = 0.0f;
+      for (int t = 0; t < k_split; ++t) sum += partial[warp + t][s * 32 + lane];
+      mine[s] = sum;
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int j = s * 32 + lane;
+    const int r = j / kCols;
+    const int64_t n = n0 + j % kCols;
+    if (j < kOutputs && r < M && n < N) y[static_cast<int64_t>(r) * N + n] = from_float<T>(epilogue(mine[s], bias, n, act));
+  }
+}
+
+template <class T, int kCols, int kForceSplit>
+cudaError_t launch_realigned(const GemmGeluArgs& a, cudaStream_t stream) {
+  if (a.M > 2) return cudaErrorInvalidValue;
+  const int k_split = kForceSplit > 0 ? kForceSplit : tn_k_split(a.K, a.N, kCols, kPerVector<T>, g_dev_lab);
+  const int64_t block_cols = static_cast<int64_t>(4 / k_split) * kCols;
+  const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
+  const size_t smem = static_cast<size_t>(a.M <= 1 ? 1 : 2) * a.K * sizeof(float);
+  auto args = [&](auto kernel) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    kernel<<<blocks, 128, smem, stream>>>(static_cast<const T*>(a.x), static_cast<const T*>(a.w),
+                                          static_cast<const T*>(a.bias), static_cast<T*>(a.y), static_cast<int>(a.M),
+                                          a.K, a.N, k_split, activation_params(a));
+  };
+  if (a.M <= 1) args(gemv_tn_realigned_kernel<T, 1, kCols>);
+  else args(gemv_tn_realigned_kernel<T, 2, kCols>);
   return cudaGetLastError();
 }
 
@@ -330,22 +448,54 @@ cudaError_t shipped_tf32(const GemmGeluArgs& a, cudaStream_t s) {
 template <int kRows>
 void push_tf32(std::vector<Variant>& v) {
   v.push_back({"shipped tf32", shipped_tf32});
-  v.push_back({"tf32 t1 k4", launch_tf32<kRows, 1, 4, false>});
-  v.push_back({"tf32 t2 k4", launch_tf32<kRows, 2, 4, false>});
-  v.push_back({"tf32 t2 k2", launch_tf32<kRows, 2, 2, false>});
-  v.push_back({"tf32 t1 k4 na", launch_tf32<kRows, 1, 4, true>});
-  v.push_back({"tf32 t2 k4 na", launch_tf32<kRows, 2, 4, true>});
-  v.push_back({"tf32 t2 k2 na", launch_tf32<kRows, 2, 2, true>});
-  v.push_back({"tf32 t4 k4 na", launch_tf32<kRows, 4, 4, true>});
-  v.push_back({"tf32 t1 k4 na L16", launch_tf32<kRows, 1, 4, true, 16>});
-  v.push_back({"tf32 t1 k2 na L16", launch_tf32<kRows, 1, 2, true, 16>});
-  v.push_back({"tf32 t1 k1 na L16", launch_tf32<kRows, 1, 1, true, 16>});
-  v.push_back({"tf32 t1 k4 na L4", launch_tf32<kRows, 1, 4, true, 4>});
+  v.push_back({"tf32 t1 k4", launch_tf32<kRows, 1, 4, WLoad::kL1>});
+  v.push_back({"tf32 t2 k4", launch_tf32<kRows, 2, 4, WLoad::kL1>});
+  v.push_back({"tf32 t2 k2", launch_tf32<kRows, 2, 2, WLoad::kL1>});
+  v.push_back({"tf32 t1 k4 na", launch_tf32<kRows, 1, 4, WLoad::kNoL1>});
+  v.push_back({"tf32 t2 k4 na", launch_tf32<kRows, 2, 4, WLoad::kNoL1>});
+  v.push_back({"tf32 t2 k2 na", launch_tf32<kRows, 2, 2, WLoad::kNoL1>});
+  v.push_back({"tf32 t4 k4 na", launch_tf32<kRows, 4, 4, WLoad::kNoL1>});
+  v.push_back({"tf32 t1 k4 na L16", launch_tf32<kRows, 1, 4, WLoad::kNoL1, 16>});
+  v.push_back({"tf32 t1 k2 na L16", launch_tf32<kRows, 1, 2, WLoad::kNoL1, 16>});
+  v.push_back({"tf32 t1 k1 na L16", launch_tf32<kRows, 1, 1, WLoad::kNoL1, 16>});
+  v.push_back({"tf32 t1 k4 na L4", launch_tf32<kRows, 1, 4, WLoad::kNoL1, 4>});
 }
+
+bool g_unaligned = false;  // main's "unaligned" mode: v4's variants on rows at any offset
+bool g_tf32_cold = false;  // main's "tf32cold" mode: v5's variants at 4-16 rows of 4096x16384
+int g_min_copies = 0;
+void* g_dirty = nullptr;  // argv[3] = dirty: the buffer written before each timed launch
+size_t g_dirty_bytes = size_t{256} << 20;  // argv[2]: the copies of W to rotate, whatever their size
 
 template <class T, int kRows>
 std::vector<Variant> variants() {
   std::vector<Variant> v = {{"shipped", shipped}};
+  if constexpr (std::is_same_v<T, float>) {
+    if (g_tf32_cold) {  // v5: the TF32 kernel's reading of W, timed after other work (argv[3] = dirty)
+      v.push_back({"shipped tf32", shipped_tf32});
+      v.push_back({"tf32 t1 k4 na", launch_tf32<kRows, 1, 4, WLoad::kNoL1>});
+      v.push_back({"tf32 t1 k4 na L4", launch_tf32<kRows, 1, 4, WLoad::kNoL1, 4>});
+      v.push_back({"tf32 t2 k4 na", launch_tf32<kRows, 2, 4, WLoad::kNoL1>});
+      v.push_back({"tf32 t1 k2 na", launch_tf32<kRows, 1, 2, WLoad::kNoL1>});
+      v.push_back({"tf32 t1 k1 na", launch_tf32<kRows, 1, 1, WLoad::kNoL1>});
+      v.push_back({"tf32 t1 k4", launch_tf32<kRows, 1, 4, WLoad::kL1>});
+      v.push_back({"tf32 t2 k4", launch_tf32<kRows, 2, 4, WLoad::kL1>});
+      v.push_back({"tf32 t1 k4 ef", launch_tf32<kRows, 1, 4, WLoad::kEvictFirst>});
+      v.push_back({"tf32 t1 k4 256", launch_tf32<kRows, 1, 4, WLoad::kL1Fetch256>});
+      v.push_back({"tf32 t1 k4 ef 256", launch_tf32<kRows, 1, 4, WLoad::kEvictFirstFetch256>});
+      v.push_back({"tf32 t1 k2 ef", launch_tf32<kRows, 1, 2, WLoad::kEvictFirst>});
+      v.push_back({"tf32 t2 k4 ef", launch_tf32<kRows, 2, 4, WLoad::kEvictFirst>});
+      return v;
+    }
+  }
+  if (g_unaligned) {
+    v.push_back({"realigned c4", launch_realigned<T, 4, 0>});
+    v.push_back({"realigned c4 s4", launch_realigned<T, 4, 4>});
+    v.push_back({"realigned c4 s2", launch_realigned<T, 4, 2>});
+    v.push_back({"realigned c8", launch_realigned<T, 8, 0>});
+    v.push_back({"realigned c2 s4", launch_realigned<T, 2, 4>});
+    return v;
+  }
   if constexpr (std::is_same_v<T, float>) {
     if constexpr (kRows <= 8) {
       v.push_back({"sx c8 w4", launch_shared_x<T, kRows, 8, 4>});
@@ -383,7 +533,9 @@ double gelu_erf64(double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0
 template <class T, int kRows>
 void run_shape(const char* dtname, DType dtype, int64_t M, int64_t K, int64_t N) {
   const size_t w_bytes = static_cast<size_t>(K) * N * sizeof(T);
-  const int copies = static_cast<int>(std::clamp<size_t>((400u << 20) / w_bytes, 1, 32));  // defeat L2 for small W
+  // Rotating copies defeat L2 (at least two: a W larger than L2 still leaves part of itself there for the next
+  // launch of the same copy).
+  const int copies = g_min_copies > 0 ? g_min_copies : static_cast<int>(std::clamp<size_t>((400u << 20) / w_bytes, 2, 32));
   std::vector<T*> ws(copies);
   for (int i = 0; i < copies; ++i) CHECK(cudaMalloc(&ws[i], w_bytes));
   T *x, *b, *y, *y_ref;
@@ -452,7 +604,21 @@ void run_shape(const char* dtname, DType dtype, int64_t M, int64_t K, int64_t N)
     else identical = std::memcmp(hy.data(), hy_ref.data(), M * N * sizeof(T)) == 0;
     // timing: 3 warm-up rounds, then 11 rounds of 20 launches over the copies of W
     std::vector<float> times;
-    for (int round = 0; round < 14; ++round) {
+    // "dirty" timing (argv[3] = dirty): each launch timed alone, after a memset of g_dirty_bytes has left L2 full
+    // of dirty lines (a model's previous kernels wrote activations; ORT's replays run after other work).
+    for (int round = 0; g_dirty != nullptr && round < 43; ++round) {
+      CHECK(cudaMemsetAsync(g_dirty, round & 0xFF, g_dirty_bytes, 0));
+      a.w = ws[round % copies];
+      CHECK(cudaEventRecord(e0));
+      v.launch(a, 0);
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      CHECK(cudaGetLastError());
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (round >= 3) times.push_back(ms * 1000.0f);
+    }
+    for (int round = 0; g_dirty == nullptr && round < 14; ++round) {
       CHECK(cudaEventRecord(e0));
       for (int i = 0; i < 20; ++i) {
         a.w = ws[(round * 20 + i) % copies];
@@ -494,11 +660,32 @@ using namespace harness;
 
 int main(int argc, char** argv) {
   const bool fp32_only = argc > 1 && std::strcmp(argv[1], "fp32") == 0;  // the float32 shapes alone
+  g_unaligned = argc > 1 && std::strcmp(argv[1], "unaligned") == 0;   // v4: one or two rows at any offset
   CHECK(cudaGetDevice(&g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.cc_major, cudaDevAttrComputeCapabilityMajor, g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.cc_minor, cudaDevAttrComputeCapabilityMinor, g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.sm_count, cudaDevAttrMultiProcessorCount, g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.l2_bytes, cudaDevAttrL2CacheSize, g_dev.device));
+  g_dev_lab = g_dev;
+  g_tf32_cold = argc > 1 && std::strcmp(argv[1], "tf32cold") == 0;
+  if (argc > 2) g_min_copies = std::atoi(argv[2]);
+  if (argc > 3 && std::strcmp(argv[3], "dirty") == 0) CHECK(cudaMalloc(&g_dirty, g_dirty_bytes));
+  if (g_tf32_cold) {
+    for (long long m : {4, 8, 16}) run_rows<float>("fp32", DType::kFloat32, m, 4096, 16384);
+    for (long long m : {8, 16}) run_rows<float>("fp32", DType::kFloat32, m, 1024, 4096);
+    return 0;
+  }
+  if (g_unaligned) {
+    for (long long m : {1, 2}) {
+      for (const auto& kn : {std::pair{4095LL, 1023LL}, std::pair{1000LL, 3000LL}, std::pair{770LL, 3074LL}})
+        run_rows<float>("fp32", DType::kFloat32, m, kn.first, kn.second);
+      for (const auto& kn : {std::pair{4095LL, 1023LL}, std::pair{770LL, 3074LL}}) {
+        run_rows<__half>("fp16", DType::kFloat16, m, kn.first, kn.second);
+        run_rows<__nv_bfloat16>("bf16", DType::kBFloat16, m, kn.first, kn.second);
+      }
+    }
+    return 0;
+  }
   const long long shapes[][2] = {{4096, 16384}, {1024, 4096}, {768, 3072}, {1000, 3000}};
   for (const auto& kn : shapes)
     for (long long m : {4, 8, 16}) run_rows<float>("fp32", DType::kFloat32, m, kn[0], kn[1]);

@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__
 // lab/results/cublas_fp32_few_rows_h200.txt), so TF32 is the precision the user's unfused model has there.
 // The products are taken transposed, Yᵀ = W·Xᵀ: 16 columns of W are the mma's M and up to 8 rows of X its N
 // (mma.sync m16n8k8), so a few rows waste nothing and the warp issues one instruction per 1024 products; what
-// is left is reading W, which bypasses L1 (L1::no_allocate) so that X stays there.
+// is left is reading W (how: WLoad; launch_tf32 says which the shipped launch uses and why).
 // The order of k inside a block of 32: lane (g = lane / 4, t = lane % 4) loads 8 consecutive k (two 16-byte
 // vectors, one DRAM sector) of its rows of W and of X; mma j of the block takes k = 8t + 2j into the fragment
 // slot t and 8t + 2j + 1 into slot t + 4. A and B use the same map, so each sum is over the right products.
@@ -276,23 +276,39 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-template <bool kStream>
+// How the TF32 kernel reads W (X is always read through L1): kL1, plainly through L1 (__ldg); kNoL1, past L1
+// (L1::no_allocate); kEvictFirst, through L1 but first to leave it, so X stays; the *256 forms also ask L2 to
+// fetch the 256-byte block around each load (L2::256B).
+enum class WLoad { kL1, kNoL1, kEvictFirst, kL1Fetch256, kEvictFirstFetch256 };
+
+#define ONNXFUSE_LD4(qualifiers)                                                                  \
+  asm("ld.global.nc" qualifiers ".v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), \
+      "=f"(v.w) : "l"(p))
+
+template <WLoad kLoad>
 __device__ __forceinline__ float4 load4(const float* p) {
-  if constexpr (kStream) {  // read once: kept out of L1
-    float4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-    return v;
+  float4 v;
+  if constexpr (kLoad == WLoad::kL1) {
+    v = __ldg(reinterpret_cast<const float4*>(p));
+  } else if constexpr (kLoad == WLoad::kNoL1) {
+    ONNXFUSE_LD4(".L1::no_allocate");
+  } else if constexpr (kLoad == WLoad::kEvictFirst) {
+    ONNXFUSE_LD4(".L1::evict_first");
+  } else if constexpr (kLoad == WLoad::kL1Fetch256) {
+    ONNXFUSE_LD4(".L2::256B");
   } else {
-    return __ldg(reinterpret_cast<const float4*>(p));
+    ONNXFUSE_LD4(".L1::evict_first.L2::256B");
   }
+  return v;
 }
+#undef ONNXFUSE_LD4
 
 // kCount floats of a row from k; K is a multiple of 4, so each 16-byte piece is inside K or past it (zeros).
-template <bool kStream, int kCount>
+template <WLoad kLoad, int kCount>
 __device__ __forceinline__ void load_run(const float* row, int64_t k, int64_t K, float (&v)[kCount]) {
 #pragma unroll
   for (int q = 0; q < kCount / 4; ++q) {
-    const float4 f = k + 4 * q < K ? load4<kStream>(row + k + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 f = k + 4 * q < K ? load4<kLoad>(row + k + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
     v[4 * q] = f.x;
     v[4 * q + 1] = f.y;
     v[4 * q + 2] = f.z;
@@ -305,7 +321,7 @@ __device__ __forceinline__ void load_run(const float* row, int64_t k, int64_t K,
 // kLaneK / 2); kSplit warps of a block share a column group and take every kSplit-th block of k, their sums
 // meeting in shared memory in slice order (deterministic). The shipped configuration is launch_tf32's; the
 // lab times the others.
-template <int kRowTiles, int kColTiles, int kSplit, bool kStreamW, int kLaneK = 8>
+template <int kRowTiles, int kColTiles, int kSplit, WLoad kLoadW, int kLaneK = 8>
 __global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                              const float* __restrict__ bias, float* __restrict__ y,
                                                              int M, int64_t K, int64_t N, ActivationParams act) {
@@ -345,9 +361,9 @@ __global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __rest
 #pragma unroll
       for (int c = 0; c < kColTiles; ++c)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) load_run<kStreamW, kLaneK>(wr[c][h], k, K, wv[c][h]);
+        for (int h = 0; h < 2; ++h) load_run<kLoadW, kLaneK>(wr[c][h], k, K, wv[c][h]);
 #pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) load_run<false, kLaneK>(xr[r], k, K, xv[r]);
+      for (int r = 0; r < kRowTiles; ++r) load_run<WLoad::kL1, kLaneK>(xr[r], k, K, xv[r]);
 #pragma unroll
       for (int j = 0; j < kLaneK / 2; ++j) {
         uint32_t b[kRowTiles][2];
@@ -465,7 +481,10 @@ cudaError_t launch_rows(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream
 }
 
 // The shipped TF32 configuration: one 16-column tile per warp, K split four ways (every warp of a block on one
-// group), W past L1. 8x4096x16384 70.9 µs, 16 rows 75.6 (lab/kernels/NOTES.md, "gemv v3").
+// group), W read through L1 (__ldg). Reading W past L1 (L1::no_allocate) was up to 5 µs faster back to back,
+// but timed after other work has left L2 full of dirty lines, as a model's layers do, it lost by up to 40 %
+// (lab/kernels/NOTES.md, "gemv v5"; µs through L1 / past it: 8x4096x16384 79 / 111, 16 rows 88 / 103; back
+// to back 70 / 71 and 80 / 75).
 cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
   constexpr int kColTiles = 1;
   constexpr int kSplit = 4;
@@ -477,9 +496,9 @@ cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
   auto* y = static_cast<float*>(a.y);
   const int m = static_cast<int>(a.M);
   if (a.M <= 8) {
-    gemv_tf32_kernel<1, kColTiles, kSplit, true><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, activation_params(a));
+    gemv_tf32_kernel<1, kColTiles, kSplit, WLoad::kL1><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, activation_params(a));
   } else {
-    gemv_tf32_kernel<2, kColTiles, kSplit, true><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, activation_params(a));
+    gemv_tf32_kernel<2, kColTiles, kSplit, WLoad::kL1><<<blocks, kThreads, 0, stream>>>(x, w, bias, y, m, a.K, a.N, activation_params(a));
   }
   return cudaGetLastError();
 }
