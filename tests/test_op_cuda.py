@@ -592,10 +592,18 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
     assert [_path_ran(mid, x[:m]) for m in (4, 5, 16, 17)] == ["gemv", "fallback", "fallback", "fused"]
     x, w_nk, b = make_inputs(rng, (16, 384), 1536, "float16", 1, True)
     assert _path_ran(cuda_session(path_model("float16", 384, w_nk, b, "none", 1), library), x) == "fused"
-    # float32 on a narrow, deep W (N < K): gemv at one and two rows (exact, within ORT's time), then the fallback.
-    x, w_nk, b = make_inputs(rng, (16, 4095), 1023, "float32", 1, True)
-    narrow = cuda_session(path_model("float32", 4095, w_nk, b, "none", 1), library)
+    # float32 on a narrow, deep W (N < K): gemv at one and two rows where its rows are 16-byte vectors (exact,
+    # within ORT's time), then the fallback; rows that are not (K = 4095) take the fallback at every row count.
+    x, w_nk, b = make_inputs(rng, (16, 4096), 1024, "float32", 1, True)
+    narrow = cuda_session(path_model("float32", 4096, w_nk, b, "none", 1), library)
     assert [_path_ran(narrow, x[:m]) for m in (1, 2, 3, 16)] == ["gemv", "gemv", "fallback", "fallback"]
+    x, w_nk, b = make_inputs(rng, (16, 4095), 1023, "float32", 1, True)
+    narrow_odd = cuda_session(path_model("float32", 4095, w_nk, b, "none", 1), library)
+    assert [_path_ran(narrow_odd, x[:m]) for m in (1, 2, 3, 16)] == ["fallback"] * 4
+    # float32 with TF32 at 17-64 rows of a W of 2^25 weights or more: the fallback (reading W bounds it).
+    x, w_nk, b = make_inputs(rng, (65, 2048), 16384, "float32", 1, True)
+    wide = cuda_session(path_model("float32", 2048, w_nk, b, "none", 1), library)
+    assert [_path_ran(wide, x[:m]) for m in (16, 17, 64, 65)] == ["gemv", "fallback", "fallback", "fused"]
     # float32 beyond 16 rows: TF32 in the fused kernel, or the fallback in strict fp32.
     x, w_nk, b = make_inputs(rng, (512, 768), 3072, "float32", 1, True)
     assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fused"

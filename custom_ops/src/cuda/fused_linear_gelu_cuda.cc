@@ -89,11 +89,17 @@ constexpr int64_t kFewRowsFallbackMinWeights = int64_t{1} << 21;
 // columns to spread over the SMs, but for one or two float32 rows: kGemvF32NarrowMaxRows).
 constexpr int64_t kGemv16BitMaxRows = 4;
 constexpr int64_t kGemvF32MaxRows = 16;
-// float32 on a narrow, deep W (N < K) still takes the gemv kernel at one or two rows: exact fp32 where the
-// fallback and ORT run TF32 (2 rows) or cuBLAS's own fp32 gemv, within ORT's time (4095x1023, GPU µs gemv /
-// fallback / ORT: 1 row 10.7 / 9.0 / 11.6, error 1.4e-7 / 2.4e-7 / 2.3e-7; 2 rows 9.2 / 14.1 / 14.9, error
-// 1.4e-7 / 3.1e-4 / 3.1e-4; 4 rows 15.8 / 13.9 / 15.0: no longer).
+// float32 on a narrow, deep W (N < K) still takes the gemv kernel at one or two rows where its rows are 16-byte
+// vectors: exact fp32 where the fallback and ORT run TF32 (2 rows) or cuBLAS's own fp32 gemv. Rows that are
+// not (K = 4095) it reads 4 bytes a load, too few in flight for DRAM: back to back, with W in L2, it led
+// (4095x1023, GPU µs gemv / fallback / ORT: 1 row 10.8 / 8.7 / 11.1; 2 rows 9.2 / 14.1 / 15.0), but after other
+// work has left L2 full of dirty lines, as in a model, it ran 24.9 / 10.0 / 13.6 and 20.8 / 17.6 / 17.4
+// (lab/kernels/replay_probe.py, "cold"), so those rows take the fallback. 4 rows: the fallback everywhere.
 constexpr int64_t kGemvF32NarrowMaxRows = 2;
+// float32 with TF32 from 17 rows up to this many, reading a W of kWeightBoundMinWeights or more: the fallback,
+// whose cuBLASLt kernel reads W faster than the fused kernel's tiles (64x4096x16384, GPU µs fallback / fused /
+// ORT: 72.5-75.0 / 96.5-101.2 / 131-133 over two grids; at 128 rows 83 / 79 / 102: the fused kernel again).
+constexpr int64_t kF32WeightBoundMaxRows = 64;
 // In exact fp32; with TF32 allowed, 5-16 rows run on the path's Tensor-Core kernel (gemv_uses_tf32):
 // 8x4096x16384 71.5 µs, 16 rows 75.8, against the fallback's 83 and ORT's 72-75.
 constexpr int64_t kGemvF32LargeWeightMaxRows = cuda::kGemvExactF32MaxRows;
@@ -157,13 +163,14 @@ bool StagedFusedPays(const cuda::GemmGeluArgs& a) {
 //  - fp16/bf16 with up to 16 rows and a large W: 8x4096x16384 fp16 as above: fallback;
 //  - float32 without TF32 in the fused path (onnxfuse.strict_fp32, or K or N not a multiple of 4) or with
 //    at most kStrictF32MaxRows rows (which it runs strictly), beyond the gemv kernel's reach: the fallback;
+//    with TF32 up to kF32WeightBoundMaxRows rows of a large W: the fallback as well;
 //  - everywhere else the fused path, 1.1-3.3x faster than ORT (4096x768x3072 fp16 48 / 53 / 134 wall).
 // `onnxfuse tune` writes per-node tables that override this on the measured device.
 bool GemvReaches(const cuda::GemmGeluArgs& a) {
   if (!a.trans_b || a.M > kGemvMaxRows) return false;
   const bool large_w = a.K * a.N >= kWeightBoundMinWeights;
   if (a.dtype == cuda::DType::kFloat32) {
-    if (a.N < a.K) return a.M <= kGemvF32NarrowMaxRows && !large_w;
+    if (a.N < a.K) return a.M <= kGemvF32NarrowMaxRows && !large_w && cuda::gemv_reads_vectors(a);
     return large_w ? a.M <= kGemvF32LargeWeightMaxRows || cuda::gemv_uses_tf32(a) : a.M <= kGemvF32MaxRows;
   }
   if (!cuda::gemv_reads_vectors(a)) return a.M <= kGemvUnaligned16BitMaxRows && a.N >= a.K && !large_w;
@@ -173,7 +180,9 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
 CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {
   if (GemvReaches(a)) return CudaPath::kGemv;
   if (a.dtype == cuda::DType::kFloat32) {
-    return !a.allow_tf32 || a.M <= kStrictF32MaxRows ? CudaPath::kFallback : CudaPath::kFused;
+    if (!a.allow_tf32 || a.M <= kStrictF32MaxRows) return CudaPath::kFallback;
+    const bool weight_bound = a.M <= kF32WeightBoundMaxRows && a.K * a.N >= kWeightBoundMinWeights;
+    return weight_bound ? CudaPath::kFallback : CudaPath::kFused;
   }
   if (!RowsAreVectors(a)) return StagedFusedPays(a) ? CudaPath::kFused : CudaPath::kFallback;
   const bool weight_bound = a.M <= kWeightBoundMaxRows && a.K * a.N >= kFewRowsFallbackMinWeights;
