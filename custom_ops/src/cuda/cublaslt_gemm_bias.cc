@@ -35,6 +35,14 @@ constexpr uint64_t kMaxWorkspaceBytes = uint64_t{32} << 20;
 // them would cost tens of milliseconds on a first call.
 constexpr int64_t kTimedMaxMultiplyAdds = int64_t{1} << 31;
 constexpr int kCandidates = 8;
+// Below this many rows of a W of at least kPaddedCandidateMinWeights, the heuristic's answers for
+// kPaddedCandidateRows rows join the timed candidates where cuBLASLt accepts them for the rows asked
+// (cublasLtMatmulAlgoCheck): reading such a W, its answers for few rows are not its best kernels (fp32 TF32
+// 2-16x4096x16384, W [N, K]: 88-91 µs, its answers for 64 rows 73-76 at those rows; ORT's MatMul on W [K, N]
+// 72-78). Smaller problems keep their own answers: with the others added, timing noise picked kernels up to
+// 1 µs slower for 16-bit 1-16 rows of 768x3072 and 1024x4096 (bench/results/cuda_kernel_never_slower_h200.md).
+constexpr int64_t kPaddedCandidateRows = 64;
+constexpr int64_t kPaddedCandidateMinWeights = int64_t{1} << 25;
 constexpr int kTimedRuns = 3;
 // A candidate's runs are timed again, more of them, until they take at least this long: event timing of a
 // few microseconds is noise.
@@ -68,6 +76,7 @@ struct CublasLt {
   decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set = nullptr;
   decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
   decltype(&cublasLtMatmulAlgoCapGetAttribute) algo_cap = nullptr;
+  decltype(&cublasLtMatmulAlgoCheck) algo_check = nullptr;
   decltype(&cublasLtMatmul) matmul = nullptr;
   std::string unavailable;  // empty when every function resolved
 };
@@ -101,6 +110,7 @@ const CublasLt& Library() {
            Resolve(library, "cublasLtMatmulPreferenceSetAttribute", &t.preference_set, &u) &&
            Resolve(library, "cublasLtMatmulAlgoGetHeuristic", &t.heuristic, &u) &&
            Resolve(library, "cublasLtMatmulAlgoCapGetAttribute", &t.algo_cap, &u) &&
+           Resolve(library, "cublasLtMatmulAlgoCheck", &t.algo_check, &u) &&
            Resolve(library, "cublasLtMatmul", &t.matmul, &u));
     return t;
   }();
@@ -307,7 +317,6 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, bool fp32_product, Plan* o
     s = lt.heuristic(static_cast<cublasLtHandle_t>(handle), &desc.op, &desc.a, &desc.b, &desc.d, &desc.d, preference,
                      wanted, results, &found);
   }
-  lt.preference_destroy(preference);
   auto choice = std::make_unique<Choice>();
   // The candidates of the first answer's numerical kind (where cuBLASLt tells it), in the heuristic's order.
   uint64_t kind = 0;
@@ -327,6 +336,42 @@ bool CublasLtGemmBias::plan(const GemmGeluArgs& args, bool fp32_product, Plan* o
     choice->candidates.push_back(Choice::Candidate{results[i].algo, results[i].workspaceSize});
     choice->max_workspace_bytes = std::max(choice->max_workspace_bytes, results[i].workspaceSize);
   }
+  // Few rows (kPaddedCandidateRows): the answers for more rows, of the same numerical kind, not already there,
+  // where cuBLASLt accepts them for this problem; their workspace is what the check says this problem needs.
+  if (s == CUBLAS_STATUS_SUCCESS && kind_known && !choice->candidates.empty() && wanted == kCandidates &&
+      args.M < kPaddedCandidateRows && args.K * args.N >= kPaddedCandidateMinWeights) {
+    GemmGeluArgs padded = args;
+    padded.M = kPaddedCandidateRows;
+    Descriptors more;
+    cublasLtMatmulHeuristicResult_t padded_results[kCandidates] = {};
+    int padded_found = 0;
+    if (Describe(lt, padded, fp32_product, &more) != CUBLAS_STATUS_SUCCESS ||
+        lt.heuristic(static_cast<cublasLtHandle_t>(handle), &more.op, &more.a, &more.b, &more.d, &more.d, preference,
+                     kCandidates, padded_results, &padded_found) != CUBLAS_STATUS_SUCCESS) {
+      padded_found = 0;  // the problem's own candidates stand
+    }
+    for (int i = 0; i < padded_found; ++i) {
+      const cublasLtMatmulAlgo_t& algo = padded_results[i].algo;
+      uint64_t flags = 0;
+      size_t written = 0;
+      cublasLtMatmulHeuristicResult_t check{};
+      const bool same_kind = padded_results[i].state == CUBLAS_STATUS_SUCCESS &&
+                             lt.algo_cap(&algo, CUBLASLT_ALGO_CAP_NUMERICAL_IMPL_FLAGS, &flags, sizeof(flags), &written) ==
+                                 CUBLAS_STATUS_SUCCESS && written == sizeof(flags) && flags == kind;
+      const bool known = std::any_of(choice->candidates.begin(), choice->candidates.end(), [&](const Choice::Candidate& c) {
+        return std::memcmp(&c.algo, &algo, sizeof(algo)) == 0;
+      });
+      if (!same_kind || known ||
+          lt.algo_check(static_cast<cublasLtHandle_t>(handle), &desc.op, &desc.a, &desc.b, &desc.d, &desc.d, &algo, &check) !=
+              CUBLAS_STATUS_SUCCESS ||
+          check.workspaceSize > kMaxWorkspaceBytes) {
+        continue;
+      }
+      choice->candidates.push_back(Choice::Candidate{algo, check.workspaceSize});
+      choice->max_workspace_bytes = std::max(choice->max_workspace_bytes, check.workspaceSize);
+    }
+  }
+  lt.preference_destroy(preference);
   if (s != CUBLAS_STATUS_SUCCESS || choice->candidates.empty()) {
     *error = s == CUBLAS_STATUS_SUCCESS ? std::string("cuBLASLt has no algorithm for this GEMM")
                                         : StatusText(lt, "cublasLtMatmulAlgoGetHeuristic", s);

@@ -32,7 +32,8 @@ bool CublasLtAvailable(std::string* why = nullptr);
 // first answer is not always its fastest where W is read by few rows (float32 4..16x4096x16384 on H200: 85 µs
 // against ORT's MatMul's 72-78), so small problems time the heuristic's candidates once, on their first call
 // outside a CUDA-graph capture, and keep the fastest (the way ORT's and PyTorch's TunableOp tune on first
-// use). Only candidates of the first answer's numerical kind are timed (FMA or Tensor Cores, and their input
+// use); below 64 rows of a W of 2^25 weights or more, the heuristic's answers for 64 rows join them where
+// cuBLASLt accepts them for the rows asked. Only candidates of the first answer's numerical kind are timed (FMA or Tensor Cores, and their input
 // precision), so timing changes speed, never precision. The choices are the process's, per device and
 // problem: a model's identical layers time once, and every session in the process runs the same algorithm
 // for the same problem (the same bits; another process may settle on another). Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
