@@ -24,10 +24,12 @@ present for device queries and event timing.
 gemv where M <= 16: it runs no more rows, so above it is skipped and says so) beside its default (auto).
 ``--grid never-slower`` runs the "never slower" grid instead (GRID_ROWS x GRID_KN x --dtypes x --forms, every
 path, gemv at its row counts): one session per (dtype, K, N, form, path) with a symbolic row count, GPU time
-read by CUPTI for a whole group of cells in one profiler window, wall time from one CUDA graph per row count
-(``gpu_graph_id``) with the variants interleaved (per row count, rounds of one timed replay per variant in an order
-rotated each round, the median over the rounds), and the verdicts: auto's GPU time <= ORT's unfused, auto's wall
->= 1.00x ORT's, error <= ORT's.
+read by CUPTI for a whole group of cells in one profiler window (each variant back to back), wall time from one
+CUDA graph per row count (``gpu_graph_id``) with the variants interleaved (per row count, rounds of one timed
+replay per variant in an order rotated each round, the median over the rounds; auto and ORT's unfused graph in
+rounds of their own, the forced paths in theirs), GPU time again by CUPTI inside such rounds of auto and ORT
+(``*_replay_gpu_us``), and the verdicts: auto's GPU time <= ORT's unfused in both readings, auto's wall >= 1.00x
+ORT's, error <= ORT's beyond the noise of its measurement (``error_noise``).
 The forced paths are measured, never judged: the verdicts hold what a model gets, the node at auto.
 
     python3 bench/cuda_kernel.py --grid never-slower --forms none tanh sigmoid --json $OUT/never_slower.json
@@ -389,6 +391,32 @@ def interleaved_wall_us(calls, rounds, clock=time.perf_counter) -> dict[str, flo
     return {v: statistics.median(t) * 1e6 for v, t in ts.items()}
 
 
+def interleaved_replay_gpu_us(calls, rounds) -> dict[str, float]:
+    """Median GPU µs per call of each ``calls[variant]()``, read by CUPTI over calls made in the order of
+    ``interleaved_rounds``, one synchronized call per profiler range: the kernels' time in the state the
+    interleaved wall replays leave the GPU in (L2 holding the other variants' weights and writes), not the state
+    of a variant run back to back (its own W partly still in L2)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    order = interleaved_rounds(list(calls), rounds)
+    labels = [f"onnxfuse_replay_{i}" for i in range(len(order))]
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for label, (_, v) in zip(labels, order):
+            with torch.profiler.record_function(label):
+                torch.cuda.synchronize()
+                calls[v]()
+                torch.cuda.synchronize()
+    per_variant = {v: [] for v in calls}
+    for (_, v), us in zip(order, _segment_gpu_us(p.events(), labels, 1)):
+        per_variant[v].append(us)
+    return {v: statistics.median(us) for v, us in per_variant.items()}
+
+
+# The variants a grid cell judges: what a model gets (the node without cuda_path) and ORT's own graph.
+JUDGED = ("auto", "unfused")
+
+
 def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
     """Every row count of one (dtype, K, N, form): one session per variant with a symbolic row count, serving
     every M (``x[:M]`` views of one input), GPU time of all cells in one CUPTI window, wall time from one CUDA
@@ -449,7 +477,11 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
     # first, then the replays are timed in rotated rounds, one replay per variant a round (interleaved_rounds):
     # timed one variant after another, two variants running the very same kernel read 85 µs against 75 (fp32
     # 1x4096x16384) and 17.8 against 11.1 (fp16 2x384x1536, one 2.1 µs kernel), and auto's ">= 1.00x ORT" verdict
-    # judged that drift rather than the code.
+    # judged that drift rather than the code. The judged pair (auto, ORT unfused) alternates in rounds of its own,
+    # the forced paths in theirs: a forced path no model runs (fp32 "fused" at a few rows: 0.5-1.1 ms of SIMT
+    # work) changed what its neighbours measured (fp32 1x4095x1023, auto's wall 20.4 µs beside ORT alone, 30.2
+    # with it; lab/kernels/replay_probe.py). The judged pair's GPU time is read inside such rounds as well
+    # (interleaved_replay_gpu_us).
     graphed = {v: bench.session(models[v], cuda_graph=True) for v in variants}
     for M in rows:
         calls = {}
@@ -460,8 +492,13 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
                                          bench.bind(graphed[v], x_all[:M], ys[v, M]), ro)
             for _ in range(bench.warmup):  # the first runs of a graph id capture its graph
                 calls[v]()
-        for v, us in interleaved_wall_us(calls, bench.reps).items():
-            cells[M][f"{v}_wall_us"] = us
+        judged = {v: c for v, c in calls.items() if v in JUDGED}
+        forced = {v: c for v, c in calls.items() if v not in JUDGED}
+        for group in (judged, forced):
+            for v, us in (interleaved_wall_us(group, bench.reps) if group else {}).items():
+                cells[M][f"{v}_wall_us"] = us
+        for v, us in interleaved_replay_gpu_us(judged, bench.prof_reps).items():
+            cells[M][f"{v}_replay_gpu_us"] = us
     del calls, graphed
     del x_all, W, B, ys
     gc.collect()
@@ -469,18 +506,40 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
     return [cells[M] for M in rows]
 
 
+def error_noise(outputs: int) -> float:
+    """The relative spread within which two equally accurate results' errors, measured on ``outputs`` values,
+    cannot be told apart: three standard deviations of the ratio of their rel-L2 errors. Each error is the root
+    of a mean of ``outputs`` squared deviations (relative standard deviation ~ 1/sqrt(2n) for rounding errors);
+    the ratio of two independent ones has ~ 1/sqrt(n). Two TF32 GEMMs, or two exact fp32 sums in different
+    orders, land on either side of each other by that much (fp32 1x4095x1023: 1023 outputs, 3/sqrt(n) = 9.4 %;
+    512x3072: 0.24 %), so "error <= ORT's" is judged beyond it, never inside it."""
+    return 3.0 / math.sqrt(max(outputs, 1))
+
+
+def reference_outputs(r) -> int:
+    """The outputs a grid cell's errors are measured on: the first _GRID_REF_ROWS rows, all N columns."""
+    return min(r["M"], _GRID_REF_ROWS) * r["N"]
+
+
 def grid_verdicts(r) -> list[str]:
-    """Never slower, for one grid cell: auto's GPU time <= ORT unfused, wall >= 1.00x, error <= ORT's."""
+    """Never slower, for one grid cell: auto's GPU time <= ORT unfused (back to back, and inside the interleaved
+    replays where the cell has them), wall >= 1.00x, error <= ORT's beyond the measurement's noise
+    (error_noise)."""
     where = f"{r['dtype']} {r['approximate']} {r['M']}x{r['K']}x{r['N']}"
     if "error" in r:
         return [f"{where}: error: {r['error']}"]
     miss = []
     if r["auto_gpu_us"] > r["unfused_gpu_us"]:
         miss.append(f"{where}: GPU {r['auto_gpu_us']:.1f} us > ORT unfused {r['unfused_gpu_us']:.1f} us")
+    if "auto_replay_gpu_us" in r and r["auto_replay_gpu_us"] > r["unfused_replay_gpu_us"]:
+        miss.append(f"{where}: GPU in replays {r['auto_replay_gpu_us']:.1f} us > ORT unfused "
+                    f"{r['unfused_replay_gpu_us']:.1f} us")
     if r["unfused_wall_us"] / r["auto_wall_us"] < 1.0:
         miss.append(f"{where}: wall {r['unfused_wall_us'] / r['auto_wall_us']:.2f}x ORT unfused (goal >= 1.00x)")
-    if r["auto_relerr"] > r["unfused_relerr"]:
-        miss.append(f"{where}: error {r['auto_relerr']:.2e} > ORT unfused {r['unfused_relerr']:.2e}")
+    noise = error_noise(reference_outputs(r))
+    if r["auto_relerr"] > r["unfused_relerr"] * (1.0 + noise):
+        miss.append(f"{where}: error {r['auto_relerr']:.2e} > ORT unfused {r['unfused_relerr']:.2e} "
+                    f"beyond the measurement's noise ({noise:.2%})")
     if not r["auto_finite"]:
         miss.append(f"{where}: non-finite output")
     return miss

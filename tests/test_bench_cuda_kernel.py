@@ -114,6 +114,27 @@ def test_grid_verdicts_judge_auto_and_never_a_forced_path():
     assert miss == "fp16 none 8x768x3072: GPU 13.0 us > ORT unfused 12.5 us"
 
 
+def test_grid_verdicts_judge_gpu_time_inside_the_interleaved_replays_too():
+    cell = _cell(8, 10.0, 12.0) | {"auto_replay_gpu_us": 13.0, "unfused_replay_gpu_us": 12.0}
+    assert cuda_kernel.grid_verdicts(cell) == ["fp16 none 8x768x3072: GPU in replays 13.0 us > ORT unfused 12.0 us"]
+    assert cuda_kernel.grid_verdicts(cell | {"auto_replay_gpu_us": 11.9}) == []
+
+
+def test_error_noise_is_three_deviations_of_an_error_ratio_over_the_outputs_compared():
+    assert cuda_kernel.error_noise(1023) == pytest.approx(3 / 1023 ** 0.5)  # one row of N = 1023: 9.4 %
+    assert cuda_kernel.error_noise(512 * 3072) == pytest.approx(0.0024, abs=1e-4)
+    assert cuda_kernel.reference_outputs({"M": 16384, "N": 3072}) == 512 * 3072  # the reference's rows
+    assert cuda_kernel.reference_outputs({"M": 8, "N": 3072}) == 8 * 3072
+
+
+def test_grid_verdicts_judge_error_beyond_its_noise_only():
+    base = _cell(128, 10.0, 12.0) | {"unfused_relerr": 3.0e-4}
+    noise = cuda_kernel.error_noise(128 * 3072)  # 0.48 %
+    assert cuda_kernel.grid_verdicts(base | {"auto_relerr": 3.0e-4 * (1 + noise / 2)}) == []
+    (miss,) = cuda_kernel.grid_verdicts(base | {"auto_relerr": 3.0e-4 * (1 + 2 * noise)})
+    assert miss.startswith("fp16 none 128x768x3072: error 3.03e-04 > ORT unfused 3.00e-04 beyond the measurement's noise")
+
+
 def test_grid_table_shows_gemv_where_it_ran_and_a_dash_above():
     text = cuda_kernel.grid_table([_cell(8, 10.0, 12.0, gemv=4.0), _cell(128, 11.0, 12.0)])
     head, rows = text.splitlines()[1], text.splitlines()[3:]
