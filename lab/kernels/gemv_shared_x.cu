@@ -24,13 +24,11 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 // Named namespaces: nvcc's host stubs cannot tell kernels of two anonymous namespaces apart.
 namespace onnxfuse::cuda::lab {
 
-DeviceInfo g_dev_lab;  // main copies the harness's device facts here
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -281,119 +279,6 @@ cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
 }
 
 
-// v4: rows of W at any element offset (K not a multiple of a 16-byte vector's elements: 4095x1023 fp32, 770x3074
-// 16-bit), which the shipped kernel reads an element at a time (4 bytes a load in fp32: too few bytes in flight
-// to cover DRAM latency with 8 warps per SM). Here each column's row is read as the aligned 16-byte vectors that
-// cover it, from the aligned address at or below its start, the elements outside the row dropped (edge vectors
-// element by element, so nothing past W is read); X's rows are staged in shared memory as floats once per block
-// and read at the element each W element meets (X's alignment no longer has to match W's).
-template <class T, int kRows, int kCols>
-__global__ void __launch_bounds__(128) gemv_tn_realigned_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                                                const T* __restrict__ bias, T* __restrict__ y, int M,
-                                                                int64_t K, int64_t N, int k_split, ActivationParams act) {
-  constexpr int kVec = kPerVector<T>;
-  constexpr int kOutputs = kRows * kCols;
-  constexpr int kSlots = (kOutputs + 31) / 32;
-  extern __shared__ float xs[];  // [kRows][K]
-  for (int64_t i = threadIdx.x; i < kRows * K; i += 128) {
-    const int64_t r = i / K;
-    xs[i] = to_float(x[(r < M ? r : M - 1) * K + i % K]);
-  }
-  __syncthreads();
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  const int slice = warp % k_split;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (4 / k_split) + warp / k_split) * kCols;
-  const bool active = n0 < N;
-  float acc[kRows][kCols] = {};
-  if (active) {
-    const T* base[kCols];
-    int off[kCols];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const T* p = w + (n0 + c < N ? n0 + c : N - 1) * K;
-      off[c] = static_cast<int>(reinterpret_cast<uintptr_t>(p) % 16 / sizeof(T));
-      base[c] = p - off[c];
-    }
-    const int64_t vectors = (K + kVec - 1) / kVec + 1;  // a row covers at most one vector more than K fills
-#pragma unroll 2
-    for (int64_t j = static_cast<int64_t>(slice) * 32 + lane; j < vectors; j += 32 * k_split) {
-      float wv[kCols][kVec];
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int64_t k0 = j * kVec - off[c];
-        if (k0 >= 0 && k0 + kVec <= K) {
-          load_floats<T, kVec>(base[c] + j * kVec, wv[c]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e)
-            wv[c][e] = k0 + e >= 0 && k0 + e < K ? to_float(__ldg(base[c] + j * kVec + e)) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int64_t k0 = j * kVec - off[c];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const int64_t k = min(max(k0 + e, int64_t{0}), K - 1);  // wv is 0 outside the row
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) acc[r][c] = fmaf(xs[r * K + k], wv[c][e], acc[r][c]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], o);
-  float mine[kSlots] = {};
-#pragma unroll
-  for (int j = 0; j < kOutputs; ++j)
-    if (j % 32 == lane) mine[j / 32] = acc[j / kCols][j % kCols];
-  if (k_split > 1) {
-    __shared__ float partial[4][kOutputs];
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s)
-      if (s * 32 + lane < kOutputs) partial[warp][s * 32 + lane] = mine[s];
-    __syncthreads();
-    if (slice != 0) return;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      if (s * 32 + lane >= kOutputs) continue;
-      float sum = 0.0f;
-      for (int t = 0; t < k_split; ++t) sum += partial[warp + t][s * 32 + lane];
-      mine[s] = sum;
-    }
-  }
-  if (!active) return;
-#pragma unroll
-  for (int s = 0; s < kSlots; ++s) {
-    const int j = s * 32 + lane;
-    const int r = j / kCols;
-    const int64_t n = n0 + j % kCols;
-    if (j < kOutputs && r < M && n < N) y[static_cast<int64_t>(r) * N + n] = from_float<T>(epilogue(mine[s], bias, n, act));
-  }
-}
-
-template <class T, int kCols, int kForceSplit>
-cudaError_t launch_realigned(const GemmGeluArgs& a, cudaStream_t stream) {
-  if (a.M > 2) return cudaErrorInvalidValue;
-  const int k_split = kForceSplit > 0 ? kForceSplit : tn_k_split(a.K, a.N, kCols, kPerVector<T>, g_dev_lab);
-  const int64_t block_cols = static_cast<int64_t>(4 / k_split) * kCols;
-  const unsigned blocks = static_cast<unsigned>((a.N + block_cols - 1) / block_cols);
-  const size_t smem = static_cast<size_t>(a.M <= 1 ? 1 : 2) * a.K * sizeof(float);
-  auto args = [&](auto kernel) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    kernel<<<blocks, 128, smem, stream>>>(static_cast<const T*>(a.x), static_cast<const T*>(a.w),
-                                          static_cast<const T*>(a.bias), static_cast<T*>(a.y), static_cast<int>(a.M),
-                                          a.K, a.N, k_split, activation_params(a));
-  };
-  if (a.M <= 1) args(gemv_tn_realigned_kernel<T, 1, kCols>);
-  else args(gemv_tn_realigned_kernel<T, 2, kCols>);
-  return cudaGetLastError();
-}
 
 }  // namespace onnxfuse::cuda::lab
 
@@ -461,7 +346,6 @@ void push_tf32(std::vector<Variant>& v) {
   v.push_back({"tf32 t1 k4 na L4", launch_tf32<kRows, 1, 4, WLoad::kNoL1, 4>});
 }
 
-bool g_unaligned = false;  // main's "unaligned" mode: v4's variants on rows at any offset
 bool g_tf32_cold = false;  // main's "tf32cold" mode: v5's variants at 4-16 rows of 4096x16384
 int g_min_copies = 0;
 void* g_dirty = nullptr;  // argv[3] = dirty: the buffer written before each timed launch
@@ -487,14 +371,6 @@ std::vector<Variant> variants() {
       v.push_back({"tf32 t2 k4 ef", launch_tf32<kRows, 2, 4, WLoad::kEvictFirst>});
       return v;
     }
-  }
-  if (g_unaligned) {
-    v.push_back({"realigned c4", launch_realigned<T, 4, 0>});
-    v.push_back({"realigned c4 s4", launch_realigned<T, 4, 4>});
-    v.push_back({"realigned c4 s2", launch_realigned<T, 4, 2>});
-    v.push_back({"realigned c8", launch_realigned<T, 8, 0>});
-    v.push_back({"realigned c2 s4", launch_realigned<T, 2, 4>});
-    return v;
   }
   if constexpr (std::is_same_v<T, float>) {
     if constexpr (kRows <= 8) {
@@ -660,30 +536,17 @@ using namespace harness;
 
 int main(int argc, char** argv) {
   const bool fp32_only = argc > 1 && std::strcmp(argv[1], "fp32") == 0;  // the float32 shapes alone
-  g_unaligned = argc > 1 && std::strcmp(argv[1], "unaligned") == 0;   // v4: one or two rows at any offset
   CHECK(cudaGetDevice(&g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.cc_major, cudaDevAttrComputeCapabilityMajor, g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.cc_minor, cudaDevAttrComputeCapabilityMinor, g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.sm_count, cudaDevAttrMultiProcessorCount, g_dev.device));
   CHECK(cudaDeviceGetAttribute(&g_dev.l2_bytes, cudaDevAttrL2CacheSize, g_dev.device));
-  g_dev_lab = g_dev;
   g_tf32_cold = argc > 1 && std::strcmp(argv[1], "tf32cold") == 0;
   if (argc > 2) g_min_copies = std::atoi(argv[2]);
   if (argc > 3 && std::strcmp(argv[3], "dirty") == 0) CHECK(cudaMalloc(&g_dirty, g_dirty_bytes));
   if (g_tf32_cold) {
     for (long long m : {4, 8, 16}) run_rows<float>("fp32", DType::kFloat32, m, 4096, 16384);
     for (long long m : {8, 16}) run_rows<float>("fp32", DType::kFloat32, m, 1024, 4096);
-    return 0;
-  }
-  if (g_unaligned) {
-    for (long long m : {1, 2}) {
-      for (const auto& kn : {std::pair{4095LL, 1023LL}, std::pair{1000LL, 3000LL}, std::pair{770LL, 3074LL}})
-        run_rows<float>("fp32", DType::kFloat32, m, kn.first, kn.second);
-      for (const auto& kn : {std::pair{4095LL, 1023LL}, std::pair{770LL, 3074LL}}) {
-        run_rows<__half>("fp16", DType::kFloat16, m, kn.first, kn.second);
-        run_rows<__nv_bfloat16>("bf16", DType::kBFloat16, m, kn.first, kn.second);
-      }
-    }
     return 0;
   }
   const long long shapes[][2] = {{4096, 16384}, {1024, 4096}, {768, 3072}, {1000, 3000}};
