@@ -495,7 +495,7 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
         judged = {v: c for v, c in calls.items() if v in JUDGED}
         forced = {v: c for v, c in calls.items() if v not in JUDGED}
         for group in (judged, forced):
-            for v, us in (interleaved_wall_us(group, bench.reps) if group else {}).items():
+            for v, us in interleaved_wall_us(group, bench.reps).items():
                 cells[M][f"{v}_wall_us"] = us
         for v, us in interleaved_replay_gpu_us(judged, bench.prof_reps).items():
             cells[M][f"{v}_replay_gpu_us"] = us
