@@ -30,13 +30,14 @@ bool CublasLtAvailable(std::string* why = nullptr);
 
 // One node's cuBLASLt state: a handle for its device, and the algorithm chosen per problem. The heuristic's
 // first answer is not always its fastest where W is read by few rows (float32 4..16x4096x16384 on H200: 85 µs
-// against ORT's MatMul's 72-78), so small problems time the heuristic's candidates once, on their first call
-// outside a CUDA-graph capture, and keep the fastest (the way ORT's and PyTorch's TunableOp tune on first
-// use); below 64 rows of a W of 2^25 weights or more, the heuristic's answers for 64 rows join them where
-// cuBLASLt accepts them for the rows asked. Only candidates of the first answer's numerical kind are timed (FMA or Tensor Cores, and their input
-// precision), so timing changes speed, never precision. The choices are the process's, per device and
-// problem: a model's identical layers time once, and every session in the process runs the same algorithm
-// for the same problem (the same bits; another process may settle on another). Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
+// against ORT's MatMul's 72-78), so small problems time the heuristic's candidates on their first call outside
+// a CUDA-graph capture, in interleaved rounds, and keep the fastest (the way ORT's and PyTorch's TunableOp
+// tune on first use); below 64 rows of a W of 2^25 weights or more, the heuristic's answers for 64 rows join
+// them where cuBLASLt accepts them for the rows asked. Only candidates of the first answer's numerical kind
+// are timed (FMA or Tensor Cores, and their input precision), so timing changes speed, never precision. The
+// choices are the process's, per device and problem: a model's identical layers time once, and every session
+// in the process runs the same algorithm for the same problem (the same bits; another process may settle on
+// another). Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
 // only read after it is created (cuBLASLt takes stream and workspace per call, so a handle has no per-call
 // state and cuBLAS documents its functions as callable from several threads with one handle), under this
 // object's mutex; the process's choices are under their own, held only for a lookup except on a problem's
@@ -68,9 +69,9 @@ class CublasLtGemmBias {
   // Enqueues D = X·W(ᵀ) (+ B unless the plan's fp32_product) on `stream` with the settled algorithm; D is `d`
   // (M×N of float32 for fp32_product, else args.y). Once settled: no host allocation, no synchronization,
   // capturable in a CUDA graph. A problem's first call settles it: where it has several candidates and the
-  // stream is not capturing, each runs a few times into D on `stream` (timed by events, which waits for the
-  // stream) and the fastest is kept; under capture the heuristic's first answer is. False with `error` set
-  // when cuBLASLt refuses the call.
+  // stream is not capturing, each runs a few times into D on `stream`, in interleaved rounds (timed by events,
+  // which waits for the stream), and the fastest is kept; under capture the heuristic's first answer is.
+  // False with `error` set when cuBLASLt refuses the call.
   bool run(const Plan& plan, const GemmGeluArgs& args, void* d, void* workspace, size_t workspace_bytes,
            cudaStream_t stream, std::string* error);
 
