@@ -600,10 +600,11 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
     x, w_nk, b = make_inputs(rng, (16, 4095), 1023, "float32", 1, True)
     narrow_odd = cuda_session(path_model("float32", 4095, w_nk, b, "none", 1), library)
     assert [_path_ran(narrow_odd, x[:m]) for m in (1, 2, 3, 16)] == ["fallback"] * 4
-    # float32 with TF32 at 17-64 rows of a W of 2^25 weights or more: the fallback (reading W bounds it).
+    # float32 with TF32 on a W of 2^25 weights or more: the gemv path's TF32 kernel up to 8 rows, the fallback
+    # at 9-64 (reading W bounds it), then the fused kernel.
     x, w_nk, b = make_inputs(rng, (65, 2048), 16384, "float32", 1, True)
     wide = cuda_session(path_model("float32", 2048, w_nk, b, "none", 1), library)
-    assert [_path_ran(wide, x[:m]) for m in (16, 17, 64, 65)] == ["gemv", "fallback", "fallback", "fused"]
+    assert [_path_ran(wide, x[:m]) for m in (4, 8, 9, 16, 17, 64, 65)] == ["gemv"] * 2 + ["fallback"] * 4 + ["fused"]
     # float32 beyond 16 rows: TF32 in the fused kernel, or the fallback in strict fp32.
     x, w_nk, b = make_inputs(rng, (512, 768), 3072, "float32", 1, True)
     assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fused"
@@ -850,9 +851,10 @@ def test_gemv_float32_is_exact_fp32(library):
 
 
 def test_gemv_float32_large_weight_runs_tf32_as_ort_does(library):
-    """5-16 float32 rows of a W of 2^25+ weights: TF32 Tensor Cores in the gemv path (as ORT's MatMul there),
-    within ORT's error; up to 4 rows the exact kernel; a strict-fp32 session never the TF32 kernel. K off a
-    multiple of 32 and N off a multiple of 16 reach the kernel's zero-filled last k block and partial tile."""
+    """5-8 float32 rows of a W of 2^25+ weights: TF32 Tensor Cores in the gemv path (as ORT's MatMul there),
+    within ORT's error; up to 4 rows the exact kernel; 9-16 rows the fallback (its cuBLASLt kernel reads W
+    faster than two tiles of 8 rows); a strict-fp32 session never the TF32 kernel. K off a multiple of 32 and N
+    off a multiple of 16 reach the kernel's zero-filled last k block and partial tile."""
     rng = np.random.default_rng(33)
     k, n = 2052, 16360  # 33.6M weights
     x_all, w_nk, b = make_inputs(rng, (GEMV_MAX_ROWS, k), n, "float32", 1, True)
@@ -863,8 +865,8 @@ def test_gemv_float32_large_weight_runs_tf32_as_ort_does(library):
         x = x_all[:m]
         names = _kernels_of(lambda: sess.run(None, {"X": x}))
         tf32 = any("gemv_tf32_kernel" in nm for nm in names)
-        assert tf32 == (m > 4), f"M={m}: TF32 kernel {'ran' if tf32 else 'did not run'}: {sorted(names)}"
-        assert _path_ran(sess, x) == "gemv", f"M={m}"
+        assert tf32 == (4 < m <= 8), f"M={m}: TF32 kernel {'ran' if tf32 else 'did not run'}: {sorted(names)}"
+        assert _path_ran(sess, x) == ("gemv" if m <= 8 else "fallback"), f"M={m}"
         ref = reference(x, w_nk, b, "none")
         (y,) = sess.run(None, {"X": x})
         (y_unfused,) = unfused.run(None, {"X": x})
@@ -874,6 +876,14 @@ def test_gemv_float32_large_weight_runs_tf32_as_ort_does(library):
         (y_strict,) = strict.run(None, {"X": x})
         assert rel_l2(y_strict, ref) < 1e-5, f"strict M={m}"
         assert not any("gemv_tf32_kernel" in nm for nm in _kernels_of(lambda: strict.run(None, {"X": x}))), f"strict M={m}"
+    # Forced to the gemv path, 9-16 rows still run the TF32 kernel (two tiles of 8 rows), within ORT's error.
+    forced = cuda_session(path_model("float32", k, w_nk, b, "none", 1, cuda_path="gemv"), library)
+    for m in (9, 16):
+        x = x_all[:m]
+        assert any("gemv_tf32_kernel" in nm for nm in _kernels_of(lambda: forced.run(None, {"X": x}))), f"forced M={m}"
+        (y,) = forced.run(None, {"X": x})
+        (y_unfused,) = unfused.run(None, {"X": x})
+        check_against_ort("float32", y, y_unfused, reference(x, w_nk, b, "none"), f"forced gemv fp32 M={m} K={k} N={n}")
 
 
 def test_forced_gemv_beyond_its_rows_is_an_error(library):

@@ -100,9 +100,12 @@ constexpr int64_t kGemvF32NarrowMaxRows = 2;
 // whose cuBLASLt kernel reads W faster than the fused kernel's tiles (64x4096x16384, GPU µs fallback / fused /
 // ORT: 72.5-75.0 / 96.5-101.2 / 131-133 over two grids; at 128 rows 83 / 79 / 102: the fused kernel again).
 constexpr int64_t kF32WeightBoundMaxRows = 64;
-// In exact fp32; with TF32 allowed, 5-16 rows run on the path's Tensor-Core kernel (gemv_uses_tf32):
-// 8x4096x16384 71.5 µs, 16 rows 75.8, against the fallback's 83 and ORT's 72-75.
+// In exact fp32; with TF32 allowed, 5-8 rows run on the path's Tensor-Core kernel (gemv_uses_tf32): 8x4096x16384
+// 68.1-68.8 µs against the fallback's 74.6-90 and ORT's 72.6-75.2 (three replay grids). From 9 rows that
+// kernel computes two tiles of 8 rows and loses (16 rows: 79-81 µs against the fallback's 74-76 where its
+// timing keeps a 64-row kernel, and ORT's 74-78): the fallback takes 9-16 rows, as it does 17-64.
 constexpr int64_t kGemvF32LargeWeightMaxRows = cuda::kGemvExactF32MaxRows;
+constexpr int64_t kGemvTf32MaxRows = 8;
 static_assert(kWeightBoundMinWeights == cuda::kGemvTf32MinWeights, "one notion of a large W");
 // 16-bit rows that are not 16-byte vectors (K not a multiple of 8, or an operand at an odd offset): the gemv
 // kernel reads W an element at a time, which at one or two rows of a W at least as wide as deep still beats
@@ -153,7 +156,7 @@ bool StagedFusedPays(const cuda::GemmGeluArgs& a) {
 //    63.1 / 35.6; 8x4096x16384 fp32 490 / 78.6 / 78.2 / 72.0 in exact fp32, where ORT's MatMul runs TF32
 //    Tensor Cores on W as [K, N] (65-68 µs for the GEMM; every cuBLAS call on this op's [N, K] takes 76-84:
 //    lab/results/cublas_fp32_few_rows_h200.txt): with TF32 allowed the gemv path runs its TF32 kernel there
-//    (gemv_uses_tf32; 70.9 µs at 8 rows, 75.6 at 16 in the lab's harness);
+//    (gemv_uses_tf32) up to kGemvTf32MaxRows rows: 68-69 µs at 8 rows;
 //  - fp16/bf16 with 5-16 rows of a W of 2^21 weights or more: the fallback (kFewRowsFallbackMinWeights);
 //  - fp16/bf16 whose rows are not 16-byte aligned (K or N not a multiple of 8, or an operand at an odd offset)
 //    run the fused path on aligned copies (RunFusedStaged) from 64 rows of enough work (StagedFusedPays:
@@ -171,7 +174,8 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
   const bool large_w = a.K * a.N >= kWeightBoundMinWeights;
   if (a.dtype == cuda::DType::kFloat32) {
     if (a.N < a.K) return a.M <= kGemvF32NarrowMaxRows && !large_w && cuda::gemv_reads_vectors(a);
-    return large_w ? a.M <= kGemvF32LargeWeightMaxRows || cuda::gemv_uses_tf32(a) : a.M <= kGemvF32MaxRows;
+    if (!large_w) return a.M <= kGemvF32MaxRows;
+    return a.M <= kGemvF32LargeWeightMaxRows || (cuda::gemv_uses_tf32(a) && a.M <= kGemvTf32MaxRows);
   }
   if (!cuda::gemv_reads_vectors(a)) return a.M <= kGemvUnaligned16BitMaxRows && a.N >= a.K && !large_w;
   return a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w);
