@@ -57,7 +57,7 @@ constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics
 // The shape table: which sm90 tile to try first, by operand width, by how many 128x128 output tiles the
 // problem has relative to the number of SMs ("waves") and by K. The first row that matches wins; a tuner can
 // rewrite the rows. Measured on H200, fp16 GPU us, erf form (lab/results/kernels_v3_*.json and
-// kernels_v7_overlap.json, lab/kernels/NOTES.md v3 and v7):
+// kernels_v7_overlap.json.gz, lab/kernels/NOTES.md v3 and v7):
 //  - up to a wave, the overlapped ping-pong kernel's 64x64 tiles (most CTAs; 128x768x3072 4.7, 512x768x3072
 //    8.4), but 64x128 from a third to half a wave (197x768x3072: 6.5 vs 7.2) and with K >= 1024
 //    (512x1024x4096: 10.1 vs 12.1; 128x4096x16384: 39.9 vs 42.9);
