@@ -29,7 +29,9 @@ CUDA graph per row count (``gpu_graph_id``) with the variants interleaved (per r
 replay per variant in an order rotated each round, the median over the rounds; auto and ORT's unfused graph in
 rounds of their own, the forced paths in theirs), GPU time again by CUPTI inside such rounds of auto and ORT
 (``*_replay_gpu_us``), and the verdicts: auto's GPU time <= ORT's unfused in both readings, auto's wall >= 1.00x
-ORT's, error <= ORT's beyond the noise of its measurement (``error_noise``).
+ORT's, error <= ORT's beyond the noise of its measurement (``error_noise``). GPU time is the kernels' durations
+summed; beside it each reading records their busy time (``*_gpu_busy_us``, ``*_replay_gpu_busy_us``: the
+intervals merged), lower where kernels overlap, which the verdicts do not use.
 The forced paths are measured, never judged: the verdicts hold what a model gets, the node at auto.
 
     python3 bench/cuda_kernel.py --grid never-slower --forms none tanh sigmoid --json $OUT/never_slower.json
@@ -343,10 +345,31 @@ def run_case(bench: Bench, dt, M, K, N, approximate="none", paths=()) -> dict:
 _GRID_REF_ROWS = 512
 
 
-def _segment_gpu_us(prof_events, labels, calls) -> list[float]:
-    """GPU µs per call of each segment of one profiler window. Each segment is a host range named by its label
-    (torch.profiler.record_function) with the GPU synchronized at both ends inside it, so every kernel the
-    segment launched ran within that range, on the profiler's own clock."""
+def kernel_sum_us(intervals) -> float:
+    """The kernels' durations summed: what CUPTI's per-kernel times add up to."""
+    return sum(b - a for a, b in intervals)
+
+
+def kernel_busy_us(intervals) -> float:
+    """The time at least one of the kernels ran: their intervals merged. Below the sum where kernels overlap, as a
+    kernel launched with programmatic dependent launch does, which may start before its predecessor ends (and
+    then counts the wait in its own duration)."""
+    busy, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a >= end:
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    return busy
+
+
+def _segment_gpu_us(prof_events, labels, calls, measure=kernel_sum_us) -> list[float]:
+    """GPU µs per call of each segment of one profiler window, ``measure`` of its kernels' intervals (their sum by
+    default). Each segment is a host range named by its label (torch.profiler.record_function) with the GPU
+    synchronized at both ends inside it, so every kernel the segment launched ran within that range, on the
+    profiler's own clock."""
     # torch.profiler mirrors each record_function range on the GPU timeline as a device-side annotation
     # spanning the kernels it launched: not a kernel, and counting it doubled large cells and added the
     # launch gaps to small ones (the first grid's GPU columns: cuda_kernel_never_slower_h200*.json).
@@ -359,14 +382,13 @@ def _segment_gpu_us(prof_events, labels, calls) -> list[float]:
         start, end = ranges[label]
         inside = sorted((a, b) for a, b in kernels if start <= a and b <= end)
         # Every call of a segment launches the same kernels, so its kernels in start order fall into `calls`
-        # consecutive runs of equal length: the median call's sum. A mean let one slow call (a clock ramp, a
+        # consecutive runs of equal length: the median call's measure. A mean let one slow call (a clock ramp, a
         # neighbour's launch) move a 5 µs cell by 2 µs in one grid and not in the next.
         per_call = len(inside) // calls if calls > 0 else 0
         if per_call > 0 and per_call * calls == len(inside):
-            out.append(statistics.median(sum(b - a for a, b in inside[i * per_call:(i + 1) * per_call])
-                                         for i in range(calls)))
+            out.append(statistics.median(measure(inside[i * per_call:(i + 1) * per_call]) for i in range(calls)))
         else:
-            out.append(sum(b - a for a, b in inside) / calls)
+            out.append(measure(inside) / calls)
     return out
 
 
@@ -391,11 +413,12 @@ def interleaved_wall_us(calls, rounds, clock=time.perf_counter) -> dict[str, flo
     return {v: statistics.median(t) * 1e6 for v, t in ts.items()}
 
 
-def interleaved_replay_gpu_us(calls, rounds) -> dict[str, float]:
-    """Median GPU µs per call of each ``calls[variant]()``, read by CUPTI over calls made in the order of
-    ``interleaved_rounds``, one synchronized call per profiler range: the kernels' time in the state the
-    interleaved wall replays leave the GPU in (L2 holding the other variants' weights and writes), not the state
-    of a variant run back to back (its own W partly still in L2)."""
+def interleaved_replay_gpu_us(calls, rounds, measures=(kernel_sum_us,)) -> list[dict[str, float]]:
+    """Median GPU µs per call of each ``calls[variant]()``, one dict per measure of the kernels' intervals (their
+    sum, their busy time), read by CUPTI over calls made in the order of ``interleaved_rounds``, one synchronized
+    call per profiler range: the kernels' time in the state the interleaved wall replays leave the GPU in (L2
+    holding the other variants' weights and writes), not the state of a variant run back to back (its own W
+    partly still in L2)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -407,10 +430,14 @@ def interleaved_replay_gpu_us(calls, rounds) -> dict[str, float]:
                 torch.cuda.synchronize()
                 calls[v]()
                 torch.cuda.synchronize()
-    per_variant = {v: [] for v in calls}
-    for (_, v), us in zip(order, _segment_gpu_us(p.events(), labels, 1)):
-        per_variant[v].append(us)
-    return {v: statistics.median(us) for v, us in per_variant.items()}
+    events = p.events()
+    out = []
+    for measure in measures:
+        per_variant = {v: [] for v in calls}
+        for (_, v), us in zip(order, _segment_gpu_us(events, labels, 1, measure)):
+            per_variant[v].append(us)
+        out.append({v: statistics.median(us) for v, us in per_variant.items()})
+    return out
 
 
 # The variants a grid cell judges: what a model gets (the node without cuda_path) and ORT's own graph.
@@ -460,8 +487,11 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
                 for _ in range(bench.prof_reps):
                     plain[v].run_with_iobinding(b)
                 torch.cuda.synchronize()
-    for (v, M), us in zip(binds, _segment_gpu_us(p.events(), labels, bench.prof_reps)):
+    events = p.events()
+    for (v, M), us, busy in zip(binds, _segment_gpu_us(events, labels, bench.prof_reps),
+                                _segment_gpu_us(events, labels, bench.prof_reps, kernel_busy_us)):
         cells[M][f"{v}_gpu_us"] = us
+        cells[M][f"{v}_gpu_busy_us"] = busy  # recorded beside the sum, not judged
 
     # Errors, on the outputs the profiled runs left in ys (the same inputs every run).
     for M in rows:
@@ -497,8 +527,10 @@ def run_grid_group(bench: Bench, dt, K, N, form, rows, variants) -> list[dict]:
         for group in (judged, forced):
             for v, us in interleaved_wall_us(group, bench.reps).items():
                 cells[M][f"{v}_wall_us"] = us
-        for v, us in interleaved_replay_gpu_us(judged, bench.prof_reps).items():
-            cells[M][f"{v}_replay_gpu_us"] = us
+        summed, busy = interleaved_replay_gpu_us(judged, bench.prof_reps, (kernel_sum_us, kernel_busy_us))
+        for v in judged:
+            cells[M][f"{v}_replay_gpu_us"] = summed[v]
+            cells[M][f"{v}_replay_gpu_busy_us"] = busy[v]  # recorded beside the sum, not judged
     del calls, graphed
     del x_all, W, B, ys
     gc.collect()

@@ -47,6 +47,30 @@ def test_segment_time_counts_kernels_only_and_divides_by_calls():
     assert cuda_kernel._segment_gpu_us(events, labels, calls=2) == pytest.approx([25.0, 25.0])
 
 
+def test_busy_time_merges_overlapping_kernels_and_the_sum_does_not():
+    # A kernel launched with programmatic dependent launch may start before the one before it ends.
+    overlapping = [(10, 30), (25, 40), (50, 55), (52, 54)]
+    assert cuda_kernel.kernel_sum_us(overlapping) == pytest.approx(42.0)
+    assert cuda_kernel.kernel_busy_us(overlapping) == pytest.approx(35.0)  # 10-40 and 50-55
+    apart = [(0, 5), (10, 20)]
+    assert cuda_kernel.kernel_busy_us(apart) == cuda_kernel.kernel_sum_us(apart) == pytest.approx(15.0)
+    assert cuda_kernel.kernel_busy_us([]) == 0.0
+
+
+def test_segment_busy_time_is_per_call_like_the_sum():
+    labels = ["seg_0"]
+    events = [
+        _Event("seg_0", "DeviceType.CPU", 0, 100),
+        _Event("gemm", "DeviceType.CUDA", 10, 30),
+        _Event("gelu", "DeviceType.CUDA", 28, 33),  # starts 2 µs before the GEMM ends
+        _Event("gemm", "DeviceType.CUDA", 60, 80),
+        _Event("gelu", "DeviceType.CUDA", 78, 83),
+    ]
+    assert cuda_kernel._segment_gpu_us(events, labels, calls=2) == pytest.approx([25.0])
+    assert cuda_kernel._segment_gpu_us(events, labels, calls=2, measure=cuda_kernel.kernel_busy_us) == \
+        pytest.approx([23.0])
+
+
 def test_interleaved_rounds_time_each_variant_once_a_round_and_rotate_the_first():
     variants = ["auto", "fused", "fallback", "gemv", "unfused"]
     order = cuda_kernel.interleaved_rounds(variants, 7)
