@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The swap-AB kernels (lab/kernels/explore/sm90_swap_ab.cu: Yᵀ = W·Xᵀ, W's rows tiled by TMA, the few rows of X
+as the GMMA's N) against cuBLAS in the same process, at the row counts where the op's W [N, K] makes cuBLAS slower
+than on ORT's W [K, N]. No ONNX Runtime: torch and the lab library only.
+
+Peers, each with its bias and activation where the op has them:
+  nn      torch.mm on W [K, N] (the layout of ORT's MatMul), then bias + GELU: what ORT's unfused graph runs;
+  nn_gemm that GEMM alone (the floor the issue names: the plain GEMM);
+  tn      torch.mm on W [N, K] (the op's layout, what the in-node fallback asks cuBLAS for), then bias + GELU.
+Readings, µs per call: warm (CUPTI, calls back to back) and cold (CUDA events around each call made after a
+1 GiB write, which leaves L2 full of other data, as a model's other layers do); the median of `--reps`.
+Error: rel-L2 against float64 over the output.
+
+    python3 lab/kernels/swap_ab_probe.py .device/lib/libswap_ab.so [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from cupti import kernel_times_us, require_kernels  # noqa: E402  (bench/cupti.py)
+
+FLUSH_BYTES = 1 << 30
+SHAPES_KN = ((4096, 16384), (1024, 4096), (768, 3072))
+ROWS = {"fp32": (8, 9, 16, 32, 64), "fp16": (4, 8, 16, 32, 64)}
+ACTS = {"erf": 0, "tanh": 1}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("library")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--act", default="erf", choices=tuple(ACTS))
+    args = ap.parse_args(argv)
+
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cuda.matmul.allow_tf32 = True  # what ORT's MatMul does with float32 (use_tf32, its default)
+    lib = ctypes.CDLL(args.library)
+    lib.ofk_swap_variant_name.restype = ctypes.c_char_p
+    variants = [(i, lib.ofk_swap_variant_name(i).decode(), lib.ofk_swap_variant_dtype(i))
+                for i in range(lib.ofk_swap_variant_count())]
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
+    gelu = "none" if args.act == "erf" else "tanh"
+
+    def cold_us(fn):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ts = []
+        for _ in range(args.reps):
+            flush.add_(1.0)
+            start.record()
+            fn()
+            stop.record()
+            torch.cuda.synchronize()
+            ts.append(start.elapsed_time(stop) * 1e3)
+        return statistics.median(ts)
+
+    def warm_us(fn):
+        return sum(require_kernels(kernel_times_us(fn, reps=args.reps, warmup=3)).values())
+
+    rows_out = []
+    for dt, code in (("fp32", 0), ("fp16", 1)):
+        tt = {"fp32": torch.float32, "fp16": torch.float16}[dt]
+        for K, N in SHAPES_KN:
+            torch.manual_seed(0)
+            w = (torch.randn(N, K, device="cuda") / math.sqrt(K)).to(tt)
+            w_kn = w.t().contiguous()
+            b = (torch.randn(N, device="cuda") * 0.1).to(tt)
+            for M in ROWS[dt]:
+                x = torch.randn(M, K, device="cuda").to(tt)
+                ref = F.gelu(x.double() @ w.double().t() + b.double(), approximate=gelu)
+                y = torch.empty(M, N, device="cuda", dtype=tt)
+                cell = {"dtype": dt, "M": M, "K": K, "N": N, "act": args.act}
+                peers = {
+                    "nn": lambda: F.gelu(torch.mm(x, w_kn) + b, approximate=gelu),
+                    "nn_gemm": lambda: torch.mm(x, w_kn),
+                    "tn": lambda: F.gelu(torch.mm(x, w.t()) + b, approximate=gelu),
+                }
+                for name, fn in peers.items():
+                    cell[f"{name}_warm_us"], cell[f"{name}_cold_us"] = warm_us(fn), cold_us(fn)
+                    if name != "nn_gemm":
+                        cell[f"{name}_relerr"] = ((fn().double() - ref).norm() / ref.norm()).item()
+                stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+                for i, name, vdt in variants:
+                    if vdt != code:
+                        continue
+                    run = (lambda i: lambda: lib.ofk_swap_run(i, ACTS[args.act], ctypes.c_void_p(x.data_ptr()),
+                                                              ctypes.c_void_p(w.data_ptr()), ctypes.c_void_p(b.data_ptr()),
+                                                              ctypes.c_void_p(y.data_ptr()), M, N, K, sm_count, stream))(i)
+                    y.fill_(float("nan"))
+                    rc = run()
+                    torch.cuda.synchronize()
+                    if rc != 0:
+                        cell[f"{name}_rc"] = rc
+                        continue
+                    cell[f"{name}_relerr"] = ((y.double() - ref).norm() / ref.norm()).item()
+                    cell[f"{name}_warm_us"], cell[f"{name}_cold_us"] = warm_us(run), cold_us(run)
+                rows_out.append(cell)
+                ran = [(cell[f"{n}_cold_us"], n) for _, n, vdt in variants if vdt == code and f"{n}_cold_us" in cell]
+                head = (f"{dt} {M:>3}x{K}x{N}: cold µs nn {cell['nn_cold_us']:.1f} (gemm {cell['nn_gemm_cold_us']:.1f}) "
+                        f"tn {cell['tn_cold_us']:.1f}")
+                if ran:
+                    us, n = min(ran)
+                    print(f"{head} | best swap {n} {us:.1f} (warm {cell[n + '_warm_us']:.1f}, err "
+                          f"{cell[n + '_relerr']:.2e} vs nn {cell['nn_relerr']:.2e})", flush=True)
+                else:
+                    print(f"{head} | no swap variant ran: {cell}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows_out}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
