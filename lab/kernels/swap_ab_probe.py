@@ -48,6 +48,9 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = True  # what ORT's MatMul does with float32 (use_tf32, its default)
     lib = ctypes.CDLL(args.library)
     lib.ofk_swap_variant_name.restype = ctypes.c_char_p
+    vp, ll = ctypes.c_void_p, ctypes.c_longlong
+    lib.ofk_swap_run.argtypes = [ctypes.c_int, ctypes.c_int, vp, vp, vp, vp, ll, ll, ll, ctypes.c_int, vp]
+    lib.ofk_swap_run.restype = ctypes.c_int
     variants = [(i, lib.ofk_swap_variant_name(i).decode(), lib.ofk_swap_variant_dtype(i))
                 for i in range(lib.ofk_swap_variant_count())]
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
@@ -91,13 +94,12 @@ def main(argv=None) -> int:
                     cell[f"{name}_warm_us"], cell[f"{name}_cold_us"] = warm_us(fn), cold_us(fn)
                     if name != "nn_gemm":
                         cell[f"{name}_relerr"] = ((fn().double() - ref).norm() / ref.norm()).item()
-                stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+                stream = torch.cuda.current_stream().cuda_stream
                 for i, name, vdt in variants:
                     if vdt != code:
                         continue
-                    run = (lambda i: lambda: lib.ofk_swap_run(i, ACTS[args.act], ctypes.c_void_p(x.data_ptr()),
-                                                              ctypes.c_void_p(w.data_ptr()), ctypes.c_void_p(b.data_ptr()),
-                                                              ctypes.c_void_p(y.data_ptr()), M, N, K, sm_count, stream))(i)
+                    run = (lambda i: lambda: lib.ofk_swap_run(i, ACTS[args.act], x.data_ptr(), w.data_ptr(), b.data_ptr(),
+                                                              y.data_ptr(), M, N, K, sm_count, stream))(i)
                     y.fill_(float("nan"))
                     rc = run()
                     torch.cuda.synchronize()
