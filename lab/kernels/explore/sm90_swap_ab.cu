@@ -100,8 +100,19 @@ struct SwapAB {
                  int sm_count, cudaStream_t stream) {
     const auto args = arguments(x, w, bias, y, M, N, K, act, sm_count);
     if (!Kernel::can_implement(args)) return -2;
-    if (Kernel::get_workspace_size(args) != 0) return -3;  // data-parallel tiles: none expected
-    typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
+    // The tile scheduler's workspace, if it asks for one: one buffer for the process, grown as needed (lab only).
+    static void* workspace = nullptr;
+    static size_t workspace_bytes = 0;
+    const size_t need = Kernel::get_workspace_size(args);
+    if (need > workspace_bytes) {
+      if (workspace != nullptr) cudaFree(workspace);
+      workspace = nullptr;
+      workspace_bytes = 0;
+      if (cudaMalloc(&workspace, need) != cudaSuccess) return -3;
+      workspace_bytes = need;
+    }
+    if (Kernel::initialize_workspace(args, workspace, stream) != cutlass::Status::kSuccess) return -3;
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
     constexpr int smem_bytes = Kernel::SharedStorageSize;
     cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          smem_bytes);
@@ -146,7 +157,7 @@ const char* ofk_swap_variant_name(int i) { return ofk_swap_ab::kVariants[i].name
 int ofk_swap_variant_dtype(int i) { return ofk_swap_ab::kVariants[i].dtype; }
 
 // Y [M, N] = act(X [M, K] · W [N, K]ᵀ + bias [N]) on `stream`; 0 or a cudaError_t, -2 where the variant cannot
-// take the problem (K or N not a multiple of 16 bytes, unaligned pointers), -3 where it would need a workspace.
+// take the problem (K or N not a multiple of 16 bytes, unaligned pointers), -3 where its workspace failed.
 // act: 0 erf, 1 tanh, 2 sigmoid (onnxfuse::Activation).
 int ofk_swap_run(int i, int act, const void* x, const void* w, const void* bias, void* y, long long M, long long N,
                  long long K, int sm_count, void* stream) {
