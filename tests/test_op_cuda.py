@@ -464,6 +464,9 @@ PATH_ROWS = (1, 2, 4, 8, 16, 64)
 # the fallback's second kernel (activation_inplace.cu): float32 in place, 16-bit from cuBLASLt's fp32 product
 _FALLBACK_KERNELS = ("activation_inplace_kernel", "bias_activation_from_fp32_kernel")
 _GEMV_KERNELS = ("gemv_nn_kernel", "gemv_tn_kernel", "gemv_tf32_kernel")
+# the fused path's few-rows kernels with the operands swapped (sm90_swap_ab.cuh): the only ones whose bias is
+# CUTLASS's column broadcast (the regular kernels read it as a row, sm90_bias_row.cuh)
+_SWAPPED_KERNEL = "Sm90ColBroadcast"
 
 
 def with_attributes(model: bytes, **attrs) -> bytes:
@@ -532,6 +535,14 @@ def _path_ran(sess, x) -> str:
     return "fallback" if any(k in n for n in names for k in _FALLBACK_KERNELS) else "fused"
 
 
+def _ran_swapped(sess, x) -> bool:
+    """Whether one call ran the fused path's swapped few-rows kernel (and nothing of the other paths)."""
+    names = _kernels_of(lambda: sess.run(None, {"X": x}))
+    swapped = any(_SWAPPED_KERNEL in n for n in names)
+    assert not swapped or _path_ran(sess, x) == "fused", sorted(names)
+    return swapped
+
+
 def device_signature(library: str) -> str:
     import ctypes
 
@@ -561,8 +572,8 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             expect = auto_path if forced == "auto" else forced
             assert _path_ran(sess, x) == expect, f"cuda_path={forced} K={k} N={n}"
     # A few rows: the gemv kernel, forced in every dtype and layout; built in for transB = 1 (where it was
-    # measured) up to 4 rows in 16-bit and 16 in float32; transB = 0 takes the fallback (768 x 3072 is above
-    # the 16-bit few-rows bound of 2^21 weights).
+    # measured) up to 4 rows, then (768 x 3072 is a W of 2^21+ weights) the fused path's swapped kernel up to 16
+    # rows; transB = 0 takes the fallback.
     for dtype in DTYPES:
         for trans_b in (1, 0):
             x, w_nk, b = make_inputs(rng, (16, 768), 3072, dtype, trans_b, True)
@@ -570,9 +581,9 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             forced = cuda_session(path_model(dtype, 768, w, b, "none", trans_b, cuda_path="gemv"), library)
             assert _path_ran(forced, x) == "gemv", f"cuda_path=gemv {dtype} transB={trans_b}"
             auto = cuda_session(path_model(dtype, 768, w, b, "none", trans_b), library)
-            rows = 16 if dtype == "float32" else 4
-            expect = "gemv" if trans_b else "fallback"
-            assert _path_ran(auto, x[:rows]) == expect, f"auto {dtype} transB={trans_b} M={rows}"
+            assert _path_ran(auto, x[:4]) == ("gemv" if trans_b else "fallback"), f"auto {dtype} transB={trans_b} M=4"
+            expect = ("fused", True) if trans_b else ("fallback", False)
+            assert (_path_ran(auto, x), _ran_swapped(auto, x)) == expect, f"auto {dtype} transB={trans_b} M=16"
     # 16-bit rows that are no 16-byte vectors (770 x 3074): gemv at one or two rows, the fallback from 3 to 63,
     # the fused kernel through aligned copies from 64 on; a tiny problem keeps the fallback at any row count.
     for dtype in ("float16", "bfloat16"):
@@ -582,16 +593,20 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             "gemv", "gemv", "fallback", "fallback", "fallback", "fallback", "fused"], dtype
     x, w_nk, b = make_inputs(rng, (4096, 37), 5, "float16", 1, True)
     assert _path_ran(cuda_session(path_model("float16", 37, w_nk, b, "none", 1), library), x) == "fallback"
-    # 16-bit with 2-16 rows of a large W (reading W bounds it): the fallback; one row: gemv.
+    # 16-bit with 2-16 rows of a large W (reading W bounds it): the swapped kernel; one row: gemv.
     x, w_nk, b = make_inputs(rng, (16, 4096), 16384, "float16", 1, True)
     large = cuda_session(path_model("float16", 4096, w_nk, b, "none", 1), library)
-    assert [_path_ran(large, x[:m]) for m in (1, 2, 16)] == ["gemv", "fallback", "fallback"]
-    # 16-bit with 5-16 rows of a W of 2^21 weights or more: the fallback; below that size the fused kernel.
+    assert [_path_ran(large, x[:m]) for m in (1, 2, 16)] == ["gemv", "fused", "fused"]
+    assert [_ran_swapped(large, x[:m]) for m in (2, 16)] == [True, True]
+    # 16-bit with 5-16 rows of a W of 2^21 weights or more: the swapped kernel, then the regular one; below
+    # that size the regular kernel.
     x, w_nk, b = make_inputs(rng, (17, 1024), 4096, "float16", 1, True)
     mid = cuda_session(path_model("float16", 1024, w_nk, b, "none", 1), library)
-    assert [_path_ran(mid, x[:m]) for m in (4, 5, 16, 17)] == ["gemv", "fallback", "fallback", "fused"]
+    assert [_path_ran(mid, x[:m]) for m in (4, 5, 16, 17)] == ["gemv", "fused", "fused", "fused"]
+    assert [_ran_swapped(mid, x[:m]) for m in (5, 16, 17)] == [True, True, False]
     x, w_nk, b = make_inputs(rng, (16, 384), 1536, "float16", 1, True)
-    assert _path_ran(cuda_session(path_model("float16", 384, w_nk, b, "none", 1), library), x) == "fused"
+    small = cuda_session(path_model("float16", 384, w_nk, b, "none", 1), library)
+    assert (_path_ran(small, x), _ran_swapped(small, x)) == ("fused", False)
     # float32 on a narrow, deep W (N < K): gemv at one and two rows where its rows are 16-byte vectors (exact,
     # within ORT's time), then the fallback; rows that are not (K = 4095) take the fallback at every row count.
     x, w_nk, b = make_inputs(rng, (16, 4096), 1024, "float32", 1, True)
@@ -600,11 +615,12 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
     x, w_nk, b = make_inputs(rng, (16, 4095), 1023, "float32", 1, True)
     narrow_odd = cuda_session(path_model("float32", 4095, w_nk, b, "none", 1), library)
     assert [_path_ran(narrow_odd, x[:m]) for m in (1, 2, 3, 16)] == ["fallback"] * 4
-    # float32 with TF32 on a W of 2^25 weights or more: the gemv path's TF32 kernel up to 8 rows, the fallback
-    # at 9-64 (reading W bounds it), then the fused kernel.
+    # float32 with TF32 on a W of 2^25 weights or more: the exact gemv kernel up to 4 rows, the swapped kernel
+    # from 5 to 64 rows (reading W bounds it), then the regular fused kernel.
     x, w_nk, b = make_inputs(rng, (65, 2048), 16384, "float32", 1, True)
     wide = cuda_session(path_model("float32", 2048, w_nk, b, "none", 1), library)
-    assert [_path_ran(wide, x[:m]) for m in (4, 8, 9, 16, 17, 64, 65)] == ["gemv"] * 2 + ["fallback"] * 4 + ["fused"]
+    assert [_path_ran(wide, x[:m]) for m in (4, 5, 8, 9, 16, 17, 64, 65)] == ["gemv"] + ["fused"] * 7
+    assert [_ran_swapped(wide, x[:m]) for m in (5, 8, 16, 64, 65)] == [True] * 4 + [False]
     # float32 beyond 16 rows: TF32 in the fused kernel, or the fallback in strict fp32.
     x, w_nk, b = make_inputs(rng, (512, 768), 3072, "float32", 1, True)
     assert _path_ran(cuda_session(path_model("float32", 768, w_nk, b, "none", 1), library), x) == "fused"
@@ -850,40 +866,36 @@ def test_gemv_float32_is_exact_fp32(library):
         assert rel_l2(y, reference(x, w_nk, b, "none")) < 1e-5, f"transB={trans_b}"
 
 
-def test_gemv_float32_large_weight_runs_tf32_as_ort_does(library):
-    """5-8 float32 rows of a W of 2^25+ weights: TF32 Tensor Cores in the gemv path (as ORT's MatMul there),
-    within ORT's error; up to 4 rows the exact kernel; 9-16 rows the fallback (its cuBLASLt kernel reads W
-    faster than two tiles of 8 rows); a strict-fp32 session never the TF32 kernel. K off a multiple of 32 and N
-    off a multiple of 16 reach the kernel's zero-filled last k block and partial tile."""
+def test_float32_few_rows_of_a_large_weight_run_tf32_as_ort_does(library):
+    """float32 rows of a W of 2^25+ weights: the exact gemv kernel up to 4 rows; from 5 rows the fused path's
+    swapped kernel on TF32 Tensor Cores (as ORT's MatMul there), within ORT's error; a strict-fp32 session never
+    TF32. Forced to the gemv path, 5-16 rows run its TF32 kernel (tiles of 8 rows), also within ORT's error. K
+    off a multiple of 32 and N off a multiple of 16 (and of 64) reach the kernels' zero-filled last k block and
+    partial tiles."""
     rng = np.random.default_rng(33)
     k, n = 2052, 16360  # 33.6M weights
     x_all, w_nk, b = make_inputs(rng, (GEMV_MAX_ROWS, k), n, "float32", 1, True)
     sess = cuda_session(path_model("float32", k, w_nk, b, "none", 1), library)
     strict = cuda_session(path_model("float32", k, w_nk, b, "none", 1), library, config={"onnxfuse.strict_fp32": "1"})
+    forced = cuda_session(path_model("float32", k, w_nk, b, "none", 1, cuda_path="gemv"), library)
     unfused = unfused_session(library, "float32", k, w_nk, b, "none")
     for m in (1, 4, 5, 8, 9, 16):
         x = x_all[:m]
-        names = _kernels_of(lambda: sess.run(None, {"X": x}))
-        tf32 = any("gemv_tf32_kernel" in nm for nm in names)
-        assert tf32 == (4 < m <= 8), f"M={m}: TF32 kernel {'ran' if tf32 else 'did not run'}: {sorted(names)}"
-        assert _path_ran(sess, x) == ("gemv" if m <= 8 else "fallback"), f"M={m}"
         ref = reference(x, w_nk, b, "none")
-        (y,) = sess.run(None, {"X": x})
         (y_unfused,) = unfused.run(None, {"X": x})
-        e_fused, _ = check_against_ort("float32", y, y_unfused, ref, f"gemv fp32 M={m} K={k} N={n}")
+        assert (_path_ran(sess, x), _ran_swapped(sess, x)) == (("gemv", False) if m <= 4 else ("fused", True)), f"M={m}"
+        (y,) = sess.run(None, {"X": x})
+        e_fused, _ = check_against_ort("float32", y, y_unfused, ref, f"auto fp32 M={m} K={k} N={n}")
         if m <= 4:
             assert e_fused < 1e-5, f"M={m}: exact fp32 expected, rel-L2 {e_fused:.2e}"
         (y_strict,) = strict.run(None, {"X": x})
         assert rel_l2(y_strict, ref) < 1e-5, f"strict M={m}"
-        assert not any("gemv_tf32_kernel" in nm for nm in _kernels_of(lambda: strict.run(None, {"X": x}))), f"strict M={m}"
-    # Forced to the gemv path, 9-16 rows still run the TF32 kernel (two tiles of 8 rows), within ORT's error.
-    forced = cuda_session(path_model("float32", k, w_nk, b, "none", 1, cuda_path="gemv"), library)
-    for m in (9, 16):
-        x = x_all[:m]
-        assert any("gemv_tf32_kernel" in nm for nm in _kernels_of(lambda: forced.run(None, {"X": x}))), f"forced M={m}"
+        names = _kernels_of(lambda: strict.run(None, {"X": x}))
+        assert not any("gemv_tf32_kernel" in nm or _SWAPPED_KERNEL in nm for nm in names), f"strict M={m}"
+        tf32_gemv = any("gemv_tf32_kernel" in nm for nm in _kernels_of(lambda: forced.run(None, {"X": x})))
+        assert tf32_gemv == (m > 4), f"forced gemv M={m}: TF32 kernel {'ran' if tf32_gemv else 'did not run'}"
         (y,) = forced.run(None, {"X": x})
-        (y_unfused,) = unfused.run(None, {"X": x})
-        check_against_ort("float32", y, y_unfused, reference(x, w_nk, b, "none"), f"forced gemv fp32 M={m} K={k} N={n}")
+        check_against_ort("float32", y, y_unfused, ref, f"forced gemv fp32 M={m} K={k} N={n}")
 
 
 def test_forced_gemv_beyond_its_rows_is_an_error(library):

@@ -96,6 +96,9 @@ constexpr int64_t kGemvF32MaxRows = 16;
 // work has left L2 full of dirty lines, as in a model, it ran 24.9 / 10.0 / 13.6 and 20.8 / 17.6 / 17.4
 // (lab/kernels/replay_probe.py, "cold"), so those rows take the fallback. 4 rows: the fallback everywhere.
 constexpr int64_t kGemvF32NarrowMaxRows = 2;
+// The next two rules decide where the swapped few-rows kernels do not run (gemm_gelu_runs_swapped: before
+// Hopper, W [K, N], float32 rows that are not 16-byte vectors); on Hopper those kernels read such a W faster
+// still (16x4096x16384 66.4 µs, 64 rows 69.2).
 // float32 with TF32 from 17 rows up to this many, reading a W of kWeightBoundMinWeights or more: the fallback,
 // whose cuBLASLt kernel reads W faster than the fused kernel's tiles (64x4096x16384, GPU µs fallback / fused /
 // ORT: 72.5-75.0 / 96.5-101.2 / 131-133 over two grids; at 128 rows 83 / 79 / 102: the fused kernel again).
@@ -149,6 +152,10 @@ bool StagedFusedPays(const cuda::GemmGeluArgs& a) {
 // The built-in choice, where neither cuda_path nor a tuning table for this device decides. Measured on H200
 // (bench/results/cuda_kernel_gemv_h200.md and cuda_kernel_never_slower_h200.md: `bench/cuda_kernel.py --grid
 // never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
+//  - on Hopper, from 5 rows of a W [N, K] of 2^21 weights or more and at least as wide as deep, up to 16 rows in
+//    16-bit and 32-64 in float32 with TF32: the fused path, whose dispatch runs its few-rows kernels with the operands swapped
+//    (gemm_gelu_runs_swapped; the numbers in gemm_gelu_dispatch.cu); up to 4 rows the gemv kernel where it
+//    reaches (kGemvBeforeSwappedMaxRows). The rules below decide everything else:
 //  - few rows, transB = 1: the gemv kernel: fp16 1x768x3072 5.1 / 4.5 / 2.5 / 5.5, 4x1024x4096 6.6 / 4.9 /
 //    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 16x768x3072 106 / 10.3 / 8.7 / 10.2, 16x1000x3000
 //    137 / 12.7 / 10.8 / 11.3, 2x4096x16384 491 / 85.9 / 65.5 / 70.7, 4x4096x16384 491 / 82.0 / 65.6 / 70.7
@@ -181,8 +188,17 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
   return a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w);
 }
 
-CudaPath BuiltInPath(const cuda::GemmGeluArgs& a) {
+// Up to this many rows the gemv kernel, where it reaches, is ahead of the swapped few-rows kernels
+// (gemm_gelu_runs_swapped; GPU µs on H200, gemv / swapped: fp16 4x768x3072 3.4 / 4.1, 4x1024x4096 4.1 / 4.8;
+// float32 there is exact in the gemv kernel); from the next rows on they are (fp16 8x1024x4096 5.4 / 4.4, fp32
+// 8x768x3072 6.2 / 5.3, 16x1024x4096 10.7 / 5.9).
+constexpr int64_t kGemvBeforeSwappedMaxRows = 4;
+
+CudaPath BuiltInPath(const cuda::GemmGeluArgs& a, const cuda::DeviceInfo& dev) {
+  const bool swapped = cuda::gemm_gelu_runs_swapped(a, dev);
+  if (swapped && a.M > kGemvBeforeSwappedMaxRows) return CudaPath::kFused;
   if (GemvReaches(a)) return CudaPath::kGemv;
+  if (swapped) return CudaPath::kFused;
   if (a.dtype == cuda::DType::kFloat32) {
     if (!a.allow_tf32 || a.M <= kStrictF32MaxRows) return CudaPath::kFallback;
     const bool weight_bound = a.M <= kF32WeightBoundMaxRows && a.K * a.N >= kWeightBoundMinWeights;
@@ -252,7 +268,7 @@ class FusedLinearGeluCudaKernel {
   CudaPath ChoosePath(const cuda::GemmGeluArgs& a) const {
     if (a.K == 0) return CudaPath::kFused;
     if (path_attrs_.path != CudaPath::kAuto) return path_attrs_.path;
-    CudaPath chosen = BuiltInPath(a);
+    CudaPath chosen = BuiltInPath(a, dev_);
     if (table_applies_) {
       const std::vector<int64_t>& rows = path_attrs_.tuned_max_rows;
       chosen = path_attrs_.tuned_paths.back();

@@ -50,6 +50,11 @@ GemmGeluPlan plan_gemm_gelu(const GemmGeluArgs& args, const DeviceInfo& dev);
 cudaError_t launch_gemm_gelu(const GemmGeluPlan& plan, const GemmGeluArgs& args, const DeviceInfo& dev,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// Whether plan_gemm_gelu picks one of the few-rows kernels with the operands swapped (sm90_swap_ab.cuh) for
+// these arguments: the path choice (fused_linear_gelu_cuda.cc) gives such calls the fused path, where it would
+// otherwise have run the fallback or, from 5 rows, the gemv kernel.
+bool gemm_gelu_runs_swapped(const GemmGeluArgs& args, const DeviceInfo& dev);
+
 // The name of the tactic launch_gemm_gelu would pick, for benchmarks and `onnxfuse inspect`-style reports.
 const char* gemm_gelu_tactic_name(const GemmGeluArgs& args, const DeviceInfo& dev);
 

@@ -35,6 +35,10 @@ size_t no_workspace(const GemmGeluArgs&, const DeviceInfo&) { return 0; }
   SM90_16BIT(kBFloat16, "bf16", false, "nn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
 #define TF32_TN(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
   SM90_16BIT(kFloat32, "tf32", true, "tn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
+#define SM90_SWAP(D, DN, name, TW, TX, TK, PP) sm90_swap_tactic<DType::D, TW, TX, TK, PP>("sm90_" DN "_tn_" #name),
+#define F16_SWAP(name, TW, TX, TK, PP) SM90_SWAP(kFloat16, "f16", name, TW, TX, TK, PP)
+#define BF16_SWAP(name, TW, TX, TK, PP) SM90_SWAP(kBFloat16, "bf16", name, TW, TX, TK, PP)
+#define TF32_SWAP(name, TW, TX, TK, PP) SM90_SWAP(kFloat32, "tf32", name, TW, TX, TK, PP)
 
 const Tactic kTactics[] = {
     ONNXFUSE_SM90_TILES_16BIT(F16_TN)   //
@@ -42,6 +46,9 @@ const Tactic kTactics[] = {
     ONNXFUSE_SM90_TILES_16BIT(BF16_TN)  //
     ONNXFUSE_SM90_TILES_16BIT(BF16_NN)  //
     ONNXFUSE_SM90_TILES_TF32(TF32_TN)   //
+    ONNXFUSE_SM90_SWAP_TILES_16BIT(F16_SWAP)   //
+    ONNXFUSE_SM90_SWAP_TILES_16BIT(BF16_SWAP)  //
+    ONNXFUSE_SM90_SWAP_TILES_TF32(TF32_SWAP)   //
     sm80_tactic<DType::kFloat16, true, Sm80Math::kTensorOp>("sm80_f16_tn_128x128x32"),
     sm80_tactic<DType::kFloat16, false, Sm80Math::kTensorOp>("sm80_f16_nn_128x128x32"),
     sm80_tactic<DType::kBFloat16, true, Sm80Math::kTensorOp>("sm80_bf16_tn_128x128x32"),
@@ -90,8 +97,29 @@ constexpr ShapeRule kShapeTable[] = {
     {true, 1e300, 0, "pp_128x128_c1"},
 };
 
-// float32 with few rows is bound by reading W, not by math: it runs at full fp32 accuracy (3xTF32 or
-// fp32 FMAs) for free, matching cuBLAS, which uses no TF32 for such matrix-vector-like products.
+// Few rows of W [N, K] on Hopper: the kernels with the operands swapped (ONNXFUSE_SM90_SWAP_TILES_*), which
+// read W once and compute only the rows that exist. Measured on H200, GPU us back to back, erf form, swapped /
+// the regular kernel / the fallback (lab/kernels/NOTES.md, "Swap-AB for few rows"; the never-slower grids):
+//  - W of 2^21 weights or more (kSwapMinWeights): below it a call is launch-bound and the regular 64x64 tiles
+//    are as quick (16x384x1536 fp16 3.6); and at least as wide as deep (N >= K, the up-projections this op
+//    fuses, where it was measured): a narrow, deep W has too few strips of rows to spread over the SMs;
+//  - 16-bit up to 16 rows (kSwap16BitMaxRows): 16x1024x4096 4.3 / 6.2 / 6.4, 8x768x3072 4.0 / 5.0 / 4.5,
+//    8x4096x16384 34.9 / 38.7 / 37.9; at 64 rows the regular kernel is ahead (4096x16384: 37.5 / 35.4);
+//  - float32 on TF32 from 2 rows (kSwapF32MinRows): at one row ORT's MatMul runs cuBLAS's exact fp32 matrix-vector
+//    kernel (rel-L2 1.5e-7 at 1x768x3072 against TF32's 3e-4 from two rows on), as the strict kernel does;
+//  - float32 on TF32 up to 32 rows (kSwapF32MaxRows) on 64-row strips: 16x1024x4096 5.9 / strict 139 / 10.5;
+//    at 64 rows a tie with the regular kernel (768x3072: 6.7 / 6.8), which keeps them;
+//  - float32 on TF32 up to 64 rows of a W of 2^25+ weights (kSwapLargeWeights) on 128x32 cooperative tiles:
+//    16x4096x16384 66.4 / strict 577 / 75.2, 64 rows 69.2 / 97.6 / 74.4.
+constexpr int64_t kSwapMinWeights = int64_t{1} << 21;
+constexpr int64_t kSwapLargeWeights = int64_t{1} << 25;
+constexpr int64_t kSwap16BitMaxRows = 16;
+constexpr int64_t kSwapF32MinRows = 2;
+constexpr int64_t kSwapF32MaxRows = 32;
+constexpr int64_t kSwapF32LargeWeightMaxRows = 64;
+
+// float32 with few rows runs in strict fp32 (3xTF32 or fp32 FMAs) where no swapped kernel takes it: the other
+// kernels' 128-row tiles would spend TF32's speed on rows that are not there.
 constexpr int64_t kStrictF32MaxRows = 16;
 
 bool ends_with(const char* s, const char* suffix) {
@@ -119,7 +147,33 @@ const RuleTactics* rule_tactics() {
   return table.data();
 }
 
+int find_tactic(const char* name) {
+  for (int i = 0; i < kTacticCount; ++i)
+    if (std::strcmp(kTactics[i].name, name) == 0) return i;
+  return -1;
+}
+
+// The swapped tactic the few-rows rule names for these arguments, or -1 (no rule, or the tile cannot take the
+// problem: not Hopper, W [K, N], rows that are not 16-byte vectors, float32 without TF32).
+int pick_swapped(const GemmGeluArgs& a, const DeviceInfo& dev) {
+  if (!a.trans_b || a.M <= 0 || a.K <= 0 || a.N < a.K || a.K * a.N < kSwapMinWeights) return -1;
+  static const int f16 = find_tactic("sm90_f16_tn_swap_64x16_pp"), bf16 = find_tactic("sm90_bf16_tn_swap_64x16_pp"),
+                   tf32_strips = find_tactic("sm90_tf32_tn_swap_64x16_pp"),
+                   tf32_wide = find_tactic("sm90_tf32_tn_swap_128x32_coop");
+  int tactic = -1;
+  if (a.dtype == DType::kFloat32) {
+    const bool large_w = a.K * a.N >= kSwapLargeWeights;
+    if (a.M < kSwapF32MinRows) return -1;
+    if (large_w && a.M <= kSwapF32LargeWeightMaxRows) tactic = tf32_wide;
+    else if (!large_w && a.M <= kSwapF32MaxRows) tactic = tf32_strips;
+  } else if (a.M <= kSwap16BitMaxRows) {
+    tactic = a.dtype == DType::kFloat16 ? f16 : bf16;
+  }
+  return tactic >= 0 && kTactics[tactic].can_implement(a, dev) ? tactic : -1;
+}
+
 int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
+  if (const int swapped = pick_swapped(a, dev); swapped >= 0) return swapped;
   if (dev.cc_major == 9 && dev.cc_minor == 0 && dev.sm_count > 0) {
     const double tiles = static_cast<double>((a.M + 127) / 128) * static_cast<double>((a.N + 127) / 128);
     const double waves = tiles / dev.sm_count;
@@ -140,8 +194,8 @@ int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
 
 bool empty_problem(const GemmGeluArgs& a) { return a.M == 0 || a.N == 0; }
 
-GemmGeluArgs effective(GemmGeluArgs a) {
-  if (a.dtype == DType::kFloat32 && a.M <= kStrictF32MaxRows) a.allow_tf32 = false;
+GemmGeluArgs effective(GemmGeluArgs a, const DeviceInfo& dev) {
+  if (a.dtype == DType::kFloat32 && a.M <= kStrictF32MaxRows && pick_swapped(a, dev) < 0) a.allow_tf32 = false;
   return a;
 }
 
@@ -151,7 +205,7 @@ int gemm_gelu_tactic_count() { return kTacticCount; }
 const Tactic& gemm_gelu_tactic_at(int index) { return kTactics[index]; }
 
 GemmGeluPlan plan_gemm_gelu(const GemmGeluArgs& given, const DeviceInfo& dev) {
-  const GemmGeluArgs args = effective(given);
+  const GemmGeluArgs args = effective(given, dev);
   GemmGeluPlan plan;
   if (empty_problem(args) || args.M < 0 || args.N < 0 || args.K < 0) return plan;
   plan.tactic = pick(args, dev);
@@ -161,15 +215,20 @@ GemmGeluPlan plan_gemm_gelu(const GemmGeluArgs& given, const DeviceInfo& dev) {
 
 cudaError_t launch_gemm_gelu(const GemmGeluPlan& plan, const GemmGeluArgs& given, const DeviceInfo& dev,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const GemmGeluArgs args = effective(given);
+  const GemmGeluArgs args = effective(given, dev);
   if (args.M < 0 || args.N < 0 || args.K < 0) return cudaErrorInvalidValue;
   if (empty_problem(args)) return cudaSuccess;  // nothing to write; K = 0 alone still writes act(bias)
   if (plan.tactic < 0 || plan.tactic >= kTacticCount) return cudaErrorNotSupported;
   return kTactics[plan.tactic].run(args, dev, workspace, workspace_bytes, stream);
 }
 
+bool gemm_gelu_runs_swapped(const GemmGeluArgs& given, const DeviceInfo& dev) {
+  const GemmGeluArgs args = effective(given, dev);
+  return !empty_problem(args) && pick_swapped(args, dev) >= 0;
+}
+
 const char* gemm_gelu_tactic_name(const GemmGeluArgs& given, const DeviceInfo& dev) {
-  const GemmGeluArgs args = effective(given);
+  const GemmGeluArgs args = effective(given, dev);
   if (empty_problem(args)) return "none (empty output)";
   const int i = pick(args, dev);
   return i < 0 ? "none (unsupported)" : kTactics[i].name;

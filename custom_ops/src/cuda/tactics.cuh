@@ -85,6 +85,32 @@ constexpr Tactic sm90_tactic(const char* name) {
   return Tactic{name, &T::can_implement, &T::workspace, &T::run};
 }
 
+// Hopper kernels for few rows with the operands swapped (sm90_swap_ab.cuh): Yᵀ = W·Xᵀ, W's rows tiled by
+// TileW (the GMMA's M), X's rows by TileX (its N); W [N, K] only. Ping-pong or cooperative, no cluster.
+template <DType D, int TileW, int TileX, int TileK, bool Pingpong>
+struct Sm90SwapConfig {};
+
+// The swapped tiles, one line each: X(name, TileW, TileX, TileK, pingpong). Measured on H200, GPU us with the
+// erf form, back to back (lab/kernels/NOTES.md, "Swap-AB for few rows"):
+//  swap_64x16_pp    the most CTAs (one 64-row strip of W each), one tile of X's rows up to 16: every shape up
+//                   to 16 rows, and 17-32 float32 rows of a W under 2^25 weights (fp32 16x1024x4096 5.9 against
+//                   8.3 for 128x16 cooperative; 32x768x3072 5.3 / 6.6; fp16 16x1024x4096 4.3 / 5.3; fp16
+//                   8x4096x16384 34.9 / 35.3)
+//  swap_128x32_coop float32 from 9 to 64 rows of a W of 2^25+ weights: one strip of W per SM, read once for
+//                   up to 32 rows (16x4096x16384 66.4 against 66.7 for 64x16; 32 rows 66.6 / 71.4; 64 rows 69.2
+//                   against 70.1 for ping-pong 64x64)
+#define ONNXFUSE_SM90_SWAP_TILES_16BIT(X) X(swap_64x16_pp, 64, 16, 64, true)
+#define ONNXFUSE_SM90_SWAP_TILES_TF32(X) \
+  X(swap_64x16_pp, 64, 16, 32, true)     \
+  X(swap_128x32_coop, 128, 32, 32, false)
+
+// The table entry of one swapped configuration (instantiated in an sm90_*_swap_ab.cu file).
+template <DType D, int TW, int TX, int TK, bool PP>
+constexpr Tactic sm90_swap_tactic(const char* name) {
+  using T = Sm90Tactic<Sm90SwapConfig<D, TW, TX, TK, PP>>;
+  return Tactic{name, &T::can_implement, &T::workspace, &T::run};
+}
+
 // Ampere-class (sm_80+) CUTLASS 2 kernels: cp.async multistage main loop on mma.sync, epilogue with the bias as
 // a row-broadcast C operand (ldc = 0).
 enum class Sm80Math : int {
