@@ -35,10 +35,11 @@ size_t no_workspace(const GemmGeluArgs&, const DeviceInfo&) { return 0; }
   SM90_16BIT(kBFloat16, "bf16", false, "nn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
 #define TF32_TN(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
   SM90_16BIT(kFloat32, "tf32", true, "tn", name, TM, TN, TK, CM, CN, SCHED, EM, EN)
-#define SM90_SWAP(D, DN, name, TW, TX, TK, PP) sm90_swap_tactic<DType::D, TW, TX, TK, PP>("sm90_" DN "_tn_" #name),
-#define F16_SWAP(name, TW, TX, TK, PP) SM90_SWAP(kFloat16, "f16", name, TW, TX, TK, PP)
-#define BF16_SWAP(name, TW, TX, TK, PP) SM90_SWAP(kBFloat16, "bf16", name, TW, TX, TK, PP)
-#define TF32_SWAP(name, TW, TX, TK, PP) SM90_SWAP(kFloat32, "tf32", name, TW, TX, TK, PP)
+#define SM90_SWAP(D, DN, name, TW, TX, TK, SCHED) \
+  sm90_swap_tactic<DType::D, TW, TX, TK, Sm90Schedule::SCHED>("sm90_" DN "_tn_" #name),
+#define F16_SWAP(name, TW, TX, TK, SCHED) SM90_SWAP(kFloat16, "f16", name, TW, TX, TK, SCHED)
+#define BF16_SWAP(name, TW, TX, TK, SCHED) SM90_SWAP(kBFloat16, "bf16", name, TW, TX, TK, SCHED)
+#define TF32_SWAP(name, TW, TX, TK, SCHED) SM90_SWAP(kFloat32, "tf32", name, TW, TX, TK, SCHED)
 
 const Tactic kTactics[] = {
     ONNXFUSE_SM90_TILES_16BIT(F16_TN)   //

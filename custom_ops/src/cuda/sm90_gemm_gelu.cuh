@@ -46,6 +46,29 @@ struct Sm90Element<DType::kBFloat16> { using type = cutlass::bfloat16_t; };
 template <>
 struct Sm90Element<DType::kFloat32> { using type = float; };  // float operands run on TF32 GMMA
 
+// The epilogue visitor tree of every sm90 kernel here, act(acc + bias) on the fp32 accumulator with one rounding to
+// Element. BiasNode reads the bias: a row broadcast for Y = X·Wᵀ (sm90_bias_row.cuh), a column broadcast for the
+// swapped Yᵀ = W·Xᵀ (sm90_swap_ab.cuh).
+template <class Element, class BiasNode>
+using Sm90BiasActivation = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<CutlassActivationFor<Element>::template Fn, Element, float,
+                                           cutlass::FloatRoundStyle::round_to_nearest>,
+    cutlass::epilogue::fusion::Sm90EVT<cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, float, float,
+                                                                              cutlass::FloatRoundStyle::round_to_nearest>,
+                                       cutlass::epilogue::fusion::Sm90AccFetch, BiasNode>>;
+
+// The arguments of that epilogue in a CUTLASS kernel: the bias and the activation from `a`, no C operand, and D =
+// a.y, packed as a [rows, cols] matrix in the kernel's D layout.
+template <class GemmKernel, class Element>
+void set_bias_activation_epilogue(typename GemmKernel::Arguments& args, const GemmGeluArgs& a, int rows, int cols) {
+  // Sm90EVT arguments are {children..., node}: {{acc, bias, plus}, activation}.
+  args.epilogue.thread = {{{}, {static_cast<const Element*>(a.bias)}, {}}, activation_params(a)};
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = typename GemmKernel::StrideC{};
+  args.epilogue.ptr_D = static_cast<Element*>(a.y);
+  args.epilogue.dD = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, cute::make_shape(rows, cols, 1));
+}
+
 template <class Config>
 struct Sm90Kernel;
 
@@ -56,7 +79,6 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
   using ElementAccumulator = float;
   using ElementCompute = float;
   static constexpr int kAlignment = 16 / sizeof(Element);  // TMA: 16-byte rows and base addresses
-  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
   // X [M, K] row-major = K-major A. W [N, K] (trans_b) = K-major B = CUTLASS ColumnMajor B;
   // W [K, N] = N-major B = RowMajor B. Y [M, N] row-major.
@@ -83,14 +105,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
                                           cute::Shape<cute::Int<EpiM>, cute::Int<EpiN>>>;
 
   // CUTLASS's epilogue: a visitor tree act(acc + bias_row[n]).
-  using BiasRow = Sm90BiasRow<Element, ElementCompute, kAlignment>;
-  using AddBias = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, kRound>,
-      cutlass::epilogue::fusion::Sm90AccFetch, BiasRow>;
-  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<CutlassActivationFor<Element>::template Fn, Element, ElementCompute,
-                                             kRound>,
-      AddBias>;
+  using Fusion = Sm90BiasActivation<Element, Sm90BiasRow<Element, ElementCompute, kAlignment>>;
   // Named here and instantiated only where used: our kernel has an epilogue of its own.
   using EpilogueBuilder = cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile, ElementAccumulator,
@@ -142,15 +157,8 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
     if constexpr (kOwnKernel) {
       args.epilogue = {static_cast<Element*>(a.y), N, static_cast<const Element*>(a.bias), M, N, activation_params(a)};
     } else {
-      using StrideD = typename GemmKernel::StrideD;
       args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-      auto& fusion = args.epilogue.thread;
-      // Sm90EVT arguments are {children..., node}: {{acc, bias, plus}, activation}.
-      fusion = {{{}, {static_cast<const Element*>(a.bias)}, {}}, activation_params(a)};
-      args.epilogue.ptr_C = nullptr;
-      args.epilogue.dC = typename GemmKernel::StrideC{};
-      args.epilogue.ptr_D = static_cast<Element*>(a.y);
-      args.epilogue.dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(M, N, 1));
+      set_bias_activation_epilogue<GemmKernel, Element>(args, a, M, N);
     }
     args.hw_info.device_id = dev.device;
     args.hw_info.sm_count = dev.sm_count;

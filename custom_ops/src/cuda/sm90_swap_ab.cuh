@@ -25,34 +25,32 @@
 
 namespace onnxfuse::cuda {
 
-template <DType D, int TileW, int TileX, int TileK, bool Pingpong>
-struct Sm90Kernel<Sm90SwapConfig<D, TileW, TileX, TileK, Pingpong>> {
+template <DType D, int TileW, int TileX, int TileK, Sm90Schedule S>
+struct Sm90Kernel<Sm90SwapConfig<D, TileW, TileX, TileK, S>> {
+  static_assert(S != Sm90Schedule::kOverlappedPingpong, "the overlapped kernel layer computes Y = X·Wᵀ only");
   using Element = typename Sm90Element<D>::type;
   using ElementAccumulator = float;
   using ElementCompute = float;
   static constexpr int kAlignment = 16 / sizeof(Element);  // TMA: 16-byte rows and base addresses
-  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
   using LayoutA = cutlass::layout::RowMajor;     // W [N, K]
   using LayoutB = cutlass::layout::ColumnMajor;  // X [M, K]
   using LayoutD = cutlass::layout::ColumnMajor;  // Yᵀ [N, M]
   using TileShape = cute::Shape<cute::Int<TileW>, cute::Int<TileX>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using MainloopSchedule = std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+  static constexpr bool kPingpong = S == Sm90Schedule::kPingpong;
+  using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
-  using EpilogueSchedule = std::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  // Stream-K (cooperative): the MAC iterations dealt evenly to the SMs, partial tiles reduced in a workspace in a
+  // fixed order before the epilogue, so a W of few strips still fills the chip.
+  using TileScheduler = std::conditional_t<S == Sm90Schedule::kStreamK, cutlass::gemm::StreamKScheduler, void>;
 
-  // act(acc + bias[i]), i along W's rows; the same activation functor and rounding as the regular kernels.
+  // act(acc + bias[i]), i along W's rows: the regular kernels' epilogue with the bias as a column broadcast.
   using BiasColumn = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, ElementCompute,
                                                                  cute::Stride<cute::_1, cute::_0, int64_t>, kAlignment>;
-  using AddBias = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, kRound>,
-      cutlass::epilogue::fusion::Sm90AccFetch, BiasColumn>;
-  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<CutlassActivationFor<Element>::template Fn, Element, ElementCompute,
-                                             kRound>,
-      AddBias>;
+  using Fusion = Sm90BiasActivation<Element, BiasColumn>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute,
@@ -63,8 +61,8 @@ struct Sm90Kernel<Sm90SwapConfig<D, TileW, TileX, TileK, Pingpong>> {
       kAlignment, ElementAccumulator, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
-  using GemmKernel =
-      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                          CollectiveEpilogue, TileScheduler>;
 
   // Y's rows are D's columns at stride N, so N, like K, must keep 16-byte rows.
   static bool shape_fits(const GemmGeluArgs& a, const DeviceInfo& dev) {
@@ -79,21 +77,15 @@ struct Sm90Kernel<Sm90SwapConfig<D, TileW, TileX, TileK, Pingpong>> {
     const int M = static_cast<int>(a.M), N = static_cast<int>(a.N), K = static_cast<int>(a.K);
     using StrideA = typename GemmKernel::StrideA;
     using StrideB = typename GemmKernel::StrideB;
-    using StrideD = typename GemmKernel::StrideD;
     typename GemmKernel::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     args.problem_shape = {N, M, K, 1};  // CUTLASS's M is W's rows, its N the rows of X
     args.mainloop = {static_cast<const Element*>(a.w), cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(N, K, 1)),
                      static_cast<const Element*>(a.x), cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(M, K, 1))};
-    // Sm90EVT arguments are {children..., node}: {{acc, bias, plus}, activation}.
-    args.epilogue.thread = {{{}, {static_cast<const Element*>(a.bias)}, {}}, activation_params(a)};
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = typename GemmKernel::StrideC{};
-    args.epilogue.ptr_D = static_cast<Element*>(a.y);
-    args.epilogue.dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(N, M, 1));
+    set_bias_activation_epilogue<GemmKernel, Element>(args, a, N, M);  // D = Yᵀ [N, M]
     args.hw_info.device_id = dev.device;
     args.hw_info.sm_count = dev.sm_count;
-    hooks::adjust_sm90_scheduler<false>(args.scheduler);
+    hooks::adjust_sm90_scheduler<S == Sm90Schedule::kStreamK>(args.scheduler);
     return args;
   }
 };
@@ -101,5 +93,6 @@ struct Sm90Kernel<Sm90SwapConfig<D, TileW, TileX, TileK, Pingpong>> {
 }  // namespace onnxfuse::cuda
 
 // One line per tactic in the sm90_*_swap_ab.cu files.
-#define ONNXFUSE_SM90_SWAP_TACTIC(D, TW, TX, TK, PINGPONG) \
-  template struct onnxfuse::cuda::Sm90Tactic<onnxfuse::cuda::Sm90SwapConfig<D, TW, TX, TK, PINGPONG>>;
+#define ONNXFUSE_SM90_SWAP_TACTIC(D, TW, TX, TK, SCHED) \
+  template struct onnxfuse::cuda::Sm90Tactic<        \
+      onnxfuse::cuda::Sm90SwapConfig<D, TW, TX, TK, onnxfuse::cuda::Sm90Schedule::SCHED>>;

@@ -2,6 +2,6 @@
 // (sm90_swap_ab.cuh): W [N, K] only.
 #include "sm90_swap_ab.cuh"
 
-#define INSTANTIATE(name, TW, TX, TK, PINGPONG) \
-  ONNXFUSE_SM90_SWAP_TACTIC(onnxfuse::cuda::DType::kFloat32, TW, TX, TK, PINGPONG)
+#define INSTANTIATE(name, TW, TX, TK, SCHED) \
+  ONNXFUSE_SM90_SWAP_TACTIC(onnxfuse::cuda::DType::kFloat32, TW, TX, TK, SCHED)
 ONNXFUSE_SM90_SWAP_TILES_TF32(INSTANTIATE)

@@ -86,11 +86,12 @@ constexpr Tactic sm90_tactic(const char* name) {
 }
 
 // Hopper kernels for few rows with the operands swapped (sm90_swap_ab.cuh): Yᵀ = W·Xᵀ, W's rows tiled by
-// TileW (the GMMA's M), X's rows by TileX (its N); W [N, K] only. Ping-pong or cooperative, no cluster.
-template <DType D, int TileW, int TileX, int TileK, bool Pingpong>
+// TileW (the GMMA's M), X's rows by TileX (its N); W [N, K] only; CUTLASS's ping-pong, cooperative or stream-K
+// schedules (not the overlapped kernel layer), no cluster.
+template <DType D, int TileW, int TileX, int TileK, Sm90Schedule S>
 struct Sm90SwapConfig {};
 
-// The swapped tiles, one line each: X(name, TileW, TileX, TileK, pingpong). Measured on H200, GPU us with the
+// The swapped tiles, one line each: X(name, TileW, TileX, TileK, schedule). Measured on H200, GPU us with the
 // erf form, back to back (lab/kernels/NOTES.md, "Swap-AB for few rows"):
 //  swap_64x16_pp    the most CTAs (one 64-row strip of W each), one tile of X's rows up to 16: every shape up
 //                   to 16 rows, and 17-32 float32 rows of a W under 2^25 weights (fp32 16x1024x4096 5.9 against
@@ -99,15 +100,15 @@ struct Sm90SwapConfig {};
 //  swap_128x32_coop float32 from 9 to 64 rows of a W of 2^25+ weights: one strip of W per SM, read once for
 //                   up to 32 rows (16x4096x16384 66.4 against 66.7 for 64x16; 32 rows 66.6 / 71.4; 64 rows 69.2
 //                   against 70.1 for ping-pong 64x64)
-#define ONNXFUSE_SM90_SWAP_TILES_16BIT(X) X(swap_64x16_pp, 64, 16, 64, true)
-#define ONNXFUSE_SM90_SWAP_TILES_TF32(X) \
-  X(swap_64x16_pp, 64, 16, 32, true)     \
-  X(swap_128x32_coop, 128, 32, 32, false)
+#define ONNXFUSE_SM90_SWAP_TILES_16BIT(X) X(swap_64x16_pp, 64, 16, 64, kPingpong)
+#define ONNXFUSE_SM90_SWAP_TILES_TF32(X)    \
+  X(swap_64x16_pp, 64, 16, 32, kPingpong)   \
+  X(swap_128x32_coop, 128, 32, 32, kCooperative)
 
 // The table entry of one swapped configuration (instantiated in an sm90_*_swap_ab.cu file).
-template <DType D, int TW, int TX, int TK, bool PP>
+template <DType D, int TW, int TX, int TK, Sm90Schedule S>
 constexpr Tactic sm90_swap_tactic(const char* name) {
-  using T = Sm90Tactic<Sm90SwapConfig<D, TW, TX, TK, PP>>;
+  using T = Sm90Tactic<Sm90SwapConfig<D, TW, TX, TK, S>>;
   return Tactic{name, &T::can_implement, &T::workspace, &T::run};
 }
 
