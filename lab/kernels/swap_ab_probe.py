@@ -11,7 +11,7 @@ Readings, µs per call: warm (CUPTI, calls back to back) and cold (CUDA events a
 1 GiB write, which leaves L2 full of other data, as a model's other layers do); the median of `--reps`.
 Error: rel-L2 against float64 over the output.
 
-    python3 lab/kernels/swap_ab_probe.py .device/lib/libswap_ab.so [--json OUT]
+    python3 lab/kernels/swap_ab_probe.py LIB.so [--json OUT]   (LIB.so: lab/kernels/explore/sm90_swap_ab.cu, built as it says)
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cupti import kernel_times_us, require_kernels  # noqa: E402  (bench/cupti.py)
 
 FLUSH_BYTES = 1 << 30
-SHAPES_KN = ((4096, 16384), (1024, 4096), (768, 3072))
-ROWS = {"fp32": (8, 9, 16, 32, 64), "fp16": (4, 8, 16, 32, 64)}
+# (K, N): the up-projections the product's swapped kernel takes, and a narrow, deep W (N < K), which it leaves to
+# the fallback for want of strips to spread over the SMs (the stream-K variants' question, second round).
+SHAPES_KN = ((4096, 16384), (1024, 4096), (768, 3072), (4096, 1024))
+ROWS = {"fp32": (2, 4, 8, 9, 16, 32, 64), "fp16": (2, 4, 8, 16, 32, 64)}
 ACTS = {"erf": 0, "tanh": 1}
 
 
