@@ -866,6 +866,29 @@ def test_gemv_float32_is_exact_fp32(library):
         assert rel_l2(y, reference(x, w_nk, b, "none")) < 1e-5, f"transB={trans_b}"
 
 
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swapped_kernel_every_form_with_and_without_bias(library, dtype, bias):
+    """The few-rows kernel with the operands swapped (Yᵀ = W·Xᵀ), built in from 5 rows: every form, with a bias
+    and without one (its column broadcast reads a null bias as zeros), within ORT's error. 1000 x 3000 leaves a
+    partial strip of W's rows (3000 = 46 x 64 + 56) and a partial last k block (1000 = 15 x 64 + 40 in 16-bit,
+    31 x 32 + 8 in TF32); 32 rows are two tiles of X's rows in float32."""
+    rng = np.random.default_rng(zlib.crc32(f"swapped/{dtype}/{bias}".encode()))
+    k, n = 1000, 3000
+    rows = (5, 16, 32) if dtype == "float32" else (5, 16)
+    x_all, w_nk, b = make_inputs(rng, (max(rows), k), n, dtype, 1, bias)
+    for approximate in ACTIVATIONS:
+        sess = cuda_session(path_model(dtype, k, w_nk, b, approximate, 1), library)
+        unfused = unfused_session(library, dtype, k, w_nk, b, approximate)
+        for m in rows:
+            x = x_all[:m]
+            where = f"swapped {dtype} {approximate} bias={bias} M={m} K={k} N={n}"
+            assert _ran_swapped(sess, x), where
+            (y,) = sess.run(None, {"X": x})
+            (y_unfused,) = unfused.run(None, {"X": x})
+            check_against_ort(dtype, y, y_unfused, reference(x, w_nk, b, approximate), where)
+
+
 def test_float32_few_rows_of_a_large_weight_run_tf32_as_ort_does(library):
     """float32 rows of a W of 2^25+ weights: the exact gemv kernel up to 4 rows; from 5 rows the fused path's
     swapped kernel on TF32 Tensor Cores (as ORT's MatMul there), within ORT's error; a strict-fp32 session never
