@@ -153,9 +153,9 @@ bool StagedFusedPays(const cuda::GemmGeluArgs& a) {
 // (bench/results/cuda_kernel_gemv_h200.md and cuda_kernel_never_slower_h200.md: `bench/cuda_kernel.py --grid
 // never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
 //  - on Hopper, from 5 rows of a W [N, K] of 2^21 weights or more and at least as wide as deep, up to 16 rows in
-//    16-bit and 32-64 in float32 with TF32: the fused path, whose dispatch runs its few-rows kernels with the operands swapped
-//    (gemm_gelu_runs_swapped; the numbers in gemm_gelu_dispatch.cu); up to 4 rows the gemv kernel where it
-//    reaches (kGemvBeforeSwappedMaxRows). The rules below decide everything else:
+//    16-bit and 32-64 in float32 with TF32: the fused path, whose dispatch runs its few-rows kernels with the
+//    operands swapped (gemm_gelu_runs_swapped; the numbers in gemm_gelu_dispatch.cu); up to 4 rows the gemv
+//    kernel where it reaches (kGemvBeforeSwappedMaxRows). The rules below decide everything else:
 //  - few rows, transB = 1: the gemv kernel: fp16 1x768x3072 5.1 / 4.5 / 2.5 / 5.5, 4x1024x4096 6.6 / 4.9 /
 //    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 16x768x3072 106 / 10.3 / 8.7 / 10.2, 16x1000x3000
 //    137 / 12.7 / 10.8 / 11.3, 2x4096x16384 491 / 85.9 / 65.5 / 70.7, 4x4096x16384 491 / 82.0 / 65.6 / 70.7

@@ -119,8 +119,9 @@ constexpr int64_t kSwapF32MinRows = 2;
 constexpr int64_t kSwapF32MaxRows = 32;
 constexpr int64_t kSwapF32LargeWeightMaxRows = 64;
 
-// float32 with few rows runs in strict fp32 (3xTF32 or fp32 FMAs) where no swapped kernel takes it: the other
-// kernels' 128-row tiles would spend TF32's speed on rows that are not there.
+// float32 with few rows runs in strict fp32 (3xTF32 or fp32 FMAs) where no swapped kernel takes it: at one row
+// that is ORT's own precision (above). It is slow there (16x1024x4096: 139 µs); the built-in path choice gives
+// such calls the gemv kernel or the fallback, so only a fused path forced by cuda_path runs it.
 constexpr int64_t kStrictF32MaxRows = 16;
 
 bool ends_with(const char* s, const char* suffix) {
