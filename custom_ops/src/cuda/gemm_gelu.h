@@ -41,6 +41,7 @@ struct DeviceInfo {
 struct GemmGeluPlan {
   int tactic = -1;
   size_t workspace_bytes = 0;
+  bool strict_f32 = false;  // float32 run in strict fp32 whatever args.allow_tf32 says (few rows, no swapped kernel)
 };
 GemmGeluPlan plan_gemm_gelu(const GemmGeluArgs& args, const DeviceInfo& dev);
 

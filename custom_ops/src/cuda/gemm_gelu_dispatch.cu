@@ -174,8 +174,8 @@ int pick_swapped(const GemmGeluArgs& a, const DeviceInfo& dev) {
   return tactic >= 0 && kTactics[tactic].can_implement(a, dev) ? tactic : -1;
 }
 
-int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
-  if (const int swapped = pick_swapped(a, dev); swapped >= 0) return swapped;
+// The regular tactics: the shape table's sm90 tile, else the first in the table that takes the problem.
+int pick_regular(const GemmGeluArgs& a, const DeviceInfo& dev) {
   if (dev.cc_major == 9 && dev.cc_minor == 0 && dev.sm_count > 0) {
     const double tiles = static_cast<double>((a.M + 127) / 128) * static_cast<double>((a.N + 127) / 128);
     const double waves = tiles / dev.sm_count;
@@ -196,9 +196,23 @@ int pick(const GemmGeluArgs& a, const DeviceInfo& dev) {
 
 bool empty_problem(const GemmGeluArgs& a) { return a.M == 0 || a.N == 0; }
 
-GemmGeluArgs effective(GemmGeluArgs a, const DeviceInfo& dev) {
-  if (a.dtype == DType::kFloat32 && a.M <= kStrictF32MaxRows && pick_swapped(a, dev) < 0) a.allow_tf32 = false;
+// The arguments as the plan's tactic runs them.
+GemmGeluArgs as_planned(GemmGeluArgs a, const GemmGeluPlan& plan) {
+  if (plan.strict_f32) a.allow_tf32 = false;
   return a;
+}
+
+// The whole choice for a non-empty problem: the swapped tactic where the few-rows rule names one, else the
+// regular tactics on the arguments the strict-fp32 rule leaves (plan.strict_f32). One call of pick_swapped: its
+// can_implement builds CUTLASS's arguments, and this runs on every call.
+GemmGeluPlan choose(const GemmGeluArgs& given, const DeviceInfo& dev) {
+  GemmGeluPlan plan;
+  plan.tactic = pick_swapped(given, dev);
+  if (plan.tactic < 0) {
+    plan.strict_f32 = given.dtype == DType::kFloat32 && given.M <= kStrictF32MaxRows;
+    plan.tactic = pick_regular(as_planned(given, plan), dev);
+  }
+  return plan;
 }
 
 }  // namespace
@@ -207,32 +221,28 @@ int gemm_gelu_tactic_count() { return kTacticCount; }
 const Tactic& gemm_gelu_tactic_at(int index) { return kTactics[index]; }
 
 GemmGeluPlan plan_gemm_gelu(const GemmGeluArgs& given, const DeviceInfo& dev) {
-  const GemmGeluArgs args = effective(given, dev);
-  GemmGeluPlan plan;
-  if (empty_problem(args) || args.M < 0 || args.N < 0 || args.K < 0) return plan;
-  plan.tactic = pick(args, dev);
-  if (plan.tactic >= 0) plan.workspace_bytes = kTactics[plan.tactic].workspace(args, dev);
+  if (empty_problem(given) || given.M < 0 || given.N < 0 || given.K < 0) return GemmGeluPlan{};
+  GemmGeluPlan plan = choose(given, dev);
+  if (plan.tactic >= 0) plan.workspace_bytes = kTactics[plan.tactic].workspace(as_planned(given, plan), dev);
   return plan;
 }
 
 cudaError_t launch_gemm_gelu(const GemmGeluPlan& plan, const GemmGeluArgs& given, const DeviceInfo& dev,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const GemmGeluArgs args = effective(given, dev);
+  const GemmGeluArgs args = as_planned(given, plan);
   if (args.M < 0 || args.N < 0 || args.K < 0) return cudaErrorInvalidValue;
   if (empty_problem(args)) return cudaSuccess;  // nothing to write; K = 0 alone still writes act(bias)
   if (plan.tactic < 0 || plan.tactic >= kTacticCount) return cudaErrorNotSupported;
   return kTactics[plan.tactic].run(args, dev, workspace, workspace_bytes, stream);
 }
 
-bool gemm_gelu_runs_swapped(const GemmGeluArgs& given, const DeviceInfo& dev) {
-  const GemmGeluArgs args = effective(given, dev);
+bool gemm_gelu_runs_swapped(const GemmGeluArgs& args, const DeviceInfo& dev) {
   return !empty_problem(args) && pick_swapped(args, dev) >= 0;
 }
 
-const char* gemm_gelu_tactic_name(const GemmGeluArgs& given, const DeviceInfo& dev) {
-  const GemmGeluArgs args = effective(given, dev);
+const char* gemm_gelu_tactic_name(const GemmGeluArgs& args, const DeviceInfo& dev) {
   if (empty_problem(args)) return "none (empty output)";
-  const int i = pick(args, dev);
+  const int i = choose(args, dev).tactic;
   return i < 0 ? "none (unsupported)" : kTactics[i].name;
 }
 
