@@ -461,8 +461,9 @@ GEMV_MAX_ROWS = 16
 # (K, N) off multiples of 8 (and of 4 for 770 x 3074, so fp32 runs strict there), with few to some rows.
 PATH_SHAPES = [(770, 3074), (1000, 3000), (4095, 1023)]
 PATH_ROWS = (1, 2, 4, 8, 16, 64)
-# the fallback's second kernel (activation_inplace.cu): float32 in place, 16-bit from cuBLASLt's fp32 product
-_FALLBACK_KERNELS = ("activation_inplace_kernel", "bias_activation_from_fp32_kernel")
+# the fallback's second kernel (activation_inplace.cu): float32 in place, 16-bit from cuBLASLt's fp32 product,
+# float32 staged through padded rows from its padded product
+_FALLBACK_KERNELS = ("activation_inplace_kernel", "bias_activation_from_fp32_kernel", "bias_activation_from_rows_kernel")
 _GEMV_KERNELS = ("gemv_nn_kernel", "gemv_tn_kernel", "gemv_tf32_kernel")
 # the fused path's few-rows kernels with the operands swapped (sm90_swap_ab.cuh): the only ones whose bias is
 # CUTLASS's column broadcast (the regular kernels read it as a row, sm90_bias_row.cuh)
@@ -726,12 +727,12 @@ def test_forced_fallback_with_k_zero_takes_the_fused_path(library):
 
 # --- 16-bit rows that are not 16-byte vectors: the fused kernel through aligned copies (copy_rows.h) ----------
 
-_STAGING_KERNEL = "copy_rows_16bit_kernel"
+_STAGING_KERNEL = "copy_rows_kernel"
 _ANY_ALIGNMENT_KERNEL = "fallback_gemm_gelu_kernel"  # the fused path's WMMA kernel, 4x slower than ORT here
 
 
 def _weights_as_inputs(model: bytes) -> bytes:
-    """``model`` (float16) with W and B as graph inputs instead of initializers: staged on every call."""
+    """``model`` with W and B as graph inputs instead of initializers (16-bit: staged on every call)."""
     import onnx
 
     m = onnx.load_from_string(model)
@@ -783,6 +784,65 @@ def test_unaligned_rows_run_the_tensor_core_kernel_through_copies(library, dtype
                                      library)
             feeds = {"X": x, "W": w.astype(np.float16), "B": b.astype(np.float16)}
             np.testing.assert_array_equal(as_inputs.run(None, feeds)[0], y, err_msg=f"{where}: W, B as inputs")
+
+
+# --- float32 on a large, narrow, deep W whose rows are not 16-byte vectors: the fallback on padded copies ------
+
+_STAGED_FALLBACK_KERNEL = "bias_activation_from_rows_kernel"
+# (K, N), each a W of 2^21+ weights with N < K: both off multiples of 4, N alone, K alone.
+STAGED_F32_SHAPES = [(4095, 1023), (4096, 1023), (4095, 1024)]
+STAGED_F32_ROWS = (1, 2, 8, 64, 300)
+
+
+@pytest.mark.parametrize("trans_b", [1, 0], ids=["transB1", "transB0"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_float32_unaligned_narrow_deep_fallback_runs_on_padded_copies(library, bias, trans_b):
+    """From two rows the built-in path's fallback runs on the problem padded to multiples of 4: X copied into
+    padded rows where K is off (the copy kernel), W's padded copy staged once, and B with the activation applied
+    by the kernel that writes Y's own rows from the padded product. In every form, with and without a bias, each
+    call is within ORT's error; one row keeps the plain fallback (cuBLAS's exact GEMV, as ORT's), or the gemv
+    kernel where it reaches."""
+    rng = np.random.default_rng(zlib.crc32(f"staged_fp32/{bias}/{trans_b}".encode()))
+    for k, n in STAGED_F32_SHAPES:
+        x_all, w_nk, b = make_inputs(rng, (max(STAGED_F32_ROWS), k), n, "float32", trans_b, bias)
+        w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+        for approximate in ACTIVATIONS:
+            sess = cuda_session(path_model("float32", k, w, b, approximate, trans_b), library)
+            unfused = unfused_session(library, "float32", k, w_nk, b, approximate)
+            for m in STAGED_F32_ROWS:
+                x = x_all[:m]
+                where = f"float32 {approximate} bias={bias} transB={trans_b} M={m} K={k} N={n}"
+                if approximate == "none":  # the kernels a call runs do not depend on the form
+                    names = _kernels_of(lambda: sess.run(None, {"X": x}))
+                    # the gemv kernel keeps one or two rows where it reads rows of 16-byte vectors (K = 4096)
+                    gemv = trans_b == 1 and k % 4 == 0 and m <= 2
+                    ran = "gemv" if any(g in name for name in names for g in _GEMV_KERNELS) else (
+                        "fallback" if any(f in name for name in names for f in _FALLBACK_KERNELS) else "fused")
+                    staged = any(_STAGED_FALLBACK_KERNEL in name for name in names)
+                    assert ran == ("gemv" if gemv else "fallback"), f"{where}: {sorted(names)}"
+                    assert staged == (m >= 2 and not gemv), f"{where}: {sorted(names)}"
+                    copied_x = any(_STAGING_KERNEL in name for name in names)
+                    assert copied_x == (staged and k % 4 != 0), f"{where}: {sorted(names)}"
+                (y,) = sess.run(None, {"X": x})
+                (y_unfused,) = unfused.run(None, {"X": x})
+                check_against_ort("float32", y, y_unfused, reference(x, w_nk, b, approximate), where)
+
+
+def test_float32_weight_given_at_run_time_keeps_the_plain_fallback(library):
+    """A W that is a graph input would be copied on every call, as costly as the GEMM it speeds up: such a node
+    runs the plain fallback (the in-place activation, no copy), within ORT's error."""
+    rng = np.random.default_rng(27)
+    k, n = 4095, 1023
+    x, w_nk, b = make_inputs(rng, (8, k), n, "float32", 1, True)
+    model = path_model("float32", k, w_nk, b, "none", 1)
+    as_inputs = cuda_session(_weights_as_inputs(model), library)
+    feeds = {"X": x, "W": w_nk, "B": b}
+    names = _kernels_of(lambda: as_inputs.run(None, feeds))
+    assert any("activation_inplace_kernel" in name for name in names), sorted(names)
+    assert not any(_STAGED_FALLBACK_KERNEL in name or _STAGING_KERNEL in name for name in names), sorted(names)
+    (y,) = as_inputs.run(None, feeds)
+    (y_unfused,) = unfused_session(library, "float32", k, w_nk, b, "none").run(None, {"X": x})
+    check_against_ort("float32", y, y_unfused, reference(x, w_nk, b, "none"), "float32 W, B as graph inputs")
 
 
 # --- the process around the library: it must exit cleanly -------------------------------------------------

@@ -1,4 +1,5 @@
-// The activation in place over Y, for the fallback path (cuBLASLt's GEMM + bias epilogue, then this).
+// The second kernel of the fallback path: the activation in place over Y (cuBLASLt's GEMM + bias epilogue
+// before it), or bias and activation from cuBLASLt's float32 product into Y.
 //
 // Memory-bound: it reads and writes Y once, so it moves 16 bytes per load and per store (8 fp16/bf16 or 4
 // fp32 values) and walks Y with a grid-stride loop over a grid sized to the GPU rather than to Y. A Y whose
@@ -127,6 +128,42 @@ __global__ void __launch_bounds__(kThreads) bias_activation_from_fp32_kernel(con
   }
 }
 
+// A product whose rows are not Y's (a float32 node staged through padded rows: product_pitch > N), or a float32
+// Y: the grid's y dimension walks rows, its x dimension blocks of columns (as copy_rows.cu), so each warp access
+// covers 32 adjacent columns of one row and no thread divides by N. Element loads and stores: the padded
+// product's rows are 16-byte vectors, Y's (N off a multiple of 4) are not.
+constexpr int kRowElements = 4;  // per thread, kThreads apart
+constexpr int64_t kMaxGridRows = 65535;
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) bias_activation_from_rows_kernel(const float* __restrict__ product,
+                                                                              int64_t product_pitch,
+                                                                              const T* __restrict__ bias,
+                                                                              T* __restrict__ y, int64_t rows,
+                                                                              int64_t n_cols, ActivationParams act) {
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kThreads * kRowElements + threadIdx.x;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+#pragma unroll
+    for (int j = 0; j < kRowElements; ++j) {
+      const int64_t col = col0 + j * kThreads;
+      if (col >= n_cols) break;
+      float v = product[r * product_pitch + col];
+      if (bias != nullptr) v += to_float(__ldg(bias + col));
+      y[r * n_cols + col] = from_float<T>(apply_activation<std::is_same_v<T, float>>(v, act));
+    }
+  }
+}
+
+template <class T>
+cudaError_t launch_from_rows(const GemmGeluArgs& a, const float* product, int64_t product_pitch, cudaStream_t stream) {
+  const int64_t per_block = int64_t{kThreads} * kRowElements;
+  const dim3 grid(static_cast<unsigned>((a.N + per_block - 1) / per_block),
+                  static_cast<unsigned>(a.M < kMaxGridRows ? a.M : kMaxGridRows));
+  bias_activation_from_rows_kernel<T><<<grid, kThreads, 0, stream>>>(
+      product, product_pitch, static_cast<const T*>(a.bias), static_cast<T*>(a.y), a.M, a.N, activation_params(a));
+  return cudaGetLastError();
+}
+
 template <class T>
 cudaError_t launch_from_fp32(const GemmGeluArgs& a, const float* product, const DeviceInfo& dev, cudaStream_t stream) {
   T* y = static_cast<T*>(a.y);
@@ -143,18 +180,23 @@ cudaError_t launch_from_fp32(const GemmGeluArgs& a, const float* product, const 
 
 }  // namespace
 
-cudaError_t launch_bias_activation_from_fp32(const GemmGeluArgs& a, const float* product, const DeviceInfo& dev,
-                                             cudaStream_t stream) {
-  if (a.M < 0 || a.N < 0) return cudaErrorInvalidValue;
+cudaError_t launch_bias_activation_from_fp32(const GemmGeluArgs& a, const float* product, int64_t product_pitch,
+                                             const DeviceInfo& dev, cudaStream_t stream) {
+  if (a.M < 0 || a.N < 0 || product_pitch < a.N) return cudaErrorInvalidValue;
   if (a.M == 0 || a.N == 0) return cudaSuccess;
   if (reinterpret_cast<uintptr_t>(product) % 16 != 0 || reinterpret_cast<uintptr_t>(a.y) % dtype_bytes(a.dtype) != 0 ||
       (a.bias != nullptr && reinterpret_cast<uintptr_t>(a.bias) % dtype_bytes(a.dtype) != 0)) {
     return cudaErrorMisalignedAddress;
   }
+  const bool dense = product_pitch == a.N;
   switch (a.dtype) {
-    case DType::kFloat16: return launch_from_fp32<__half>(a, product, dev, stream);
-    case DType::kBFloat16: return launch_from_fp32<__nv_bfloat16>(a, product, dev, stream);
-    case DType::kFloat32: break;  // float32 nodes take the bias epilogue and the in-place activation
+    case DType::kFloat16:
+      return dense ? launch_from_fp32<__half>(a, product, dev, stream)
+                   : launch_from_rows<__half>(a, product, product_pitch, stream);
+    case DType::kBFloat16:
+      return dense ? launch_from_fp32<__nv_bfloat16>(a, product, dev, stream)
+                   : launch_from_rows<__nv_bfloat16>(a, product, product_pitch, stream);
+    case DType::kFloat32: return launch_from_rows<float>(a, product, product_pitch, stream);
   }
   return cudaErrorNotSupported;
 }

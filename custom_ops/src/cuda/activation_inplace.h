@@ -1,6 +1,6 @@
 // The second kernel of the fallback path (cublaslt_gemm_bias.h wrote the GEMM): the node's activation over
 // Y [M, N] in place (float32 nodes, Y = X·W(ᵀ) + B), or bias and activation from cuBLASLt's float32 product
-// into Y (16-bit nodes).
+// into Y (16-bit nodes, and float32 nodes run on padded copies).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,11 +14,12 @@ namespace onnxfuse::cuda {
 // enqueues nothing for an empty Y.
 cudaError_t launch_activation_inplace(const GemmGeluArgs& args, const DeviceInfo& dev, cudaStream_t stream);
 
-// For 16-bit nodes: Y = act(product + B) from the float32 product X·W(ᵀ) [M, N] (cuBLASLt's fp32 output,
-// 16-byte aligned) with args.bias ([N] in args.dtype, or none), rounded once to args.dtype into args.y: the
-// fused kernel's order of operations, so the two paths' errors match. One kernel on `stream`, never
-// synchronizes; nothing for an empty Y.
-cudaError_t launch_bias_activation_from_fp32(const GemmGeluArgs& args, const float* product, const DeviceInfo& dev,
-                                             cudaStream_t stream);
+// Y = act(product + B) from the float32 product X·W(ᵀ) (cuBLASLt's output, 16-byte aligned, rows
+// `product_pitch` floats apart, product_pitch >= N) with args.bias ([N] in args.dtype, or none), rounded once to
+// args.dtype into args.y [M, N]. For 16-bit nodes (product_pitch N): the fused kernel's order of operations, so
+// the two paths' errors match. For float32 nodes staged through padded rows (product_pitch > N): the copy
+// back into Y in the same pass. One kernel on `stream`, never synchronizes; nothing for an empty Y.
+cudaError_t launch_bias_activation_from_fp32(const GemmGeluArgs& args, const float* product, int64_t product_pitch,
+                                             const DeviceInfo& dev, cudaStream_t stream);
 
 }  // namespace onnxfuse::cuda

@@ -1,8 +1,10 @@
-// Copies a matrix of 16-bit elements from one row pitch to another: what lets the fused path run rows that
-// are not 16-byte vectors (fused_linear_gelu_cuda.cc, RunFusedStaged). Its Tensor-Core kernels read and write
-// rows through TMA or 16-byte vectors, so K or N off a multiple of 8 (or an operand at an odd offset) used to
-// leave them only the any-alignment WMMA kernel, 4x slower than ORT there. Staged through copies padded to 8
-// columns, the same problem runs on the aligned kernels.
+// Copies a matrix of 16-bit or 32-bit elements from one row pitch to another: what lets rows that are not
+// 16-byte vectors reach the kernels that need them (fused_linear_gelu_cuda.cc). 16-bit: the fused path's
+// Tensor-Core kernels read and write rows through TMA or 16-byte vectors, so K or N off a multiple of 8 (or an
+// operand at an odd offset) used to leave them only the any-alignment WMMA kernel, 4x slower than ORT there
+// (RunFusedStaged). float32: cuBLAS reads a narrow, deep W of rows off a multiple of 4 floats 1.5x slower than
+// the same W padded (RunFallbackStaged). Staged through copies padded to 16-byte rows, the same problem runs on
+// the aligned kernels.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,7 @@ struct RowCopy {
   const void* src;
   int64_t src_pitch, src_rows, src_cols;
 };
-cudaError_t launch_copy_rows_16bit(const RowCopy& copy, cudaStream_t stream);
+// element_bytes: 2 or 4 (cudaErrorInvalidValue otherwise).
+cudaError_t launch_copy_rows(const RowCopy& copy, int element_bytes, cudaStream_t stream);
 
 }  // namespace onnxfuse::cuda

@@ -4,7 +4,8 @@
 //               16-byte vectors reach it through aligned copies (copy_rows.h, RunFusedStaged);
 //   "fallback": cuBLASLt's GEMM with its bias epilogue (cublaslt_gemm_bias.h), then the activation in place
 //               (activation_inplace.h): ORT's own two kernels, for the shapes where the fused path has only
-//               its any-alignment kernel and would run slower than the graph it replaced;
+//               its any-alignment kernel and would run slower than the graph it replaced; float32 on a large,
+//               narrow, deep W whose rows are not 16-byte vectors through padded copies (RunFallbackStaged);
 //   "gemv":     launch_gemv_gelu (gemv_gelu.h), one kernel for calls with at most 16 rows, bound by reading W.
 // The node's cuda_path / tuned_* attributes (fused_linear_gelu_common.h) steer the choice (ChoosePath).
 //
@@ -119,25 +120,28 @@ constexpr int64_t kGemvUnaligned16BitMaxRows = 2;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// 16-bit operands whose rows are 16-byte vectors (K and N multiples of 8, every operand at a 16-byte address):
-// what the fused path's Tensor-Core kernels read and write. Other rows are staged through aligned copies
-// padded to kVectorElements columns (RunFusedStaged).
-constexpr int64_t kVectorElements = 8;
-int64_t RoundUpToVector(int64_t n) { return (n + kVectorElements - 1) / kVectorElements * kVectorElements; }
-bool RowsAreVectors(const void* p, int64_t cols) { return Aligned16(p) && cols % kVectorElements == 0; }
+// Operands whose rows are 16-byte vectors (K and N multiples of 8 elements of 16 bits or 4 of float32, every
+// operand at a 16-byte address): what the fused path's Tensor-Core kernels read and write, and what cuBLAS reads
+// fastest. Other rows are staged through aligned copies padded to `vector` columns (RunFusedStaged,
+// RunFallbackStaged).
+int64_t ElementBytes(cuda::DType d) { return d == cuda::DType::kFloat32 ? 4 : 2; }
+int64_t VectorElements(cuda::DType d) { return 16 / ElementBytes(d); }
+int64_t RoundUpToVector(int64_t n, int64_t vector) { return (n + vector - 1) / vector * vector; }
+bool RowsAreVectors(const void* p, int64_t cols, int64_t vector) { return Aligned16(p) && cols % vector == 0; }
 // A [rows, cols] operand the aligned kernels can read as it is on the padded problem: rows of 16-byte vectors
 // and no rows to add (rows_pad, what the padded problem reads of them). The constructor and each call stage
 // by this one test, so a constant staged once is the copy a call would have made.
-bool ReadAsIs(const void* p, int64_t rows, int64_t cols, int64_t rows_pad) {
-  return RowsAreVectors(p, cols) && rows == rows_pad;
+bool ReadAsIs(const void* p, int64_t rows, int64_t cols, int64_t rows_pad, int64_t vector) {
+  return RowsAreVectors(p, cols, vector) && rows == rows_pad;
 }
 // The copy of a [rows, cols] operand into [rows_pad, cols_pad] rows padded with zeros.
 cuda::RowCopy PaddedCopy(void* dst, const void* src, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad) {
   return {dst, cols_pad, rows_pad, cols_pad, src, cols, rows, cols};
 }
 bool RowsAreVectors(const cuda::GemmGeluArgs& a) {
-  return RowsAreVectors(a.x, a.K) && RowsAreVectors(a.w, a.trans_b ? a.K : a.N) && RowsAreVectors(a.y, a.N) &&
-         (a.bias == nullptr || RowsAreVectors(a.bias, a.N));
+  const int64_t v = VectorElements(a.dtype);
+  return RowsAreVectors(a.x, a.K, v) && RowsAreVectors(a.w, a.trans_b ? a.K : a.N, v) && RowsAreVectors(a.y, a.N, v) &&
+         (a.bias == nullptr || RowsAreVectors(a.bias, a.N, v));
 }
 // From this many rows and this many multiply-adds, such 16-bit calls run the fused path through those copies
 // (up to three more small kernels); below either, the fallback, as before. Measured on H200, fp16 GPU µs,
@@ -147,6 +151,23 @@ constexpr int64_t kStagedFusedMinRows = 64;
 constexpr int64_t kStagedFusedMinMultiplyAdds = int64_t{1} << 27;
 bool StagedFusedPays(const cuda::GemmGeluArgs& a) {
   return a.M >= kStagedFusedMinRows && a.M >= kStagedFusedMinMultiplyAdds / a.K / a.N;  // K, N > 0 here
+}
+
+// float32 on the fallback whose rows are not 16-byte vectors: on a narrow, deep W (N < K) of at least this many
+// weights, cuBLAS's kernels for the unaligned rows read W far below DRAM speed, and the same problem with K and N
+// padded to multiples of 4 runs 1.5-3x faster, the copy of X included (lab/results/staged_fp32_probe_h200.txt,
+// GPU µs of the GEMM alone back to back / after a 1 GiB write, 4095x1023: ORT's MatMul on W [K, N] / the op's
+// W [N, K] / padded, and the copy of X: 2 rows 12.4 / 12.4 / 8.1 and 1.3, cold 17.3 / 18.8 / 14.2; 64 rows
+// 13.6 / 14.7 / 8.9 and 2.0; 1024 rows 75.6 / 76.6 / 34.3 and 11.6; 4096 rows 254.5 / 260.8 / 88.0 and 50.7).
+// Padding K alone gained nothing (12.0 at 2 rows): Y's rows must be vectors too. A W at least as wide as deep
+// gains nothing either (770x3074: 10.5 / 11.0 / 11.3 at 2 rows). At one row cuBLAS runs its exact fp32 GEMV,
+// as ORT does, in either layout (7.5 / 6.6 + 0.8 for the copy): left as it is. The padded problem takes
+// cuBLAS's TF32 kernels exactly where the unpadded one did at that size (error 3.0e-4 both, 2.1e-7 at one row).
+constexpr int64_t kStagedFallbackMinRows = 2;
+constexpr int64_t kStagedFallbackMinWeights = int64_t{1} << 21;
+bool StagedFallbackPays(const cuda::GemmGeluArgs& a) {
+  return a.dtype == cuda::DType::kFloat32 && a.M >= kStagedFallbackMinRows && a.N < a.K &&
+         a.K * a.N >= kStagedFallbackMinWeights && !RowsAreVectors(a);
 }
 
 // The built-in choice, where neither cuda_path nor a tuning table for this device decides. Measured on H200
@@ -172,8 +193,11 @@ bool StagedFusedPays(const cuda::GemmGeluArgs& a) {
 //    runs only K = 0 and float32 forced to the fused path;
 //  - fp16/bf16 with up to 16 rows and a large W: 8x4096x16384 fp16 as above: fallback;
 //  - float32 without TF32 in the fused path (onnxfuse.strict_fp32, or K or N not a multiple of 4) or with
-//    at most kStrictF32MaxRows rows (which it runs strictly), beyond the gemv kernel's reach: the fallback;
-//    with TF32 up to kF32WeightBoundMaxRows rows of a large W: the fallback as well;
+//    at most kStrictF32MaxRows rows (which it runs strictly), beyond the gemv kernel's reach: the fallback
+//    (from 2 rows of a large, narrow, deep W whose rows are not 16-byte vectors, on padded copies:
+//    StagedFallbackPays; 4095x1023 GPU µs auto / ORT: 2 rows 11.3 / 14.6, 64 rows 13.1 / 16.6, 1024 rows
+//    49.2 / 88.1, 16384 rows 513 / 1144); with TF32 up to kF32WeightBoundMaxRows rows of a large W: the
+//    fallback as well;
 //  - everywhere else the fused path, 1.1-3.3x faster than ORT (4096x768x3072 fp16 48 / 53 / 134 wall).
 // `onnxfuse tune` writes per-node tables that override this on the measured device.
 bool GemvReaches(const cuda::GemmGeluArgs& a) {
@@ -356,24 +380,26 @@ class FusedLinearGeluCudaKernel {
   // into Y. A constant W and B were staged once in the constructor; X, Y, and a W or B that is a graph input
   // are staged per call in scratch. Up to four kernels, the activation still inside the GEMM.
   // float32 stays on the fallback for such shapes (BuiltInPath): there cuBLAS chooses TF32 or full fp32 per
-  // shape for ORT's MatMul, and the fallback asks it the same way.
+  // shape for ORT's MatMul, and the fallback asks it the same way (on padded copies too where that pays:
+  // RunFallbackStaged).
   void RunFusedStaged(Ort::KernelContext& ctx, const cuda::GemmGeluArgs& args, const LinearShape& s,
                       cudaStream_t stream) const {
-    const int64_t k_pad = RoundUpToVector(args.K), n_pad = RoundUpToVector(args.N);
+    const int64_t v = VectorElements(args.dtype), bytes = ElementBytes(args.dtype);
+    const int64_t k_pad = RoundUpToVector(args.K, v), n_pad = RoundUpToVector(args.N, v);
     const int64_t w_rows = args.trans_b ? args.N : args.K, w_cols = args.trans_b ? args.K : args.N;
     const int64_t w_rows_pad = args.trans_b ? n_pad : k_pad, w_cols_pad = args.trans_b ? k_pad : n_pad;
-    const bool stage_x = !RowsAreVectors(args.x, args.K);
-    const bool stage_y = !RowsAreVectors(args.y, args.N);
+    const bool stage_x = !RowsAreVectors(args.x, args.K, v);
+    const bool stage_y = !RowsAreVectors(args.y, args.N, v);
     // W as given, its copy from the constructor, or a copy now; the same for B.
-    const bool w_ready = ReadAsIs(args.w, w_rows, w_cols, w_rows_pad);
+    const bool w_ready = ReadAsIs(args.w, w_rows, w_cols, w_rows_pad, v);
     const bool w_staged = staged_w_.data != nullptr && staged_w_.source == args.w;
     const bool stage_w = !w_ready && !w_staged;
-    const bool b_ready = args.bias == nullptr || ReadAsIs(args.bias, 1, args.N, 1);
+    const bool b_ready = args.bias == nullptr || ReadAsIs(args.bias, 1, args.N, 1, v);
     const bool b_staged = staged_b_.data != nullptr && staged_b_.source == args.bias;
     const bool stage_b = !b_ready && !b_staged;
 
     // One scratch block, 256-byte aligned parts: X, Y, W, B as this call stages them.
-    auto part = [](int64_t elements) { return (static_cast<size_t>(elements) * 2 + 255) / 256 * 256; };
+    auto part = [bytes](int64_t elements) { return static_cast<size_t>((elements * bytes + 255) / 256 * 256); };
     const size_t x_bytes = stage_x ? part(args.M * k_pad) : 0, y_bytes = stage_y ? part(args.M * n_pad) : 0;
     const size_t w_bytes = stage_w ? part(k_pad * n_pad) : 0, b_bytes = stage_b ? part(n_pad) : 0;
     Workspace staging(ctx, *gpu_memory_, x_bytes + y_bytes + w_bytes + b_bytes);
@@ -395,10 +421,7 @@ class FusedLinearGeluCudaKernel {
     if (stage_y) padded.y = y_pad;
     if (!w_ready) padded.w = w_staged ? staged_w_.data : w_pad;
     if (!b_ready) padded.bias = b_staged ? staged_b_.data : b_pad;
-    auto copy = [&](const cuda::RowCopy& c, const char* what) {
-      const cudaError_t e = cuda::launch_copy_rows_16bit(c, stream);
-      if (e != cudaSuccess) Fail(ORT_FAIL, std::string("staging ") + what + " failed for " + Describe(s) + ": " + CudaErrorText(e));
-    };
+    auto copy = [&](const cuda::RowCopy& c, const char* what) { CopyRows(c, args.dtype, what, s, stream); };
     if (stage_x) copy(PaddedCopy(x_pad, args.x, args.M, args.K, args.M, k_pad), "X");
     if (stage_w) copy(PaddedCopy(w_pad, args.w, w_rows, w_cols, w_rows_pad, w_cols_pad), "W");
     if (stage_b) copy(PaddedCopy(b_pad, args.bias, 1, args.N, 1, n_pad), "B");
@@ -406,12 +429,21 @@ class FusedLinearGeluCudaKernel {
     if (stage_y) copy({args.y, args.N, args.M, args.N, y_pad, n_pad, args.M, n_pad}, "Y");
   }
 
+  void CopyRows(const cuda::RowCopy& c, cuda::DType dtype, const char* what, const LinearShape& s,
+                cudaStream_t stream) const {
+    const cudaError_t e = cuda::launch_copy_rows(c, static_cast<int>(ElementBytes(dtype)), stream);
+    if (e != cudaSuccess) Fail(ORT_FAIL, std::string("staging ") + what + " failed for " + Describe(s) + ": " + CudaErrorText(e));
+  }
+
   // W and B copied once into rows of 16-byte vectors (RunFusedStaged's layout), where this is a 16-bit node
   // whose W or B is a constant initializer in GPU memory with rows that are not: at 4095x1023, copying W
-  // on every call would cost about as much as the GEMM at a few hundred rows. Anything else (a graph input, a
+  // on every call would cost about as much as the GEMM at a few hundred rows. For a float32 node, W alone
+  // (RunFallbackStaged reads B as it is), where the staged fallback can take its calls (StagedFallbackPays:
+  // a narrow, deep W of enough weights); other float32 nodes keep no copy. Anything else (a graph input, a
   // shape the call will reject) is left to Compute.
   void StageConstants(const OrtKernelInfo* info) {
-    if (type_ == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) return;
+    const bool fp32 = type_ == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    const int64_t v = VectorElements(ToDType(type_)), bytes = ElementBytes(ToDType(type_));
     Ort::ConstKernelInfo kernel_info{info};
     auto constant = [&](size_t index) -> Ort::ConstValue {
       if (kernel_info.GetInputCount() <= index) return Ort::ConstValue{nullptr};
@@ -426,30 +458,39 @@ class FusedLinearGeluCudaKernel {
     const std::vector<int64_t> w_shape = w.GetTensorTypeAndShapeInfo().GetShape();
     if (w_shape.size() != 2 || w_shape[0] <= 0 || w_shape[1] <= 0) return;
     const int64_t w_rows = w_shape[0], w_cols = w_shape[1];
-    const int64_t n = attrs_.trans_b ? w_rows : w_cols;
-    const int64_t w_rows_pad = RoundUpToVector(w_rows), w_cols_pad = RoundUpToVector(w_cols);
+    const int64_t n = attrs_.trans_b ? w_rows : w_cols, k = attrs_.trans_b ? w_cols : w_rows;
+    if (fp32) {
+      cuda::GemmGeluArgs shape{};  // the node's (K, N) at the fewest rows the staged fallback takes
+      shape.dtype = cuda::DType::kFloat32;
+      shape.M = kStagedFallbackMinRows, shape.K = k, shape.N = n;
+      shape.trans_b = attrs_.trans_b;
+      shape.w = w.GetTensorRawData();
+      if (!StagedFallbackPays(shape)) return;
+    }
+    const int64_t w_rows_pad = RoundUpToVector(w_rows, v), w_cols_pad = RoundUpToVector(w_cols, v);
 
     // A constructor that throws runs no destructor: what was staged is released here on any failure.
     try {
       DeviceScope device(dev_.device);
       OwnedStream stream;
       cudaError_t e = stream.create();
-      auto stage = [&](const Ort::ConstValue& v, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad,
+      auto stage = [&](const Ort::ConstValue& value, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad,
                        StagedOperand* out) {
-        if (e != cudaSuccess || ReadAsIs(v.GetTensorRawData(), rows, cols, rows_pad)) return;
-        out->data = allocator_.Alloc(static_cast<size_t>(rows_pad * cols_pad) * 2);
-        out->source = v.GetTensorRawData();
-        e = cuda::launch_copy_rows_16bit(PaddedCopy(out->data, out->source, rows, cols, rows_pad, cols_pad), stream.get());
+        if (e != cudaSuccess || ReadAsIs(value.GetTensorRawData(), rows, cols, rows_pad, v)) return;
+        out->data = allocator_.Alloc(static_cast<size_t>(rows_pad * cols_pad * bytes));
+        out->source = value.GetTensorRawData();
+        e = cuda::launch_copy_rows(PaddedCopy(out->data, out->source, rows, cols, rows_pad, cols_pad),
+                                   static_cast<int>(bytes), stream.get());
       };
-      // W's padded rows matter too: [N, K] padded to N8 rows, [K, N] to K8.
+      // W's padded rows matter too: [N, K] padded to N8 rows (N4 for float32), [K, N] to K8 (K4).
       stage(w, w_rows, w_cols, w_rows_pad, w_cols_pad, &staged_w_);
       Ort::ConstValue b = constant(2);
-      if (b != nullptr) {
+      if (b != nullptr && !fp32) {
         const std::vector<int64_t> b_shape = b.GetTensorTypeAndShapeInfo().GetShape();
-        if (b_shape.size() == 1 && b_shape[0] == n) stage(b, 1, n, 1, RoundUpToVector(n), &staged_b_);
+        if (b_shape.size() == 1 && b_shape[0] == n) stage(b, 1, n, 1, RoundUpToVector(n, v), &staged_b_);
       }
       if (e == cudaSuccess) e = cudaStreamSynchronize(stream.get());
-      if (e != cudaSuccess) Fail(ORT_FAIL, "staging the constant W and B for the fused kernel failed: " + CudaErrorText(e));
+      if (e != cudaSuccess) Fail(ORT_FAIL, "staging the constant W and B in aligned rows failed: " + CudaErrorText(e));
     } catch (...) {
       ReleaseStagedConstants();
       throw;
@@ -476,26 +517,92 @@ class FusedLinearGeluCudaKernel {
     // cuBLAS choose per shape; this path asks the same library the same way. Measured on H200: ORT's error at
     // 4096x770x3074 and at one row is TF32's (3e-4), so strict fp32 here only lost time (1.6-2.5x ORT).
     if (args.dtype == cuda::DType::kFloat32) args.allow_tf32 = !strict_fp32_;
+    if (StagedFallbackPays(args)) {
+      const void* w_aligned = AlignedWeight(args);
+      if (w_aligned != nullptr) {
+        RunFallbackStaged(ctx, args, w_aligned, s, stream);
+        return;
+      }
+    }
     const bool fp32_product = args.dtype != cuda::DType::kFloat32;
+    const cuda::CublasLtGemmBias::Plan plan = PlanFallbackGemm(args, fp32_product, s);
+    // One scratch block: the float32 product first (256-byte aligned, as the allocator's blocks), then
+    // cuBLASLt's workspace.
+    const size_t product_bytes = fp32_product ? ScratchPart(args.M * args.N * int64_t{4}) : 0;
+    Workspace workspace(ctx, *gpu_memory_, product_bytes + plan.workspace_bytes);
+    char* scratch = static_cast<char*>(workspace.data());
+    void* d = fp32_product ? static_cast<void*>(scratch) : args.y;
+    RunFallbackGemm(plan, args, d, scratch + product_bytes, s, stream);
+    const cudaError_t e =
+        fp32_product ? cuda::launch_bias_activation_from_fp32(args, static_cast<const float*>(d), args.N, dev_, stream)
+                     : cuda::launch_activation_inplace(args, dev_, stream);
+    FailOnActivationError(e, s);
+  }
+
+  // float32 on a large, narrow, deep W whose rows are not 16-byte vectors (StagedFallbackPays): the fallback's
+  // GEMM on the problem padded to multiples of 4 in K and N, where cuBLAS reads W at DRAM speed. X is copied
+  // into padded rows when its own are not vectors, W is `w_aligned` (the constructor's copy of a constant W, or
+  // W itself), the GEMM writes the padded product (no bias) to scratch, and one kernel adds B, applies the
+  // activation and writes Y's own rows: three kernels at most, where the plain fallback runs two.
+  void RunFallbackStaged(Ort::KernelContext& ctx, const cuda::GemmGeluArgs& args, const void* w_aligned,
+                         const LinearShape& s, cudaStream_t stream) const {
+    constexpr int64_t v = 4;  // float32 elements in a 16-byte vector
+    const int64_t k_pad = RoundUpToVector(args.K, v), n_pad = RoundUpToVector(args.N, v);
+    const bool stage_x = !RowsAreVectors(args.x, args.K, v);
+    // The padded product and X's copy first: cuBLASLt's choice depends on its operands' alignments, so the
+    // plan is made for the pointers the GEMM will read and write; its workspace after.
+    const size_t product_bytes = ScratchPart(args.M * n_pad * int64_t{4});
+    const size_t x_bytes = stage_x ? ScratchPart(args.M * k_pad * int64_t{4}) : 0;
+    Workspace staging(ctx, *gpu_memory_, product_bytes + x_bytes);
+    char* scratch = static_cast<char*>(staging.data());
+    cuda::GemmGeluArgs padded = args;
+    padded.K = k_pad;
+    padded.N = n_pad;
+    padded.w = w_aligned;
+    padded.bias = nullptr;  // added with the activation, from B as it is
+    padded.y = scratch;
+    if (stage_x) padded.x = scratch + product_bytes;
+    const cuda::CublasLtGemmBias::Plan plan = PlanFallbackGemm(padded, /*fp32_product=*/false, s);
+    Workspace lt_workspace(ctx, *gpu_memory_, plan.workspace_bytes);
+    if (stage_x) CopyRows(PaddedCopy(scratch + product_bytes, args.x, args.M, args.K, args.M, k_pad), args.dtype, "X", s, stream);
+    RunFallbackGemm(plan, padded, padded.y, lt_workspace.data(), s, stream);
+    FailOnActivationError(
+        cuda::launch_bias_activation_from_fp32(args, static_cast<const float*>(padded.y), n_pad, dev_, stream), s);
+  }
+
+  // W in rows of 16-byte vectors for the padded float32 problem (RunFallbackStaged): W itself where its rows
+  // already are and none are missing, the constructor's copy of a constant W, or null (a W given at run time:
+  // copying it on every call would cost as much as the GEMM saves).
+  const void* AlignedWeight(const cuda::GemmGeluArgs& args) const {
+    const int64_t n_pad = RoundUpToVector(args.N, 4);
+    const int64_t w_rows = args.trans_b ? args.N : args.K, w_cols = args.trans_b ? args.K : args.N;
+    const int64_t w_rows_pad = args.trans_b ? n_pad : RoundUpToVector(args.K, 4);
+    if (ReadAsIs(args.w, w_rows, w_cols, w_rows_pad, 4)) return args.w;
+    return staged_w_.data != nullptr && staged_w_.source == args.w ? staged_w_.data : nullptr;
+  }
+
+  static size_t ScratchPart(int64_t bytes) { return static_cast<size_t>((bytes + 255) / 256 * 256); }
+
+  cuda::CublasLtGemmBias::Plan PlanFallbackGemm(const cuda::GemmGeluArgs& args, bool fp32_product,
+                                                const LinearShape& s) const {
     std::string error;
     cuda::CublasLtGemmBias::Plan plan;
     if (!gemm_bias_->plan(args, fp32_product, &plan, &error)) {
       Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " cannot run " + Describe(s) + ": " + error);
     }
-    // One scratch block: the float32 product first (256-byte aligned, as the allocator's blocks), then
-    // cuBLASLt's workspace.
-    const size_t product_bytes =
-        fp32_product ? (static_cast<size_t>(args.M) * static_cast<size_t>(args.N) * sizeof(float) + 255) / 256 * 256 : 0;
-    Workspace workspace(ctx, *gpu_memory_, product_bytes + plan.workspace_bytes);
-    char* scratch = static_cast<char*>(workspace.data());
-    void* d = fp32_product ? static_cast<void*>(scratch) : args.y;
-    void* lt_workspace = plan.workspace_bytes > 0 ? scratch + product_bytes : nullptr;
+    return plan;
+  }
+
+  void RunFallbackGemm(const cuda::CublasLtGemmBias::Plan& plan, const cuda::GemmGeluArgs& args, void* d,
+                       void* workspace, const LinearShape& s, cudaStream_t stream) const {
+    std::string error;
+    void* lt_workspace = plan.workspace_bytes > 0 ? workspace : nullptr;
     if (!gemm_bias_->run(plan, args, d, lt_workspace, plan.workspace_bytes, stream, &error)) {
       Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " GEMM failed for " + Describe(s) + ": " + error);
     }
-    const cudaError_t e = fp32_product
-                              ? cuda::launch_bias_activation_from_fp32(args, static_cast<const float*>(d), dev_, stream)
-                              : cuda::launch_activation_inplace(args, dev_, stream);
+  }
+
+  void FailOnActivationError(cudaError_t e, const LinearShape& s) const {
     if (e != cudaSuccess) {
       Fail(ORT_FAIL, std::string(cuda::kFallbackPathName) + " activation kernel launch failed for " + Describe(s) +
                          ": " + CudaErrorText(e));
