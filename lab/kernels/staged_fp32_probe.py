@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-from cupti import kernel_times_us, require_kernels  # noqa: E402  (bench/cupti.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_timing import ProbeTimer  # noqa: E402  (lab/kernels/probe_timing.py)
 
-FLUSH_BYTES = 1 << 30
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 1024, 4096)
 SHAPES_KN = ((4095, 1023), (770, 3074))
 
@@ -40,22 +37,9 @@ def main(argv=None) -> int:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = True
-    flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
 
-    def cold_us(fn):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts = []
-        for _ in range(args.reps):
-            flush.add_(1.0)
-            start.record()
-            fn()
-            stop.record()
-            torch.cuda.synchronize()
-            ts.append(start.elapsed_time(stop) * 1e3)
-        return statistics.median(ts)
-
-    def warm_us(fn):
-        return sum(require_kernels(kernel_times_us(fn, reps=args.reps, warmup=3)).values())
+    timer = ProbeTimer(torch, args.reps)
+    cold_us, warm_us = timer.cold_us, timer.warm_us
 
     out = []
     for K, N in SHAPES_KN:

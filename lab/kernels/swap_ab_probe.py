@@ -27,15 +27,12 @@ import ctypes
 import json
 import math
 import os
-import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-from cupti import kernel_times_us, require_kernels  # noqa: E402  (bench/cupti.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_timing import ProbeTimer  # noqa: E402  (lab/kernels/probe_timing.py)
 
-FLUSH_BYTES = 1 << 30
 # (K, N): the up-projections the product's swapped kernel takes, and a narrow, deep W (N < K), which it leaves to
 # the fallback for want of strips to spread over the SMs (the stream-K variants' question, second round).
 SHAPES_KN = ((4096, 16384), (1024, 4096), (768, 3072), (4096, 1024))
@@ -77,23 +74,10 @@ def main(argv=None) -> int:
         if "streamk" in name:
             variants += [(i, f"{name} d{d}s{n}", code, (d, n)) for d, n in knobs]
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
     gelu = "none" if args.act == "erf" else "tanh"
 
-    def cold_us(fn):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts = []
-        for _ in range(args.reps):
-            flush.add_(1.0)
-            start.record()
-            fn()
-            stop.record()
-            torch.cuda.synchronize()
-            ts.append(start.elapsed_time(stop) * 1e3)
-        return statistics.median(ts)
-
-    def warm_us(fn):
-        return sum(require_kernels(kernel_times_us(fn, reps=args.reps, warmup=3)).values())
+    timer = ProbeTimer(torch, args.reps)
+    cold_us, warm_us = timer.cold_us, timer.warm_us
 
     rows_out = []
     def set_knobs(kn):
