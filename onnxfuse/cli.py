@@ -82,52 +82,80 @@ def _ort_fusions_option(f):
 @click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the optimized model.")
 @click.option("--json", "json_path", metavar="REPORT", help="Write the report as JSON ('-' for stdout).")
 @click.option("--approximate", type=click.Choice(["tanh", "sigmoid", "auto"]), default=None,
-              help="Make every fused node compute this GELU form, trading exactness on purpose "
+              help="tanh or sigmoid: make every fused node compute this GELU form, trading exactness on purpose "
                    "(the report lists the nodes whose math changed). Default: keep each block's own math. "
-                   "auto is tune's (`onnxfuse tune OUT --approximate auto --budget REL`): whether a form "
-                   "pays is a measurement on the GPU that will run the model, which optimize never makes, "
-                   "so here it is a usage error.")
+                   "auto: per node, on this machine's CUDA GPU, the approximate form only where it is faster "
+                   "and the model's outputs stay within --budget: the rewrite, then `onnxfuse tune "
+                   "--approximate auto` in the same run (OUT also carries tune's per-node path tables; "
+                   "--batch, --shape, --samples and --approximate-forms as tune takes them).")
+@click.option("--budget", type=float, default=None, metavar="REL",
+              help="With --approximate auto (required there): the largest error the model's outputs may take, "
+                   "rel-L2 against the exact fused model (see `onnxfuse tune --help`).")
+@click.option("--approximate-forms", "forms_text", default=None, metavar="tanh[,sigmoid]",
+              help="With --approximate auto: the forms a node may take (default tanh).")
+@click.option("--batch", "batch_list", metavar="B1,B2,...",
+              help="With --approximate auto: batch sizes the model will run at (default 1,8,32 where axis 0 is "
+                   "dynamic).")
 @click.option("--verify", is_flag=True,
               help="Before OUT takes its place, run MODEL and the result in ONNX Runtime on the same inputs "
                    "(as `onnxfuse compare`) and exit 3 without writing OUT if any output drifts.")
 @click.option("--keep-failed", is_flag=True, help="With --verify: write OUT even when the gate fails (still exit 3).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="With --verify: execution provider for both models.")
-@click.option("--samples", type=click.IntRange(min=1), default=1, show_default=True,
-              help="With --verify: random input samples.")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="With --verify: random input samples (default 1); with --approximate auto also those its "
+                   "error check runs (default 4).")
 @click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
-              help="With --verify: concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable).")
+              help="With --verify or --approximate auto: concrete shape of a dynamic input, e.g. "
+                   "input_ids=1,128 (repeatable; auto replaces its axis 0 by each batch size).")
 @click.option("--rtol", type=float, default=None, help="With --verify: relative tolerance (default: per dtype).")
 @click.option("--atol", type=float, default=None, help="With --verify: absolute tolerance (default: per dtype).")
 @_target_option
 @_ort_fusions_option
-def optimize_command(model, output, json_path, approximate, verify, keep_failed, provider, samples,
-                     shape_options, rtol, atol, target, ort_fusions):
+def optimize_command(model, output, json_path, approximate, budget, forms_text, batch_list, verify, keep_failed,
+                     provider, samples, shape_options, rtol, atol, target, ort_fusions):
     """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node and write OUT.
 
     Everything else stays as it was; external-data models stay external (OUT.data beside OUT). The
     input is never modified; OUT is written atomically. With --verify the accuracy gate of
     `onnxfuse compare` (same default tolerances) judges the result before it is published.
 
+    With --approximate auto the rewrite is followed, in the same run and on this machine's CUDA GPU, by
+    `onnxfuse tune --approximate auto`: OUT is the tuned model, and --verify judges that one.
+
     \b
     Exit codes: 0 ok · 1 internal error · 2 bad input (unreadable model, missing external data,
-    unwritable output) · 3 --verify: outputs outside tolerance (OUT not written unless --keep-failed).
+    unwritable output; --approximate auto without --budget, or without a CUDA provider and GPU)
+    · 3 --verify: outputs outside tolerance (OUT not written unless --keep-failed).
     """
+    from .approximation import parse_forms
     from .cost_model import get_target
     from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
     from .fuse import optimize_file
+    from .inputs import parse_shape_option
 
     get_target(target)  # a bad --target is said before anything else is looked at
-    if approximate == "auto":
-        raise BadInputError("--approximate auto chooses per node from timings on the target GPU, which optimize "
-                            "does not take: optimize without it, then `onnxfuse tune OUT -o TUNED "
-                            "--approximate auto --budget REL` on that GPU")
+    auto = approximate == "auto"
+    forms = parse_forms(forms_text) if forms_text is not None else None
+    if auto:
+        from .tune import check_approximation_options
 
-    verify_only = {"--keep-failed": keep_failed, "--shape": shape_options, "--rtol": rtol, "--atol": atol,
-                   "--samples": samples != 1, "--provider": provider != "cpu"}
+        check_approximation_options("auto", budget, forms, samples)
+        if target != "cuda":
+            raise BadInputError(f"--approximate auto times the CUDA kernel's forms: it needs --target cuda, not {target}")
+    else:
+        auto_only = {"--budget": budget is not None, "--approximate-forms": forms is not None, "--batch": batch_list}
+        given = [name for name, value in auto_only.items() if value]
+        if given:
+            raise BadInputError(f"{', '.join(given)}: meaningful only with --approximate auto")
+    verify_only = {"--keep-failed": keep_failed, "--rtol": rtol, "--atol": atol, "--provider": provider != "cpu",
+                   "--shape": shape_options and not auto, "--samples": samples is not None and not auto}
     misplaced = [name for name, given in verify_only.items() if given and not verify]
     if misplaced:
-        raise BadInputError(f"{', '.join(misplaced)}: meaningful only with --verify")
+        raise BadInputError(f"{', '.join(misplaced)}: meaningful only with --verify" +
+                            ("" if auto else " (or --approximate auto, for --shape and --samples)"))
+    shapes = dict(parse_shape_option(text) for text in shape_options)
+    batches = _parse_batches(batch_list) if batch_list is not None else None
     if json_path and json_path != "-":  # refuse an unwritable report path before writing the model
         from .model_io import check_output_path
 
@@ -137,10 +165,8 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
 
     def run_gate(written_model: str) -> None:
         from .compare import verify_optimized
-        from .inputs import parse_shape_option
 
-        shapes = dict(parse_shape_option(text) for text in shape_options)
-        verdict = verify_optimized(model, written_model, provider=provider, samples=samples, shapes=shapes,
+        verdict = verify_optimized(model, written_model, provider=provider, samples=samples or 1, shapes=shapes,
                                    rtol=rtol, atol=atol, progress=False)
         gate.append(verdict)
         if json_path != "-":
@@ -148,18 +174,63 @@ def optimize_command(model, output, json_path, approximate, verify, keep_failed,
         if not verdict.passed and not keep_failed:
             raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
 
-    report = optimize_file(model, output, approximate=approximate, before_publish=run_gate if verify else None,
-                           target=target, ort_fusions=ort_fusions)
+    gate_hook = run_gate if verify else None
+    tuned = None
+    if auto:
+        report, tuned = _optimize_then_tune(model, output, shapes, batches, budget, forms, samples, gate_hook,
+                                            target, ort_fusions)
+    else:
+        report = optimize_file(model, output, approximate=approximate, before_publish=gate_hook, target=target,
+                               ort_fusions=ort_fusions)
     _echo_warnings(report)
     if json_path != "-":
         _render_rewrite(report, title=f"{report.model} → {report.output}")
+        if tuned is not None:
+            _render_tune(tuned)
     failed = bool(gate) and not gate[0].passed
     extra = {"verify": gate[0].to_dict()} if gate else {}
+    if tuned is not None:
+        extra["tune"] = tuned.to_dict()
     # The report's exit_code is the one this process ends with: 3 when --keep-failed wrote a model outside
     # tolerance (without --keep-failed the gate stops the run before any report is written).
     _emit_json(report, json_path, extra={**extra, "exit_code": EXIT_ACCURACY if failed else EXIT_OK})
     if failed:
         raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {gate[0].summary()}")
+
+
+def _optimize_then_tune(model, output, shapes, batches, budget, forms, samples, before_publish, target, ort_fusions):
+    """optimize --approximate auto: the exact rewrite into a temporary folder beside OUT (external data
+    included), then tune's --approximate auto from there into OUT, whose save runs ``before_publish`` (the
+    --verify gate) on the tuned model. Where tune cannot run (no CUDA provider or GPU: exit 2) nothing is
+    written; the folder goes whatever happens. A model with no FusedLinearGelu node has no form to choose:
+    OUT is then the exact rewrite, with a warning. Returns (the rewrite's report, OUT its output; tune's or None)."""
+    import tempfile
+
+    from .domain import DOMAIN, OP_TYPE
+    from .errors import BadInputError
+    from .fuse import optimize_file
+    from .model_io import check_output_path
+    from .tune import tune_file
+
+    check_output_path(model, output)
+    folder = os.path.dirname(os.path.abspath(os.fspath(output)))
+    with tempfile.TemporaryDirectory(prefix=".onnxfuse-optimize-", dir=folder) as staging:
+        exact = os.path.join(staging, os.path.basename(os.fspath(output)))
+        report = optimize_file(model, exact, target=target, ort_fusions=ort_fusions)
+        if not report.fused_by_op.get(f"{DOMAIN}.{OP_TYPE}"):
+            report = optimize_file(model, output, before_publish=before_publish, target=target, ort_fusions=ort_fusions)
+            report.warnings.append(f"--approximate auto: no {OP_TYPE} node in the rewrite, so no GELU form to "
+                                   "choose: OUT is the exact rewrite")
+            return report, None
+        try:
+            with _bench_progress(True, "tune:") as bar:
+                tuned = tune_file(exact, output, shapes=shapes, batches=batches, approximate="auto", budget=budget,
+                                  forms=forms, samples=samples, progress=bar, before_publish=before_publish)
+        except BadInputError as e:
+            raise BadInputError(f"--approximate auto: {e}") from e
+    report.output = os.fspath(output)
+    tuned.model = os.fspath(model)  # the exact rewrite it tuned was this run's, and is gone
+    return report, tuned
 
 
 @main.command("inspect", context_settings={"max_content_width": 110})

@@ -135,7 +135,8 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
               batches: Sequence[int] | None = None, reps: int = 30, approximate: str = "none",
               budget: float | None = None, forms: Sequence[str] | None = None, samples: int | None = None,
               measurer: Callable[[int], tuple[Device, Measure]] | None = None,
-              error_checkers: ErrorCheckers | None = None, progress=None) -> TuneReport:
+              error_checkers: ErrorCheckers | None = None, progress=None,
+              before_publish: Callable[[str], None] | None = None) -> TuneReport:
     """Tune every FusedLinearGelu node of ``input_path`` and write ``output_path`` atomically (external data
     streamed; the input untouched). ``measurer(reps)`` gives the device and the measuring callable; the
     default is ``bench.path_bench.gpu_measurer`` (CUDA provider and a GPU, or ``BadInputError``). The model
@@ -145,7 +146,9 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
     exact GELU: the output's math follows from the model's own and these options alone. With
     ``approximate="auto"`` the nodes also get the approximate ``forms`` (default tanh) that pay
     (``approximation``) within ``budget``, the model's error measured on ``samples`` random samples at the
-    largest batch by ``error_checkers(exact model, shapes, samples, base_dir)`` (default: on the GPU)."""
+    largest batch by ``error_checkers(exact model, shapes, samples, base_dir)`` (default: on the GPU).
+    ``before_publish`` is called with the written model before it takes ``output_path``'s place (an exception
+    leaves nothing behind; ``optimize --approximate auto --verify`` runs its accuracy gate there)."""
     check_approximation_options(approximate, budget, forms, samples)
     auto = approximate == "auto"
     start = time.perf_counter()
@@ -183,7 +186,7 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
     record = tuning_record(tunings, device, plan, settings, approximation=section)
     tuned = apply_tuning(with_forms(model, choice.forms) if choice else model, tunings, record)
     model_io.save_model(tuned, output_path, source_dir=base_dir, check=model_io.checkable(model),
-                        input_checker_error=notes.checker_error)
+                        input_checker_error=notes.checker_error, before_publish=before_publish)
     step()
     warnings = list(notes.warnings) + restore_warnings
     if nested_count(model):

@@ -432,11 +432,88 @@ def test_bad_approximation_options_are_exit_2_before_anything_is_read(tmp_path, 
     assert os.listdir(tmp_path) == []
 
 
-def test_optimize_approximate_auto_is_a_usage_error_pointing_to_tune(tmp_path):
+def _optimize_auto(tmp_path, monkeypatch, *extra, factors=None, per_node=None, seen=None):
+    out = tmp_path / "out" / "tiny_bert.auto.onnx"
+    out.parent.mkdir()
+    r = _tune(["optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", out, *AUTO, "--budget", "1e-3",
+               *extra], monkeypatch, factors or {"tanh": 0.9}, per_node or {"tanh": 4e-4}, seen)
+    return r, out
+
+
+def test_optimize_approximate_auto_rewrites_then_tunes_in_one_run(tmp_path, monkeypatch):
+    """optimize --approximate auto is the rewrite and then tune's --approximate auto: OUT carries the forms that
+    paid within the budget and the path tables, the report both steps, and no staging folder is left."""
+    seen = []
+    r, out = _optimize_auto(tmp_path, monkeypatch, "--json", "-", seen=seen)
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{"):])
+    assert report["fused_by_op"]["ai.onnxfuse.FusedLinearGelu"] == 2 and report["output"] == str(out)
+    tuned = report["tune"]
+    assert tuned["model"] == os.path.join(ROOT, "sample_models/tiny_bert.onnx") and tuned["output"] == str(out)
+    assert {e["chosen"] for e in tuned["approximation"]["nodes"].values()} == {"tanh"}
+    assert tuned["approximation"]["error"]["error"] == pytest.approx(8e-4)
+    (_, reference, shapes, samples), *_ = seen
+    assert {helper.get_attribute_value(a) for n in reference.graph.node if n.op_type == OP_TYPE
+            for a in n.attribute if a.name == "approximate"} == {b"none"}  # held to the exact rewrite
+    assert shapes == {"input_ids": (8, 8), "attention_mask": (8, 8)} and samples == 4
+    for node in _fused(out):
+        attrs = _attrs(node)
+        assert attrs["approximate"] == b"tanh" and attrs["tuned_device"] == SIGNATURE.encode()
+    assert os.listdir(out.parent) == [out.name]
+    onnx.checker.check_model(str(out), full_check=True)
+
+
+def test_optimize_approximate_auto_gate_judges_the_tuned_model(tmp_path, monkeypatch):
+    """--verify with --approximate auto runs compare's gate on what is published, the tuned model, against the
+    original: within loose tolerances it passes (exit 0, the verdict in the report); with none allowed the tanh
+    forms fail it (exit 3) and nothing is written."""
+    r, out = _optimize_auto(tmp_path, monkeypatch, "--verify", "--rtol", "0.05", "--atol", "0.05", "--json", "-")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{"):])
+    assert report["verify"]["passed"] and report["tune"]["approximation"]["error"] is not None
+    assert [_attrs(n)["approximate"] for n in _fused(out)] == [b"tanh", b"tanh"]
+    strict = tmp_path / "strict"
+    strict.mkdir()
+    r, out = _optimize_auto(strict, monkeypatch, "--verify", "--rtol", "0", "--atol", "0")
+    assert r.exit_code == 3, r.output
+    assert os.listdir(out.parent) == []
+
+
+def test_optimize_approximate_auto_on_a_model_without_gelu_blocks_writes_the_exact_rewrite(tmp_path, monkeypatch):
+    src, out = tmp_path / "relu.onnx", tmp_path / "relu.auto.onnx"
+    w = onnx.numpy_helper.from_array(np.ones((8, 4), np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["H"]), helper.make_node("Relu", ["H"], ["Y"])],
+                              "relu", [helper.make_tensor_value_info("X", F32, ["M", 8])],
+                              [helper.make_tensor_value_info("Y", F32, ["M", 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    r = _tune(["optimize", src, "-o", out, "--approximate", "auto", "--budget", "1e-3"], monkeypatch, {}, {})
+    assert r.exit_code == 0, r.output
+    assert "no FusedLinearGelu node in the rewrite, so no GELU form to choose" in " ".join(r.output.split())
+    assert out.exists() and not _fused(out)
+
+
+@pytest.mark.skipif(cuda_usable(), reason="checks the message where no CUDA GPU is usable")
+def test_optimize_approximate_auto_without_a_gpu_is_exit_2_and_writes_nothing(tmp_path):
     r = cli("optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", tmp_path / "o.onnx",
-            "--approximate", "auto")
+            "--approximate", "auto", "--budget", "1e-3")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "timings on the target GPU" in r.stderr and "onnxfuse tune OUT -o TUNED --approximate auto --budget REL" in r.stderr
+    assert r.stderr.startswith("onnxfuse: error: --approximate auto: tune needs CUDAExecutionProvider"), r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "1e-3"], "--budget: meaningful only with --approximate auto"),
+    (["--approximate", "tanh", "--batch", "1,8"], "--batch: meaningful only with --approximate auto"),
+    (["--approximate-forms", "tanh"], "--approximate-forms: meaningful only with --approximate auto"),
+    (["--approximate", "auto"], "--approximate auto needs --budget REL, the largest error the model's outputs may take "
+                                "(rel-L2 against the exact model, e.g. 1e-3)"),
+    (["--approximate", "auto", "--budget", "1e-3", "--target", "cpu"],
+     "--approximate auto times the CUDA kernel's forms: it needs --target cuda, not cpu"),
+    (["--samples", "2"], "--samples: meaningful only with --verify (or --approximate auto, for --shape and --samples)"),
+])
+def test_optimize_bad_approximation_options_are_exit_2_before_anything_is_read(tmp_path, args, message):
+    r = cli("optimize", tmp_path / "missing.onnx", "-o", tmp_path / "o.onnx", *args)
+    assert r.returncode == 2 and r.stderr.strip() == f"onnxfuse: error: {message}", r.stderr
     assert os.listdir(tmp_path) == []
 
 
