@@ -551,3 +551,27 @@ def test_auto_on_the_gpu(tmp_path, tiny_bert):
     a = [dict(zip(names, create_session(exact, "cuda").run(names, f))) for f in feeds]
     b = [dict(zip(names, create_session(tuned, "cuda").run(names, f))) for f in feeds]
     assert model_error(output_errors(exact, a, b, "cuda")).error <= budget
+
+
+@pytest.mark.skipif(not cuda_usable(), reason="no usable CUDA device here (optimize --approximate auto tunes on the "
+                                              "GPU)")
+def test_optimize_approximate_auto_on_the_gpu(tmp_path):
+    """The one-step form on the GPU, from the exported model: every GELU block fused, each node at the form the
+    tune step chose within the budget, the path tables written, and --verify's gate passed on that model."""
+    out = tmp_path / "tiny_bert.auto.onnx"
+    budget = 1e-2
+    r = cli("optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", out, "--approximate", "auto",
+            "--budget", str(budget), "--batch", "1,8", "--verify", "--provider", "cuda", "--rtol", "0.05",
+            "--atol", "0.05", "--json", "-")
+    if r.returncode == 2 and "too old" in r.stderr:
+        pytest.skip(f"the op library predates the tuning contract: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["fused_by_op"]["ai.onnxfuse.FusedLinearGelu"] == 2 and report["verify"]["passed"]
+    section = report["tune"]["approximation"]
+    chosen = {name: e["chosen"] for name, e in section["nodes"].items()}
+    assert {n.name: _attrs(n)["approximate"].decode() for n in _fused(out)} == chosen
+    assert all("tuned_device" in _attrs(n) for n in _fused(out))
+    if any(v == "tanh" for v in chosen.values()):
+        assert 0 <= section["error"]["error"] <= budget
+    assert os.listdir(tmp_path) == [out.name]
