@@ -77,6 +77,20 @@ def _ort_fusions_option(f):
              "BiasGelu); use it with --verify.")(f)
 
 
+def _approximation_budget_options(f):
+    """--budget and --approximate-forms, the options of --approximate auto (tune, and optimize's one-step form)."""
+    f = click.option("--approximate-forms", "forms_text", default=None, metavar="tanh[,sigmoid]",
+                     help="With --approximate auto: the forms a node may take (default tanh, within 4.8e-4 of erf "
+                          "GELU; sigmoid, x*sigmoid(1.702x), is forty times coarser and only tried when named).")(f)
+    return click.option(
+        "--budget", type=float, default=None, metavar="REL",
+        help="With --approximate auto (required there): the largest error allowed, > 0. The error is the largest "
+             "over the model's outputs of rel-L2 = ||tuned - exact||_2 / ||exact||_2 over --samples random samples "
+             "at the largest batch, both models run on this GPU (exact: the fused model with every node at its own "
+             "GELU form); a changed integer output or NaN/Inf is over any budget. Over budget, the switch that "
+             "saves the least time is undone, one at a time, until the error is within it.")(f)
+
+
 @main.command("optimize", context_settings={"max_content_width": 110})
 @click.argument("model")
 @click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the optimized model.")
@@ -88,11 +102,7 @@ def _ort_fusions_option(f):
                    "and the model's outputs stay within --budget: the rewrite, then `onnxfuse tune "
                    "--approximate auto` in the same run (OUT also carries tune's per-node path tables; "
                    "--batch, --shape, --samples and --approximate-forms as tune takes them).")
-@click.option("--budget", type=float, default=None, metavar="REL",
-              help="With --approximate auto (required there): the largest error the model's outputs may take, "
-                   "rel-L2 against the exact fused model (see `onnxfuse tune --help`).")
-@click.option("--approximate-forms", "forms_text", default=None, metavar="tanh[,sigmoid]",
-              help="With --approximate auto: the forms a node may take (default tanh).")
+@_approximation_budget_options
 @click.option("--batch", "batch_list", metavar="B1,B2,...",
               help="With --approximate auto: batch sizes the model will run at (default 1,8,32 where axis 0 is "
                    "dynamic).")
@@ -332,15 +342,7 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
                    "the node's largest row count (twice the timing loop's 1 % stability bound) and not 2 % slower "
                    "at any other, as far as the model's error stays within --budget; the nodes switched carry "
                    "approximate=FORM, and the report and metadata each node's times and the measured error.")
-@click.option("--budget", type=float, default=None, metavar="REL",
-              help="With --approximate auto (required there): the largest error allowed, > 0. The error is the "
-                   "largest over the model's outputs of rel-L2 = ||tuned - exact||_2 / ||exact||_2 over --samples "
-                   "random samples at the largest batch, both models run on this GPU; a changed integer output or "
-                   "NaN/Inf is over any budget. Over budget, the switch that saves the least time is undone, one "
-                   "at a time, until the error is within it.")
-@click.option("--approximate-forms", "forms_text", default=None, metavar="tanh[,sigmoid]",
-              help="With --approximate auto: the forms a node may take (default tanh, within 4.8e-4 of erf GELU; "
-                   "sigmoid, x*sigmoid(1.702x), is forty times coarser and only tried when named).")
+@_approximation_budget_options
 @click.option("--samples", type=int, default=None,
               help="With --approximate auto: random input samples the error is measured on (default 4).")
 @click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON ('-' for stdout instead of the table).")
