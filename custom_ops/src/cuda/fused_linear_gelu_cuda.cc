@@ -390,10 +390,9 @@ class FusedLinearGeluCudaKernel {
     const int64_t w_rows_pad = args.trans_b ? n_pad : k_pad, w_cols_pad = args.trans_b ? k_pad : n_pad;
     const bool stage_x = !RowsAreVectors(args.x, args.K, v);
     const bool stage_y = !RowsAreVectors(args.y, args.N, v);
-    // W as given, its copy from the constructor, or a copy now; the same for B.
-    const bool w_ready = ReadAsIs(args.w, w_rows, w_cols, w_rows_pad, v);
-    const bool w_staged = staged_w_.data != nullptr && staged_w_.source == args.w;
-    const bool stage_w = !w_ready && !w_staged;
+    // W as given or its copy from the constructor (AlignedWeight), else a copy now; the same for B.
+    const void* w_aligned = AlignedWeight(args);
+    const bool stage_w = w_aligned == nullptr;
     const bool b_ready = args.bias == nullptr || ReadAsIs(args.bias, 1, args.N, 1, v);
     const bool b_staged = staged_b_.data != nullptr && staged_b_.source == args.bias;
     const bool stage_b = !b_ready && !b_staged;
@@ -419,7 +418,7 @@ class FusedLinearGeluCudaKernel {
     padded.N = n_pad;
     if (stage_x) padded.x = x_pad;
     if (stage_y) padded.y = y_pad;
-    if (!w_ready) padded.w = w_staged ? staged_w_.data : w_pad;
+    padded.w = stage_w ? w_pad : w_aligned;
     if (!b_ready) padded.bias = b_staged ? staged_b_.data : b_pad;
     auto copy = [&](const cuda::RowCopy& c, const char* what) { CopyRows(c, args.dtype, what, s, stream); };
     if (stage_x) copy(PaddedCopy(x_pad, args.x, args.M, args.K, args.M, k_pad), "X");
@@ -546,7 +545,7 @@ class FusedLinearGeluCudaKernel {
   // activation and writes Y's own rows: three kernels at most, where the plain fallback runs two.
   void RunFallbackStaged(Ort::KernelContext& ctx, const cuda::GemmGeluArgs& args, const void* w_aligned,
                          const LinearShape& s, cudaStream_t stream) const {
-    constexpr int64_t v = 4;  // float32 elements in a 16-byte vector
+    const int64_t v = VectorElements(args.dtype);
     const int64_t k_pad = RoundUpToVector(args.K, v), n_pad = RoundUpToVector(args.N, v);
     const bool stage_x = !RowsAreVectors(args.x, args.K, v);
     // The padded product and X's copy first: cuBLASLt's choice depends on its operands' alignments, so the
@@ -570,14 +569,13 @@ class FusedLinearGeluCudaKernel {
         cuda::launch_bias_activation_from_fp32(args, static_cast<const float*>(padded.y), n_pad, dev_, stream), s);
   }
 
-  // W in rows of 16-byte vectors for the padded float32 problem (RunFallbackStaged): W itself where its rows
-  // already are and none are missing, the constructor's copy of a constant W, or null (a W given at run time:
-  // copying it on every call would cost as much as the GEMM saves).
+  // W in rows of 16-byte vectors for the padded problem (RunFusedStaged, RunFallbackStaged): W itself where its
+  // rows already are and none are missing, the constructor's copy of a constant W, or null (a W given at run
+  // time, which the fused path copies per call and the float32 fallback leaves unstaged).
   const void* AlignedWeight(const cuda::GemmGeluArgs& args) const {
-    const int64_t n_pad = RoundUpToVector(args.N, 4);
+    const int64_t v = VectorElements(args.dtype);
     const int64_t w_rows = args.trans_b ? args.N : args.K, w_cols = args.trans_b ? args.K : args.N;
-    const int64_t w_rows_pad = args.trans_b ? n_pad : RoundUpToVector(args.K, 4);
-    if (ReadAsIs(args.w, w_rows, w_cols, w_rows_pad, 4)) return args.w;
+    if (ReadAsIs(args.w, w_rows, w_cols, RoundUpToVector(w_rows, v), v)) return args.w;
     return staged_w_.data != nullptr && staged_w_.source == args.w ? staged_w_.data : nullptr;
   }
 
