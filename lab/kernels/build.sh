@@ -10,6 +10,8 @@
 #                                               no-op custom_ops/src/cuda/hooks/kernel_hooks.cuh): tile-scheduler
 #                                               arguments from the environment (run_device.py's sched mode), extra
 #                                               activation codes, the epilogue timeline
+#   OFK_EXPLORE=gelu lab/kernels/build.sh       the sched build's hook points with only the overlapped 128x128 tile's
+#                                               group (issue #20's activation forms on both 128x128 kernels)
 # Objects are rebuilt only when a source or header is newer, or the mode changed. Per-file compile times and the -Xptxas -v
 # resource report land in BUILD_DIR/ptxas_<file>.log.
 set -euo pipefail
@@ -28,8 +30,10 @@ case "${OFK_EXPLORE:-}" in
   epi)   NVFLAGS="$NVFLAGS -DOFK_EXPLORE_EPI_BUILD -Ilab/kernels"; mode=EPI ;;
   sched) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_SCHED_BUILD -Ilab/kernels"; mode=SCHED
          hooks="-Ilab/kernels/hooks $hooks" ;;
+  gelu)  NVFLAGS="$NVFLAGS -DOFK_EXPLORE_SCHED_BUILD -DOFK_EXPLORE_GELU_BUILD -Ilab/kernels"; mode=GELU
+         hooks="-Ilab/kernels/hooks $hooks" ;;
   "") mode="" ;;
-  *) echo "OFK_EXPLORE=tiles|epi|sched"; exit 2 ;;
+  *) echo "OFK_EXPLORE=tiles|epi|sched|gelu"; exit 2 ;;
 esac
 NVFLAGS="$NVFLAGS $hooks"
 # One compile per line: SOURCE OBJECT_NAME [EXTRA_FLAG]. The shipped kernels, the harness, and explore.cu once

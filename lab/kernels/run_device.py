@@ -24,6 +24,10 @@ sched   : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shap
           the dispatch's tactic with L2 hot (the same X and W every call) and cold (rotating copies, > 120 MB
           together, as inside a model), the tactic with no activation (what the epilogue's math costs), each
           raster order and swizzle size, and the stream-K tiles forced to stream-K / split-K.
+forms   : (only when named; a build with OFK_EXPLORE=gelu) fp16, W [N, K], shapes OFK_SCHED_SHAPES: issue #20's
+          activation forms (VARIANTS) against the shipped ones, no activation and cuBLAS, on the dispatch's tactic
+          and those matching OFK_GROUPS_TACTICS, in interleaved rounds; each variant's error on the problem and
+          over all 65,536 fp16 and bf16 values against the shipped form's and the unfused path's.
 groups  : (only when named; a build with OFK_EXPLORE=sched) fp16, W [N, K], shapes OFK_SCHED_SHAPES: the dispatch's
           tactic with each activation form as shipped and in chained groups (GROUPS), no activation and
           cuBLAS, in interleaved rounds (OFK_ROUNDS, default 5), medians; each grouped output compared bit
@@ -66,6 +70,11 @@ ACTS = {"erf": 0, "tanh": 1, "sigmoid": 2, "none": -1}  # none: OFK_EXPLORE=sche
 # and no activation with the epilogue timeline (run_trace) (lab/kernels/explore/epilogue_groups.h)
 GROUPS = {"erf_g2": -2, "erf_g4": -3, "erf_g8": -4, "tanh_g8": -5, "sigmoid_g8": -6}
 ACTS.update(GROUPS, erf_traced=-7, none_traced=-8)
+# OFK_EXPLORE=gelu (or sched) builds only: issue #20's erf forms with one MUFU op per element (run_forms;
+# explore/epilogue_groups.h): Newton reciprocals with 2 or 3 steps, half the elements so, the shipped arithmetic
+# software-pipelined, and the tanh form with 2 Newton steps
+VARIANTS = {"erf_nt2": -9, "erf_nt3": -10, "erf_half_nt2": -11, "erf_pipe8": -12, "tanh_nt2": -13}
+ACTS.update(VARIANTS)
 FORMS = ("erf", "tanh", "sigmoid")  # what the op computes: check, tactics and fp16all go over these
 ALPHA = 1.702
 RESULTS = {"tactics": TACTICS, "device": torch.cuda.get_device_name(), "check": [], "tactic_check": [],
@@ -571,6 +580,56 @@ def run_clocks():
                   f"SM {clk:6.0f} MHz  {pwr:5.0f} W  reasons {r['event_reasons']}", flush=True)
 
 
+def run_forms():
+    default = "4096x384x1536,32768x384x1536,4096x768x3072,16384x768x3072,4096x1024x4096"
+    extra = os.environ.get("OFK_GROUPS_TACTICS")
+    for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", default)):
+        tactics = [d] + ([i for i, t in enumerate(TACTICS) if "_f16_tn_" in t and re.search(extra, t) and i != d and
+                          LIB.ofk_can_implement(i, *common("fp16", "erf", 1, 1, M, N, K, x, w, b, y))]
+                         if extra else [])
+        z = x.double() @ w.double().t() + b.double()
+        unfused = {f: errors(act_lowp(x @ w.t() + b, f), act64(z, f))[0] for f in ("erf", "tanh")}
+        accuracy = {}
+        for act in ("erf", "tanh", *VARIANTS):
+            form = act.split("_")[0]
+            y.fill_(float("nan"))
+            assert launch(d, "fp16", act, 1, 1, M, N, K, x, w, b, y) == 0
+            rel = errors(y, act64(z, form))[0]
+            accuracy[act] = {"rel": rel, "vs_unfused": rel / unfused[form]}
+        same = {"erf_pipe8": bit_identical((M, K, N, x, w, b, y), (d, "erf"), (d, "erf_pipe8"))}
+        runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
+        for i in tactics:
+            tag = "" if i == d else TACTICS[i].split("_tn_")[-1] + " "
+            for act in ("none", "erf", "tanh", "sigmoid", *VARIANTS):
+                runs[tag + act] = (lambda i, a: lambda: gpu_us(
+                    lambda: launch(i, "fp16", a, 1, 1, M, N, K, x, w, b, y), n=10))(i, act)
+        record_rounds("forms", (M, K, N), d, runs, same)
+        RESULTS["forms"][-1]["accuracy"] = accuracy
+        print("  accuracy (rel-L2 vs float64; / the unfused path's): " +
+              " | ".join(f"{k} {v['rel']:.3g} ({v['vs_unfused']:.3f})" for k, v in accuracy.items()), flush=True)
+    for dt in ("fp16", "bf16"):  # every 16-bit value through the GEMM (identity W), as run_fp16all
+        tt = DT[dt][1]
+        vals = torch.arange(-32768, 32768, dtype=torch.int32, device="cuda").to(torch.int16).view(tt)
+        x = torch.zeros(vals.numel(), 8, dtype=tt, device="cuda")
+        x[:, 0] = vals
+        w = torch.eye(8, 8, dtype=tt, device="cuda")
+        for act in ("erf", "tanh", *VARIANTS):
+            form = act.split("_")[0]
+            y = torch.full((vals.numel(), 8), float("nan"), dtype=tt, device="cuda")
+            assert launch(-1, dt, act, 1, 1, vals.numel(), 8, 8, x, w, None, y) == 0
+            ref = act64(vals.double(), form)
+            fin = torch.isfinite(ref)
+            got, unf = y[:, 0].double()[fin], act_lowp(vals, form).double()[fin]
+            ulp = (ref[fin].abs() * torch.finfo(tt).eps).clamp_min(2.0 ** -24)
+            err, unf_err = (got - ref[fin]).abs(), (unf - ref[fin]).abs()
+            r = dict(dt=dt, act=act, nonfinite_where_ref_finite=int((~torch.isfinite(got)).sum().item()),
+                     max_err_ulp=(err / ulp).max().item(),
+                     rel_l2_vs_unfused=((err.norm() / unf_err.norm().clamp_min(1e-30)).item()),
+                     over_unfused_plus_1ulp=int((err > unf_err + ulp).sum().item()))
+            RESULTS.setdefault("forms_all_values", []).append(r)
+            print("all-values", r, flush=True)
+
+
 def run_ncu():  # one shape and tactic (OFK_NCU="MxKxN[:tactic name]", default the dispatch's), 5 launches
     act = os.environ.get("OFK_NCU_ACT", "erf")  # "none" in OFK_EXPLORE=sched builds
     dims, _, name = os.environ.get("OFK_NCU", "4096x768x3072").partition(":")
@@ -608,7 +667,7 @@ def run_host():  # host cost of the launch path, fp16 and fp32, at row counts wh
 
 
 RUNS = {"check": run_check, "tactics": run_tactics, "fp16all": run_fp16all, "time": run_time,
-        "sanitize": run_sanitize, "sched": run_sched, "groups": run_groups, "overlap": run_overlap, "trace": run_trace, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu,
+        "sanitize": run_sanitize, "sched": run_sched, "groups": run_groups, "forms": run_forms, "overlap": run_overlap, "trace": run_trace, "clocks": run_clocks, "swizzle": run_swizzle, "ncu": run_ncu,
         "host": run_host}
 t0 = time.time()
 try:
