@@ -631,6 +631,29 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
     assert _path_ran(strict, x[:17]) == "fallback"
 
 
+# Short K beyond two waves of 128x128 tiles (4097 x 1544: 429 tiles): the overlapped ping-pong kernel on the 128x128
+# tile, whose two warpgroups' epilogues may run side by side where each outlasts a main loop (lab/kernels/NOTES.md
+# v8); at K = 768 CUTLASS's ping-pong kernel. M and N both end in a partial tile.
+_OVERLAPPED_KERNEL = "Sm90WarpEpilogueKernel"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_short_k_many_waves_run_the_overlapped_128x128_kernel(library, dtype):
+    rng = np.random.default_rng(zlib.crc32(f"overlapped/{dtype}".encode()))
+    for k, overlapped in ((384, True), (768, False)):
+        for trans_b in (1, 0):
+            x, w_nk, b = make_inputs(rng, (4097, k), 1544, dtype, trans_b, True)
+            w = w_nk if trans_b else np.ascontiguousarray(w_nk.T)
+            for approximate in ACTIVATIONS:
+                sess = cuda_session(path_model(dtype, k, w, b, approximate, trans_b), library)
+                where = f"{dtype} {approximate} transB={trans_b} K={k}"
+                names = _kernels_of(lambda: sess.run(None, {"X": x}))
+                assert any(_OVERLAPPED_KERNEL in n for n in names) == overlapped, f"{where}: {sorted(names)}"
+                (y,) = sess.run(None, {"X": x})
+                (y_unfused,) = unfused_session(library, dtype, k, w_nk, b, approximate).run(None, {"X": x})
+                check_against_ort(dtype, y, y_unfused, reference(x, w_nk, b, approximate), where, small_slack=False)
+
+
 def test_tuned_table_selects_the_path_on_its_device_only(library):
     rng = np.random.default_rng(22)
     x_all, w_nk, b = make_inputs(rng, (300, 768), 3072, "float16", 1, True)

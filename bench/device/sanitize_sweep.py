@@ -30,8 +30,9 @@ from onnx import TensorProto, helper
 DOMAIN = "ai.onnxfuse"
 ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
 NP_TYPE = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-# (M, K, N): tiny, odd, one tile exactly, tile + 1, and a few tiles with K, N off multiples of 8.
-SIZES = [(1, 8, 8), (7, 13, 17), (128, 64, 128), (129, 72, 136), (300, 770, 1000)]
+# (M, K, N): tiny, odd, one tile exactly, tile + 1, a few tiles with K, N off multiples of 8, and short K beyond
+# two waves of 128x128 tiles with edges on M and N (16-bit: the overlapped 128x128 kernel).
+SIZES = [(1, 8, 8), (7, 13, 17), (128, 64, 128), (129, 72, 136), (300, 770, 1000), (4097, 384, 1544)]
 # (dtype, M, K, N) with W and B as initializers: float16 staged for the fused kernel (K, N off multiples of 8,
 # 64+ rows of enough work), float32 staged for the fallback (a W of 2^21+ weights, N < K, off multiples of 4).
 STAGED_CASES = [("float16", 300, 770, 3074), ("float32", 2, 4095, 1023), ("float32", 64, 4095, 1023),

@@ -10,8 +10,8 @@
 #                                               no-op custom_ops/src/cuda/hooks/kernel_hooks.cuh): tile-scheduler
 #                                               arguments from the environment (run_device.py's sched mode), extra
 #                                               activation codes, the epilogue timeline
-#   OFK_EXPLORE=gelu lab/kernels/build.sh       the sched build's hook points with only the overlapped 128x128 tile's
-#                                               group (issue #20's activation forms on both 128x128 kernels)
+#   OFK_EXPLORE=gelu lab/kernels/build.sh       the sched build's hook points with one small group (L) of candidates:
+#                                               issue #20's activation forms on the shipped kernels
 # Objects are rebuilt only when a source or header is newer, or the mode changed. Per-file compile times and the -Xptxas -v
 # resource report land in BUILD_DIR/ptxas_<file>.log.
 set -euo pipefail

@@ -5,6 +5,7 @@
 // keeps mutable state (the rows' tactics are looked up by name once, in a thread-safe static, and only read
 // after): concurrent calls from several ORT sessions are safe.
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 #include "tactics.cuh"
@@ -73,29 +74,34 @@ constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics
 //    stage: 8192x4096x16384 1755 vs 2297 with 64x128 steps);
 //  - 1-2 waves: overlapped 64x128 (1024x768x3072: 12.0 vs 12.7 for cooperative 128x192 with W multicast;
 //    1024x1024x4096: 17.0 vs 25.4);
+//  - more, at K <= 512: overlapped ping-pong 128x128, whose two warpgroups' epilogues may overlap where each
+//    outlasts a main loop (32768x384x1536: 91.3 vs 100.4; 4096x512x2048: 19.9 vs 21.7; NOTES.md v8);
 //  - more: ping-pong 128x128 with 64x128 epilogue steps (16384x768x3072: 132.3 vs 134.7 overlapped, 151.9
 //    cooperative 128x192; 2048x768x3072: 21.0 vs 21.2 overlapped);
 //  - TF32: cooperative 256x128 at 1-2 waves and at long K, where its larger MMA per byte wins
 //    (8192x4096x16384: 3521 us vs 4309), else ping-pong.
+constexpr int64_t kAnyK = INT64_MAX;
 struct ShapeRule {
   bool tf32;         // row for float32 (TF32) instead of 16-bit operands
   double max_waves;  // (M/128)·(N/128) / SMs at most this
   int64_t min_k;     // K at least this
+  int64_t max_k;     // K at most this
   const char* tile;  // the tile's suffix in the tactic name
 };
 constexpr ShapeRule kShapeTable[] = {
-    {false, 0.3, 0, "ppo_64x64_c1"},
-    {false, 0.5, 0, "ppo_64x128_c1"},
-    {false, 1.0, 1024, "ppo_64x128_c1"},
-    {false, 1.0, 0, "ppo_64x64_c1"},
-    {false, 1e300, 2048, "pp_128x128_c1x2"},
-    {false, 2.0, 0, "ppo_64x128_c1"},
-    {false, 1e300, 0, "pp_128x128_c1x2_e64x128"},
-    {true, 0.5, 0, "pp_64x64_c1"},
-    {true, 1.0, 0, "pp_128x128_c1"},
-    {true, 2.0, 0, "coop_256x128_c2"},
-    {true, 1e300, 2048, "coop_256x128_c2"},
-    {true, 1e300, 0, "pp_128x128_c1"},
+    {false, 0.3, 0, kAnyK, "ppo_64x64_c1"},
+    {false, 0.5, 0, kAnyK, "ppo_64x128_c1"},
+    {false, 1.0, 1024, kAnyK, "ppo_64x128_c1"},
+    {false, 1.0, 0, kAnyK, "ppo_64x64_c1"},
+    {false, 1e300, 2048, kAnyK, "pp_128x128_c1x2"},
+    {false, 2.0, 0, kAnyK, "ppo_64x128_c1"},
+    {false, 1e300, 0, 512, "ppo_128x128_c1x2"},
+    {false, 1e300, 0, kAnyK, "pp_128x128_c1x2_e64x128"},
+    {true, 0.5, 0, kAnyK, "pp_64x64_c1"},
+    {true, 1.0, 0, kAnyK, "pp_128x128_c1"},
+    {true, 2.0, 0, kAnyK, "coop_256x128_c2"},
+    {true, 1e300, 2048, kAnyK, "coop_256x128_c2"},
+    {true, 1e300, 0, kAnyK, "pp_128x128_c1"},
 };
 
 // Few rows of W [N, K] on Hopper: the kernels with the operands swapped (ONNXFUSE_SM90_SWAP_TILES_*), which
@@ -182,7 +188,7 @@ int pick_regular(const GemmGeluArgs& a, const DeviceInfo& dev) {
     const bool tf32 = a.dtype == DType::kFloat32;
     for (int r = 0; r < kRuleCount; ++r) {
       const ShapeRule& rule = kShapeTable[r];
-      if (rule.tf32 != tf32 || waves > rule.max_waves || a.K < rule.min_k) continue;
+      if (rule.tf32 != tf32 || waves > rule.max_waves || a.K < rule.min_k || a.K > rule.max_k) continue;
       const RuleTactics& named = rule_tactics()[r];
       for (int j = 0; j < named.count; ++j)
         if (kTactics[named.index[j]].can_implement(a, dev)) return named.index[j];

@@ -39,12 +39,10 @@
 #define OFK_EXPLORE_TILES_K(X)                                        \
   X(pp_64x64_c2x1_e64x64, 64, 64, 64, 2, 1, kPingpong, 64, 64)        \
   X(pp_64x128_c2x1_e64x128, 64, 128, 64, 2, 1, kPingpong, 64, 128)
-// OFK_EXPLORE=sched, round 4: the overlapped ping-pong kernel (custom_ops/src/cuda/sm90_warp_epilogue_kernel.cuh)
-// on the 128x128 tile, where it ties with CUTLASS's ping-pong kernel, and what its 64x64 and 64x128 tiles
-// replaced: CUTLASS's ping-pong kernel on those tiles and the cooperative 128x192 tile of 1-2 waves
-// (lab/kernels/NOTES.md, v7).
+// OFK_EXPLORE=sched, round 4: what the overlapped ping-pong kernel's 64x64 and 64x128 tiles replaced: CUTLASS's
+// ping-pong kernel on those tiles (lab/kernels/NOTES.md, v7). Its 128x128 tile, measured here from v7 on, ships
+// since v8 (at K <= 512 beyond two waves).
 #define OFK_EXPLORE_TILES_L(X)                                              \
-  X(ppo_128x128_c1x2, 128, 128, 64, 1, 2, kOverlappedPingpong, 0, 0)        \
   X(pp_64x64_c1_e64x64, 64, 64, 64, 1, 1, kPingpong, 64, 64)                \
   X(pp_64x128_c1_e64x128, 64, 128, 64, 1, 1, kPingpong, 64, 128)
 #define OFK_EXPLORE_TILES_M(X) \
