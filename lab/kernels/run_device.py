@@ -447,15 +447,20 @@ def bit_identical(problem, ref, other):
     return bool(torch.equal(y.view(torch.int16), want.view(torch.int16)))
 
 
+def with_extra_tactics(d, M, K, N, x, w, b, y):
+    """The dispatch's tactic ``d``, then the fp16 W [N, K] tactics whose names match OFK_GROUPS_TACTICS (a regex)
+    and that take the problem."""
+    extra = os.environ.get("OFK_GROUPS_TACTICS")
+    return [d] + ([i for i, t in enumerate(TACTICS) if "_f16_tn_" in t and re.search(extra, t) and i != d and
+                   LIB.ofk_can_implement(i, *common("fp16", "erf", 1, 1, M, N, K, x, w, b, y))] if extra else [])
+
+
 def run_groups():
     """The activation in chained groups (sparser issue, same values) on the dispatch's tactic, and on the tactics
     whose names match OFK_GROUPS_TACTICS (a regex; e.g. the overlapped ping-pong kernel's "ppo_128")."""
     default = "1024x768x3072,4096x768x3072,6304x768x3072,16384x768x3072,4096x1024x4096,2048x4096x16384"
-    extra = os.environ.get("OFK_GROUPS_TACTICS")
     for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", default)):
-        tactics = [d] + ([i for i, t in enumerate(TACTICS) if "_f16_tn_" in t and re.search(extra, t) and i != d and
-                          LIB.ofk_can_implement(i, *common("fp16", "erf", 1, 1, M, N, K, x, w, b, y))]
-                         if extra else [])
+        tactics = with_extra_tactics(d, M, K, N, x, w, b, y)
         same = {}
         runs = {"cublas": lambda: gpu_us(lambda: torch.mm(x, w.t()), n=10)}
         for i in tactics:
@@ -582,11 +587,8 @@ def run_clocks():
 
 def run_forms():
     default = "4096x384x1536,32768x384x1536,4096x768x3072,16384x768x3072,4096x1024x4096"
-    extra = os.environ.get("OFK_GROUPS_TACTICS")
     for M, K, N, x, w, b, y, d in fp16_problems(os.environ.get("OFK_SCHED_SHAPES", default)):
-        tactics = [d] + ([i for i, t in enumerate(TACTICS) if "_f16_tn_" in t and re.search(extra, t) and i != d and
-                          LIB.ofk_can_implement(i, *common("fp16", "erf", 1, 1, M, N, K, x, w, b, y))]
-                         if extra else [])
+        tactics = with_extra_tactics(d, M, K, N, x, w, b, y)
         z = x.double() @ w.double().t() + b.double()
         unfused = {f: errors(act_lowp(x @ w.t() + b, f), act64(z, f))[0] for f in ("erf", "tanh")}
         accuracy = {}
