@@ -7,7 +7,8 @@ check   : every dtype x activation x transB x bias over aligned, misaligned, odd
           error vs a float64 reference against the unfused path's error (mm in the dtype, bias add, GELU:
           what ORT runs), with the output poisoned with NaN first.
 tactics : every tactic forced on a shape it takes: same check (a tactic the dispatch never picks still
-          has to be right); OFK_TACTICS_MATCH=substring checks only the tactics whose name has it.
+          has to be right); OFK_TACTICS_MATCH=substring checks only the tactics whose name has it, and
+          OFK_TACTICS_SHAPES="MxNxK,..." replaces the one problem (1000x1032x776: a tile per CTA) with others.
 fp16all : all 65,536 fp16 (and bf16) bit patterns through the GEMM (identity W), every activation: finite
           wherever float64 is finite.
 time    : GPU kernel time (CUPTI via torch.profiler, mean of 30 calls after 5 warm-up, as
@@ -195,12 +196,14 @@ def run_check():
 def run_tactics():
     bad = 0
     only = os.environ.get("OFK_TACTICS_MATCH", "")  # a substring: check just those tactics
+    # OFK_TACTICS_SHAPES="MxNxK,..." (default one problem of 72 tiles of 128x128: under a wave, a tile per CTA);
+    # more tiles than SMs reach what a persistent kernel does between tiles.
+    problems = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("OFK_TACTICS_SHAPES", "1000x1032x776").split(",")]
     for i, name in enumerate(TACTICS):
         if only not in name:
             continue
         for dt, tf32 in (("fp16", 1), ("bf16", 1), ("fp32", 1), ("fp32", 0)):
-            for trans_b in (1, 0):
-                M, N, K = 1000, 1032, 776
+            for trans_b, (M, N, K) in ((t, p) for t in (1, 0) for p in problems):
                 x, w, b = make(dt, M, N, K, trans_b, True)
                 y = torch.empty(M, N, device="cuda", dtype=DT[dt][1])
                 if not LIB.ofk_can_implement(i, *common(dt, "erf", trans_b, tf32, M, N, K, x, w, b, y)):
@@ -256,7 +259,12 @@ def run_sanitize():
     shapes = [(1, 8, 8), (7, 136, 72), (129, 264, 64), (65, 24, 136), (3, 131, 77), (2, 40, 0), (300, 520, 200)]
     if os.environ.get("OFK_SAN_SMALL"):  # racecheck is slow: one aligned and one odd shape
         shapes = [(129, 264, 64), (3, 131, 77)]
+    # OFK_SAN_SHAPES="MxNxK,..." adds problems; OFK_TACTICS_MATCH (a substring) sweeps just those tactics.
+    shapes += [tuple(int(v) for v in s.split("x")) for s in os.environ.get("OFK_SAN_SHAPES", "").split(",") if s]
+    only = os.environ.get("OFK_TACTICS_MATCH", "")
     for i, name in enumerate(TACTICS + ["dispatch"]):
+        if only not in name:
+            continue
         tactic = -1 if name == "dispatch" else i
         for dt, tf32 in (("fp16", 1), ("bf16", 1), ("fp32", 1), ("fp32", 0)):
             for trans_b in (1, 0):

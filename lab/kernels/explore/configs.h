@@ -2,7 +2,9 @@
 // a kernel configuration, float16 with W [N, K] (trans_b = 1). The schedule names one of the shipped
 // Sm90Schedule values (custom_ops/src/cuda/tactics.cuh: an Sm90Config, built by the shipped Sm90Kernel), or
 // kSplitNCooperative, the lab's split-N kernel (sm90_split_n_kernel.cuh: its own configuration type, which that
-// file's Sm90Kernel specialization builds; it has its own epilogue, so EpiM x EpiN are 0 x 0).
+// file's Sm90Kernel specialization builds; it has its own epilogue, so EpiM x EpiN are 0 x 0), or
+// kIntraOverlapCooperative, the lab's two-accumulator kernel (sm90_intra_overlap_kernel.cuh, the same way; there
+// EpiM is the k-blocks queued while an epilogue chunk runs, EpiN = 1 the serial control).
 // Light (no CUTLASS), like tactics.cuh: harness.cu names the tactics, explore.cu instantiates them.
 #pragma once
 
@@ -12,6 +14,9 @@ namespace ofk_explore {
 
 template <onnxfuse::cuda::DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN>
 struct Sm90SplitNConfig {};
+template <onnxfuse::cuda::DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int Ahead,
+          bool Serial>
+struct Sm90IntraOverlapConfig {};
 
 // The table entry of one candidate (its kernels are instantiated in explore.cu's object for its group).
 template <class Config>
@@ -33,3 +38,5 @@ constexpr onnxfuse::cuda::Tactic tactic(const char* name) {
 #define OFK_EXPLORE_CONFIG_kOverlappedPingpong OFK_EXPLORE_SHIPPED_CONFIG
 #define OFK_EXPLORE_CONFIG_kSplitNCooperative(TM, TN, TK, CM, CN, SCHED, EM, EN) \
   ofk_explore::Sm90SplitNConfig<onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN>
+#define OFK_EXPLORE_CONFIG_kIntraOverlapCooperative(TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  ofk_explore::Sm90IntraOverlapConfig<onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN, EM, EN != 0>

@@ -4,6 +4,7 @@
 #include "sm90_gemm_gelu.cuh"
 
 #include "configs.h"
+#include "sm90_intra_overlap_kernel.cuh"
 #include "sm90_split_n_kernel.cuh"
 #include "tiles.h"
 

@@ -55,6 +55,20 @@
   X(coopn_256x128_c1x2, 256, 128, 64, 1, 2, kSplitNCooperative, 0, 0)   \
   X(coopn_192x128_c1, 192, 128, 64, 1, 1, kSplitNCooperative, 0, 0)
 
+// OFK_EXPLORE=intra: issue #20's intra-warpgroup overlap (sm90_intra_overlap_kernel.cuh: two accumulator sets per
+// consumer warpgroup, the previous tile's epilogue run while the next tile's GMMAs execute), and CUTLASS's
+// cooperative kernel on the same tile, which runs the same main loop with its epilogue not overlapped
+// (lab/kernels/NOTES.md, v9).
+// Columns EpiM, EpiN of these lines: k-blocks of GMMAs queued while a chunk runs (1 or 2), and 1 for the control
+// that runs the same chunks before the next tile's main loop (no overlap).
+#define OFK_EXPLORE_TILES_O(X)                                              \
+  X(ico_128x128_c1x2, 128, 128, 64, 1, 2, kIntraOverlapCooperative, 1, 0)   \
+  X(ico2_128x128_c1x2, 128, 128, 64, 1, 2, kIntraOverlapCooperative, 2, 0)  \
+  X(icos_128x128_c1x2, 128, 128, 64, 1, 2, kIntraOverlapCooperative, 1, 1)
+#define OFK_EXPLORE_TILES_P(X)                                              \
+  X(ico_128x128_c1, 128, 128, 64, 1, 1, kIntraOverlapCooperative, 1, 0)     \
+  X(coop_128x128_c1x2, 128, 128, 64, 1, 2, kCooperative, 0, 0)
+
 // OFK_EXPLORE=epi: epilogue subtiles the shipped list does not use (its winners moved there).
 #define OFK_EXPLORE_TILES_F(X)                                              \
   X(pp_128x128_c1x2_e64x64, 128, 128, 64, 1, 2, kPingpong, 64, 64)          \
@@ -77,3 +91,4 @@
 #define OFK_EXPLORE_MODE_EPI(GROUP) GROUP(F) GROUP(G) GROUP(H) GROUP(I)
 #define OFK_EXPLORE_MODE_SCHED(GROUP) GROUP(E) GROUP(J) GROUP(K) GROUP(L) GROUP(M) GROUP(N)
 #define OFK_EXPLORE_MODE_GELU(GROUP) GROUP(L)
+#define OFK_EXPLORE_MODE_INTRA(GROUP) GROUP(O) GROUP(P)
