@@ -600,13 +600,14 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
     assert [_path_ran(large, x[:m]) for m in (1, 2, 16)] == ["gemv", "fused", "fused"]
     assert [_ran_swapped(large, x[:m]) for m in (2, 16)] == [True, True]
     # 16-bit with 5-16 rows of a W of 2^21 weights or more: the swapped kernel, then the regular one; below
-    # that size the regular kernel.
+    # that size the gemv kernel up to 8 rows, then the regular kernel.
     x, w_nk, b = make_inputs(rng, (17, 1024), 4096, "float16", 1, True)
     mid = cuda_session(path_model("float16", 1024, w_nk, b, "none", 1), library)
     assert [_path_ran(mid, x[:m]) for m in (4, 5, 16, 17)] == ["gemv", "fused", "fused", "fused"]
     assert [_ran_swapped(mid, x[:m]) for m in (5, 16, 17)] == [True, True, False]
     x, w_nk, b = make_inputs(rng, (16, 384), 1536, "float16", 1, True)
     small = cuda_session(path_model("float16", 384, w_nk, b, "none", 1), library)
+    assert [_path_ran(small, x[:m]) for m in (4, 5, 8, 9)] == ["gemv", "gemv", "gemv", "fused"]
     assert (_path_ran(small, x), _ran_swapped(small, x)) == ("fused", False)
     # float32 on a narrow, deep W (N < K): gemv at one and two rows where its rows are 16-byte vectors (exact,
     # within ORT's time), then the fallback; rows that are not (K = 4095) take the fallback at every row count.

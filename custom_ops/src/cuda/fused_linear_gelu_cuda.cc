@@ -84,11 +84,18 @@ constexpr int64_t kWeightBoundMinWeights = int64_t{1} << 25;
 // it the fused kernel is ahead (16x384x1536 3.6 / 4.0 fallback).
 constexpr int64_t kFewRowsFallbackMinWeights = int64_t{1} << 21;
 // The gemv kernel's measured reach (transB = 1, the layout the optimizer writes for constant weights): 16-bit
-// with up to 4 rows below kWeightBoundMinWeights weights, or one row of any W; float32 with up to 16 rows
-// below that size, or up to 4 rows of any W (8 columns per group at 4 rows: gemv_gelu.cu), where W is at
+// with up to 4 rows below kWeightBoundMinWeights weights (8 below kFewRowsFallbackMinWeights), or one row of any
+// W; float32 with up to 16 rows below that size, or up to 4 rows of any W (8 columns per group at 4 rows:
+// gemv_gelu.cu), where W is at
 // least as wide as it is deep (N >= K: the up-projections this op fuses; a narrow, deep W leaves too few
 // columns to spread over the SMs, but for one or two float32 rows: kGemvF32NarrowMaxRows).
 constexpr int64_t kGemv16BitMaxRows = 4;
+// A W below kFewRowsFallbackMinWeights gives 5-8 rows to the regular fused kernel otherwise (the swapped kernel
+// and the few-rows fallback start at that size), whose 64-row tiles compute 56+ rows that are not there: there the
+// gemv kernel takes 0.72-0.96x the fused kernel's time (bench/results/cuda_kernel_gemv_small_w_h200.md: fp16 and
+// bf16, 5-8 rows of eight W from 128x512 to 1024x1536; 8x384x1536 fp16 2.99 µs against 3.51, ORT 5.08), ties at
+// 640x2560 (0.97-1.03), and loses from 12 rows (1.27-1.52x from 2^19 weights on).
+constexpr int64_t kGemv16BitSmallWeightMaxRows = 8;
 constexpr int64_t kGemvF32MaxRows = 16;
 // float32 on a narrow, deep W (N < K) still takes the gemv kernel at one or two rows where its rows are 16-byte
 // vectors: exact fp32 where the fallback and ORT run TF32 (2 rows) or cuBLAS's own fp32 gemv. Rows that are
@@ -209,7 +216,9 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
     return a.M <= kGemvF32LargeWeightMaxRows || (cuda::gemv_uses_tf32(a) && a.M <= kGemvTf32MaxRows);
   }
   if (!cuda::gemv_reads_vectors(a)) return a.M <= kGemvUnaligned16BitMaxRows && a.N >= a.K && !large_w;
-  return a.M == 1 || (a.M <= kGemv16BitMaxRows && !large_w);
+  if (a.M == 1) return true;
+  if (a.K * a.N < kFewRowsFallbackMinWeights) return a.M <= kGemv16BitSmallWeightMaxRows;
+  return a.M <= kGemv16BitMaxRows && !large_w;
 }
 
 // Up to this many rows the gemv kernel, where it reaches, is ahead of the swapped few-rows kernels
