@@ -573,7 +573,7 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
             expect = auto_path if forced == "auto" else forced
             assert _path_ran(sess, x) == expect, f"cuda_path={forced} K={k} N={n}"
     # A few rows: the gemv kernel, forced in every dtype and layout; built in for transB = 1 (where it was
-    # measured) up to 4 rows, then (768 x 3072 is a W of 2^21+ weights) the fused path's swapped kernel up to 16
+    # measured) up to 4 rows, then (768 x 3072 is a W of 2^21+ weights) the fused path's swapped kernel up to 32
     # rows; transB = 0 takes the fallback.
     for dtype in DTYPES:
         for trans_b in (1, 0):
@@ -599,16 +599,20 @@ def test_forced_and_built_in_paths_by_kernel_names(library):
     large = cuda_session(path_model("float16", 4096, w_nk, b, "none", 1), library)
     assert [_path_ran(large, x[:m]) for m in (1, 2, 16)] == ["gemv", "fused", "fused"]
     assert [_ran_swapped(large, x[:m]) for m in (2, 16)] == [True, True]
-    # 16-bit with 5-16 rows of a W of 2^21 weights or more: the swapped kernel, then the regular one; below
-    # that size the gemv kernel up to 8 rows, then the regular kernel.
-    x, w_nk, b = make_inputs(rng, (17, 1024), 4096, "float16", 1, True)
+    # 16-bit with 5-32 rows of a W of 2^21 weights or more: the swapped kernel, then the regular one; from 2^18
+    # weights the gemv kernel up to 8 rows, the swapped kernel up to 32; below 2^18 the regular kernel after gemv.
+    x, w_nk, b = make_inputs(rng, (33, 1024), 4096, "float16", 1, True)
     mid = cuda_session(path_model("float16", 1024, w_nk, b, "none", 1), library)
-    assert [_path_ran(mid, x[:m]) for m in (4, 5, 16, 17)] == ["gemv", "fused", "fused", "fused"]
-    assert [_ran_swapped(mid, x[:m]) for m in (5, 16, 17)] == [True, True, False]
-    x, w_nk, b = make_inputs(rng, (16, 384), 1536, "float16", 1, True)
+    assert [_path_ran(mid, x[:m]) for m in (4, 5, 32, 33)] == ["gemv", "fused", "fused", "fused"]
+    assert [_ran_swapped(mid, x[:m]) for m in (5, 32, 33)] == [True, True, False]
+    x, w_nk, b = make_inputs(rng, (33, 384), 1536, "float16", 1, True)
     small = cuda_session(path_model("float16", 384, w_nk, b, "none", 1), library)
-    assert [_path_ran(small, x[:m]) for m in (4, 5, 8, 9)] == ["gemv", "gemv", "gemv", "fused"]
-    assert (_path_ran(small, x), _ran_swapped(small, x)) == ("fused", False)
+    assert [_path_ran(small, x[:m]) for m in (4, 5, 8, 9, 32, 33)] == ["gemv"] * 3 + ["fused"] * 3
+    assert [_ran_swapped(small, x[:m]) for m in (9, 32, 33)] == [True, True, False]
+    x, w_nk, b = make_inputs(rng, (9, 256), 512, "float16", 1, True)
+    tiny = cuda_session(path_model("float16", 256, w_nk, b, "none", 1), library)
+    assert [_path_ran(tiny, x[:m]) for m in (8, 9)] == ["gemv", "fused"]
+    assert not _ran_swapped(tiny, x)
     # float32 on a narrow, deep W (N < K): gemv at one and two rows where its rows are 16-byte vectors (exact,
     # within ORT's time), then the fallback; rows that are not (K = 4095) take the fallback at every row count.
     x, w_nk, b = make_inputs(rng, (16, 4096), 1024, "float32", 1, True)
@@ -963,10 +967,10 @@ def test_swapped_kernel_every_form_with_and_without_bias(library, dtype, bias):
     """The few-rows kernel with the operands swapped (Yᵀ = W·Xᵀ), built in from 5 rows: every form, with a bias
     and without one (its column broadcast reads a null bias as zeros), within ORT's error. 1000 x 3000 leaves a
     partial strip of W's rows (3000 = 46 x 64 + 56) and a partial last k block (1000 = 15 x 64 + 40 in 16-bit,
-    31 x 32 + 8 in TF32); 32 rows are two tiles of X's rows in float32."""
+    31 x 32 + 8 in TF32); 32 rows are two tiles of X's rows, 21 a full and a partial one."""
     rng = np.random.default_rng(zlib.crc32(f"swapped/{dtype}/{bias}".encode()))
     k, n = 1000, 3000
-    rows = (5, 16, 32) if dtype == "float32" else (5, 16)
+    rows = (5, 16, 21, 32)
     x_all, w_nk, b = make_inputs(rng, (max(rows), k), n, dtype, 1, bias)
     for approximate in ACTIVATIONS:
         sess = cuda_session(path_model(dtype, k, w_nk, b, approximate, 1), library)

@@ -180,10 +180,10 @@ bool StagedFallbackPays(const cuda::GemmGeluArgs& a) {
 // The built-in choice, where neither cuda_path nor a tuning table for this device decides. Measured on H200
 // (bench/results/cuda_kernel_gemv_h200.md and cuda_kernel_never_slower_h200.md: `bench/cuda_kernel.py --grid
 // never-slower --paths`; GPU µs by CUPTI, fused / fallback / gemv / ORT's unfused MatMul+Add+Gelu):
-//  - on Hopper, from 5 rows of a W [N, K] of 2^21 weights or more and at least as wide as deep, up to 16 rows in
-//    16-bit and 32-64 in float32 with TF32: the fused path, whose dispatch runs its few-rows kernels with the
-//    operands swapped (gemm_gelu_runs_swapped; the numbers in gemm_gelu_dispatch.cu); up to 4 rows the gemv
-//    kernel where it reaches (kGemvBeforeSwappedMaxRows). The rules below decide everything else:
+//  - on Hopper, few rows of a W [N, K] at least as wide as deep (16-bit: up to 32 rows of 2^18+ weights; float32
+//    with TF32: 2-32 rows of 2^21+, 64 of 2^25+): the fused path, whose dispatch runs its few-rows kernels with the
+//    operands swapped (gemm_gelu_runs_swapped; the numbers in gemm_gelu_dispatch.cu); before them the gemv
+//    kernel where it reaches, up to 4 rows or 8 (GemvBeforeSwappedMaxRows). The rules below decide everything else:
 //  - few rows, transB = 1: the gemv kernel: fp16 1x768x3072 5.1 / 4.5 / 2.5 / 5.5, 4x1024x4096 6.6 / 4.9 /
 //    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 16x768x3072 106 / 10.3 / 8.7 / 10.2, 16x1000x3000
 //    137 / 12.7 / 10.8 / 11.3, 2x4096x16384 491 / 85.9 / 65.5 / 70.7, 4x4096x16384 491 / 82.0 / 65.6 / 70.7
@@ -225,11 +225,21 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
 // (gemm_gelu_runs_swapped; GPU µs on H200, gemv / swapped: fp16 4x768x3072 3.4 / 4.1, 4x1024x4096 4.1 / 4.8;
 // float32 there is exact in the gemv kernel); from the next rows on they are (fp16 8x1024x4096 5.4 / 4.4, fp32
 // 8x768x3072 6.2 / 5.3, 16x1024x4096 10.7 / 5.9).
+// 16-bit on a W below kFewRowsFallbackMinWeights (where the swapped kernels run from 2^18 weights on), the gemv
+// kernel keeps its 8 rows: 5-8 rows in 0.72-0.90x the regular kernel's time where the swapped kernel takes
+// 0.80-0.97x (256x1024 to 1024x1536; bench/results/cuda_kernel_gemv_small_w_h200.md,
+// lab/results/kernels_v9_swap_rows_h200.txt), but at 640x2560, where the swapped kernel would be ahead (0.85x
+// against 0.97-1.02x).
 constexpr int64_t kGemvBeforeSwappedMaxRows = 4;
+
+int64_t GemvBeforeSwappedMaxRows(const cuda::GemmGeluArgs& a) {
+  const bool small_16bit_w = a.dtype != cuda::DType::kFloat32 && a.K * a.N < kFewRowsFallbackMinWeights;
+  return small_16bit_w ? kGemv16BitSmallWeightMaxRows : kGemvBeforeSwappedMaxRows;
+}
 
 CudaPath BuiltInPath(const cuda::GemmGeluArgs& a, const cuda::DeviceInfo& dev) {
   const bool swapped = cuda::gemm_gelu_runs_swapped(a, dev);
-  if (swapped && a.M > kGemvBeforeSwappedMaxRows) return CudaPath::kFused;
+  if (swapped && a.M > GemvBeforeSwappedMaxRows(a)) return CudaPath::kFused;
   if (GemvReaches(a)) return CudaPath::kGemv;
   if (swapped) return CudaPath::kFused;
   if (a.dtype == cuda::DType::kFloat32) {

@@ -107,20 +107,24 @@ constexpr ShapeRule kShapeTable[] = {
 // Few rows of W [N, K] on Hopper: the kernels with the operands swapped (ONNXFUSE_SM90_SWAP_TILES_*), which
 // read W once and compute only the rows that exist. Measured on H200, GPU us back to back, erf form, swapped /
 // the regular kernel / the fallback (lab/kernels/NOTES.md, "Swap-AB for few rows"; the never-slower grids):
-//  - W of 2^21 weights or more (kSwapMinWeights): below it a call is launch-bound and the regular 64x64 tiles
-//    are as quick (16x384x1536 fp16 3.6); and at least as wide as deep (N >= K, the up-projections this op
-//    fuses, where it was measured): a narrow, deep W has too few strips of rows to spread over the SMs;
-//  - 16-bit up to 16 rows (kSwap16BitMaxRows): 16x1024x4096 4.3 / 6.2 / 6.4, 8x768x3072 4.0 / 5.0 / 4.5,
-//    8x4096x16384 34.9 / 38.7 / 37.9; at 64 rows the regular kernel is ahead (4096x16384: 37.5 / 35.4);
+//  - W at least as wide as deep (N >= K, the up-projections this op fuses, where it was measured): a narrow, deep
+//    W has too few strips of rows to spread over the SMs;
+//  - 16-bit up to 32 rows (kSwap16BitMaxRows) of a W of 2^18 weights or more (kSwap16BitMinWeights):
+//    16x1024x4096 4.3 / 6.2 / 6.4, 8x768x3072 4.0 / 5.0 / 4.5, 8x4096x16384 34.9 / 38.7 / 37.9; swapped ÷ regular
+//    at 9-32 rows 0.80-0.98 for every W from 256x1024 to 4096x16384 (lab/results/kernels_v9_swap_rows_h200.txt);
+//    at 40-48 rows a tie below 2^21 weights and 1.19-1.26 from 768x3072 on, at 64 rows the regular kernel is ahead
+//    (4096x16384: 37.5 / 35.4). Below 2^18 weights a call is launch-bound and the two are as quick. (At 5-8 rows
+//    of a W below 2^21 weights the op's gemv kernel runs before either: fused_linear_gelu_cuda.cc.)
 //  - float32 on TF32 from 2 rows (kSwapF32MinRows): at one row ORT's MatMul runs cuBLAS's exact fp32 matrix-vector
 //    kernel (rel-L2 1.5e-7 at 1x768x3072 against TF32's 3e-4 from two rows on), as the strict kernel does;
 //  - float32 on TF32 up to 32 rows (kSwapF32MaxRows) on 64-row strips: 16x1024x4096 5.9 / strict 139 / 10.5;
 //    at 64 rows a tie with the regular kernel (768x3072: 6.7 / 6.8), which keeps them;
 //  - float32 on TF32 up to 64 rows of a W of 2^25+ weights (kSwapLargeWeights) on 128x32 cooperative tiles:
 //    16x4096x16384 66.4 / strict 577 / 75.2, 64 rows 69.2 / 97.6 / 74.4.
-constexpr int64_t kSwapMinWeights = int64_t{1} << 21;
+constexpr int64_t kSwapMinWeights = int64_t{1} << 21;  // float32
 constexpr int64_t kSwapLargeWeights = int64_t{1} << 25;
-constexpr int64_t kSwap16BitMaxRows = 16;
+constexpr int64_t kSwap16BitMinWeights = int64_t{1} << 18;
+constexpr int64_t kSwap16BitMaxRows = 32;
 constexpr int64_t kSwapF32MinRows = 2;
 constexpr int64_t kSwapF32MaxRows = 32;
 constexpr int64_t kSwapF32LargeWeightMaxRows = 64;
@@ -164,17 +168,18 @@ int find_tactic(const char* name) {
 // The swapped tactic the few-rows rule names for these arguments, or -1 (no rule, or the tile cannot take the
 // problem: not Hopper, W [K, N], rows that are not 16-byte vectors, float32 without TF32).
 int pick_swapped(const GemmGeluArgs& a, const DeviceInfo& dev) {
-  if (!a.trans_b || a.M <= 0 || a.K <= 0 || a.N < a.K || a.K * a.N < kSwapMinWeights) return -1;
+  if (!a.trans_b || a.M <= 0 || a.K <= 0 || a.N < a.K) return -1;
+  const int64_t weights = a.K * a.N;
   static const int f16 = find_tactic("sm90_f16_tn_swap_64x16_pp"), bf16 = find_tactic("sm90_bf16_tn_swap_64x16_pp"),
                    tf32_strips = find_tactic("sm90_tf32_tn_swap_64x16_pp"),
                    tf32_wide = find_tactic("sm90_tf32_tn_swap_128x32_coop");
   int tactic = -1;
   if (a.dtype == DType::kFloat32) {
-    const bool large_w = a.K * a.N >= kSwapLargeWeights;
-    if (a.M < kSwapF32MinRows) return -1;
+    const bool large_w = weights >= kSwapLargeWeights;
+    if (weights < kSwapMinWeights || a.M < kSwapF32MinRows) return -1;
     if (large_w && a.M <= kSwapF32LargeWeightMaxRows) tactic = tf32_wide;
     else if (!large_w && a.M <= kSwapF32MaxRows) tactic = tf32_strips;
-  } else if (a.M <= kSwap16BitMaxRows) {
+  } else if (weights >= kSwap16BitMinWeights && a.M <= kSwap16BitMaxRows) {
     tactic = a.dtype == DType::kFloat16 ? f16 : bf16;
   }
   return tactic >= 0 && kTactics[tactic].can_implement(a, dev) ? tactic : -1;
