@@ -69,6 +69,34 @@ void set_bias_activation_epilogue(typename GemmKernel::Arguments& args, const Ge
   args.epilogue.dD = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, cute::make_shape(rows, cols, 1));
 }
 
+// What every sm90 kernel of Y = act(X·Wᵀ + bias) here takes from `a` but its epilogue: the problem, X and W for
+// the main loop, the device, and the persistent tile walk (the swizzle for TileM x TileN tiles in clusters of
+// ClusterM x ClusterN; stream-K kernels let the lab's hook adjust their decomposition).
+template <class GemmKernel, class Element, bool kStreamK = false>
+typename GemmKernel::Arguments sm90_mainloop_arguments(const GemmGeluArgs& a, const DeviceInfo& dev, int tile_m,
+                                                       int tile_n, int cluster_m, int cluster_n) {
+  const int M = static_cast<int>(a.M), N = static_cast<int>(a.N), K = static_cast<int>(a.K);
+  using StrideA = typename GemmKernel::StrideA;
+  using StrideB = typename GemmKernel::StrideB;
+  const StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
+  const StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
+  typename GemmKernel::Arguments args{};
+  args.problem_shape = {M, N, K, 1};
+  args.mainloop = {static_cast<const Element*>(a.x), stride_a, static_cast<const Element*>(a.w), stride_b};
+  args.hw_info.device_id = dev.device;
+  args.hw_info.sm_count = dev.sm_count;
+  args.scheduler.max_swizzle_size = sm90_swizzle(a, dev, tile_m, tile_n, cluster_m, cluster_n);
+  hooks::adjust_sm90_scheduler<kStreamK>(args.scheduler);
+  return args;
+}
+
+// The per-warp epilogue's parameters (our kernel layer, sm90_warp_epilogue.cuh): Y, the bias, the activation.
+template <class EpilogueParams, class Element>
+EpilogueParams sm90_warp_epilogue_params(const GemmGeluArgs& a) {
+  const int M = static_cast<int>(a.M), N = static_cast<int>(a.N);
+  return {static_cast<Element*>(a.y), N, static_cast<const Element*>(a.bias), M, N, activation_params(a)};
+}
+
 template <class Config>
 struct Sm90Kernel;
 
@@ -145,25 +173,14 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
   }
 
   static typename GemmKernel::Arguments make_arguments(const GemmGeluArgs& a, const DeviceInfo& dev) {
-    const int M = static_cast<int>(a.M), N = static_cast<int>(a.N), K = static_cast<int>(a.K);
-    using StrideA = typename GemmKernel::StrideA;
-    using StrideB = typename GemmKernel::StrideB;
-    const StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
-    const StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
-
-    typename GemmKernel::Arguments args{};
-    args.problem_shape = {M, N, K, 1};
-    args.mainloop = {static_cast<const Element*>(a.x), stride_a, static_cast<const Element*>(a.w), stride_b};
+    auto args = sm90_mainloop_arguments<GemmKernel, Element, S == Sm90Schedule::kStreamK>(a, dev, TileM, TileN,
+                                                                                         ClusterM, ClusterN);
     if constexpr (kOwnKernel) {
-      args.epilogue = {static_cast<Element*>(a.y), N, static_cast<const Element*>(a.bias), M, N, activation_params(a)};
+      args.epilogue = sm90_warp_epilogue_params<decltype(args.epilogue), Element>(a);
     } else {
       args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-      set_bias_activation_epilogue<GemmKernel, Element>(args, a, M, N);
+      set_bias_activation_epilogue<GemmKernel, Element>(args, a, static_cast<int>(a.M), static_cast<int>(a.N));
     }
-    args.hw_info.device_id = dev.device;
-    args.hw_info.sm_count = dev.sm_count;
-    args.scheduler.max_swizzle_size = sm90_swizzle(a, dev, TileM, TileN, ClusterM, ClusterN);
-    hooks::adjust_sm90_scheduler<S == Sm90Schedule::kStreamK>(args.scheduler);
     return args;
   }
 };

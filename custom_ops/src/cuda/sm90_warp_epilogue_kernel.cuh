@@ -36,11 +36,12 @@ constexpr int sm90_warp_epilogue_smem_bytes() {
   return kSm90ConsumerWarps * Sm90WarpEpilogue<Element, TileN>::kStageElements * static_cast<int>(sizeof(Element));
 }
 
-template <class CollectiveMainloop_, class Element_>
-class Sm90WarpEpilogueKernel {
- public:
+// CUTLASS's kernel interface as every kernel of this layer presents it to its tactic (sm90_gemm_gelu.cuh) and to
+// cutlass::device_kernel: the arguments and parameters (the main-loop collective's, the epilogue's own, the
+// persistent tile scheduler's), the checks, and the launch shape. A kernel adds its roles and its shared storage.
+template <class CollectiveMainloop_, class EpilogueParams, int kMmaWarpGroups_>
+struct Sm90KernelLayerInterface {
   using CollectiveMainloop = CollectiveMainloop_;
-  using Element = Element_;
   using TileShape = typename CollectiveMainloop::TileShape;
   using TiledMma = typename CollectiveMainloop::TiledMma;
   using ClusterShape = typename CollectiveMainloop::DispatchPolicy::ClusterShape;
@@ -50,44 +51,21 @@ class Sm90WarpEpilogueKernel {
   using TileScheduler = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
-  using Epilogue = Sm90WarpEpilogue<Element, kTileN>;
-
-  static constexpr int kMmaWarpGroups = 2;  // one tile each: the CTA's consumers work on two tiles at once
-  static constexpr int kConsumerWarps = kSm90ConsumerWarps;
+  static constexpr int kMmaWarpGroups = kMmaWarpGroups_;
   static constexpr uint32_t MaxThreadsPerBlock = (1 + kMmaWarpGroups) * cutlass::NumThreadsPerWarpGroup;
   static constexpr uint32_t MinBlocksPerMultiprocessor = 1;
-  // The producer warpgroup gives registers to the consumers (setmaxnreg), as in CUTLASS's ping-pong kernel:
-  // 128 fp32 accumulators per consumer thread for a 128x128 tile.
-  static constexpr uint32_t kLoadRegisters = 40;
-  static constexpr uint32_t kMmaRegisters = 232;
-  // The main loops' turns on the Tensor Cores: warpgroup 0, 1, 0, 1, ...
-  using MmaOrderBarrier = cutlass::OrderedSequenceBarrier<1, kMmaWarpGroups>;
-
-  struct SharedStorage {
-    struct PipelineStorage : cute::aligned_struct<16, cute::_1> {
-      alignas(16) typename CollectiveMainloop::PipelineStorage mainloop;
-      alignas(16) typename MmaOrderBarrier::SharedStorage mma_order;
-    } pipelines;
-    struct TensorStorage : cute::aligned_struct<128, cute::_1> {
-      typename CollectiveMainloop::TensorStorage mainloop;
-      alignas(128) cute::array_aligned<Element, kConsumerWarps * Epilogue::kStageElements> epilogue;
-      static_assert(sizeof(epilogue) == sm90_warp_epilogue_smem_bytes<Element, kTileN>());
-    } tensors;
-  };
-  static constexpr int SharedStorageSize = sizeof(SharedStorage);
-  static_assert(SharedStorageSize <= 227 * 1024, "over the H100/H200 shared memory per block");
 
   struct Arguments {
     ProblemShape problem_shape{};
     typename CollectiveMainloop::Arguments mainloop{};
-    typename Epilogue::Params epilogue{};
+    EpilogueParams epilogue{};
     cutlass::KernelHardwareInfo hw_info{};
     typename TileScheduler::Arguments scheduler{};
   };
   struct Params {
     ProblemShape problem_shape{};
     typename CollectiveMainloop::Params mainloop{};
-    typename Epilogue::Params epilogue{};
+    EpilogueParams epilogue{};
     cutlass::KernelHardwareInfo hw_info{};
     typename TileScheduler::Params scheduler{};
   };
@@ -121,6 +99,55 @@ class Sm90WarpEpilogueKernel {
                                          params.hw_info, args);
   }
   static dim3 get_block_shape() { return dim3(MaxThreadsPerBlock, 1, 1); }
+};
+
+// The names a kernel of this layer takes from its interface (a dependent base: not found without these).
+#define ONNXFUSE_SM90_KERNEL_LAYER_NAMES(Interface)                    \
+  using typename Interface::CollectiveMainloop;                         \
+  using typename Interface::TileShape;                                  \
+  using typename Interface::TiledMma;                                   \
+  using typename Interface::ClusterShape;                               \
+  using typename Interface::TileScheduler;                              \
+  using typename Interface::Params;                                     \
+  using Interface::kTileM;                                              \
+  using Interface::kTileN;                                              \
+  using Interface::kMmaWarpGroups
+
+// Two consumer warpgroups, one tile each: the CTA's consumers work on two tiles at once.
+template <class CollectiveMainloop, class Element>
+using Sm90WarpEpilogueInterface = Sm90KernelLayerInterface<
+    CollectiveMainloop,
+    typename Sm90WarpEpilogue<Element, cute::size<1>(typename CollectiveMainloop::TileShape{})>::Params, 2>;
+
+template <class CollectiveMainloop_, class Element_>
+class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainloop_, Element_> {
+ public:
+  using Interface = Sm90WarpEpilogueInterface<CollectiveMainloop_, Element_>;
+  ONNXFUSE_SM90_KERNEL_LAYER_NAMES(Interface);
+  using Element = Element_;
+  using Epilogue = Sm90WarpEpilogue<Element, kTileN>;
+
+  static constexpr int kConsumerWarps = kSm90ConsumerWarps;
+  // The producer warpgroup gives registers to the consumers (setmaxnreg), as in CUTLASS's ping-pong kernel:
+  // 128 fp32 accumulators per consumer thread for a 128x128 tile.
+  static constexpr uint32_t kLoadRegisters = 40;
+  static constexpr uint32_t kMmaRegisters = 232;
+  // The main loops' turns on the Tensor Cores: warpgroup 0, 1, 0, 1, ...
+  using MmaOrderBarrier = cutlass::OrderedSequenceBarrier<1, kMmaWarpGroups>;
+
+  struct SharedStorage {
+    struct PipelineStorage : cute::aligned_struct<16, cute::_1> {
+      alignas(16) typename CollectiveMainloop::PipelineStorage mainloop;
+      alignas(16) typename MmaOrderBarrier::SharedStorage mma_order;
+    } pipelines;
+    struct TensorStorage : cute::aligned_struct<128, cute::_1> {
+      typename CollectiveMainloop::TensorStorage mainloop;
+      alignas(128) cute::array_aligned<Element, kConsumerWarps * Epilogue::kStageElements> epilogue;
+      static_assert(sizeof(epilogue) == sm90_warp_epilogue_smem_bytes<Element, kTileN>());
+    } tensors;
+  };
+  static constexpr int SharedStorageSize = sizeof(SharedStorage);
+  static_assert(SharedStorageSize <= 227 * 1024, "over the H100/H200 shared memory per block");
 
   CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -65,26 +65,21 @@ struct Sm90SplitNMainloop {
 };
 
 template <class CollectiveMainloop_, class Element_>
-class Sm90SplitNKernel {
+class Sm90SplitNKernel
+    : public onnxfuse::cuda::Sm90KernelLayerInterface<
+          CollectiveMainloop_,
+          typename onnxfuse::cuda::Sm90WarpEpilogue<Element_, cute::size<1>(typename CollectiveMainloop_::TileShape{}) / 2>::Params,
+          2> {
  public:
-  using CollectiveMainloop = CollectiveMainloop_;
+  using Interface = onnxfuse::cuda::Sm90KernelLayerInterface<
+      CollectiveMainloop_,
+      typename onnxfuse::cuda::Sm90WarpEpilogue<Element_, cute::size<1>(typename CollectiveMainloop_::TileShape{}) / 2>::Params,
+      2>;  // both consumer warpgroups on every tile, side by side along N
+  ONNXFUSE_SM90_KERNEL_LAYER_NAMES(Interface);
   using Element = Element_;
-  using TileShape = typename CollectiveMainloop::TileShape;
-  using TiledMma = typename CollectiveMainloop::TiledMma;
-  using ClusterShape = typename CollectiveMainloop::DispatchPolicy::ClusterShape;
-  using StrideA = typename CollectiveMainloop::StrideA;
-  using StrideB = typename CollectiveMainloop::StrideB;
-  using ProblemShape = cute::Shape<int, int, int, int>;  // M, N, K, L (L = 1)
-  using TileScheduler = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
-  static constexpr int kTileM = cute::size<0>(TileShape{});
-  static constexpr int kTileN = cute::size<1>(TileShape{});
   static constexpr int kGroupTileN = kTileN / 2;  // the columns of a tile one consumer warpgroup computes and stores
   using Epilogue = onnxfuse::cuda::Sm90WarpEpilogue<Element, kGroupTileN>;
-
-  static constexpr int kMmaWarpGroups = 2;
   static constexpr int kConsumerWarps = onnxfuse::cuda::kSm90ConsumerWarps;
-  static constexpr uint32_t MaxThreadsPerBlock = (1 + kMmaWarpGroups) * cutlass::NumThreadsPerWarpGroup;
-  static constexpr uint32_t MinBlocksPerMultiprocessor = 1;
   static constexpr uint32_t kLoadRegisters = 40;  // the producer gives registers to the consumers, as shipped
   static constexpr uint32_t kMmaRegisters = 232;
 
@@ -100,51 +95,6 @@ class Sm90SplitNKernel {
   };
   static constexpr int SharedStorageSize = sizeof(SharedStorage);
   static_assert(SharedStorageSize <= 227 * 1024, "over the H100/H200 shared memory per block");
-
-  struct Arguments {
-    ProblemShape problem_shape{};
-    typename CollectiveMainloop::Arguments mainloop{};
-    typename Epilogue::Params epilogue{};
-    cutlass::KernelHardwareInfo hw_info{};
-    typename TileScheduler::Arguments scheduler{};
-  };
-  struct Params {
-    ProblemShape problem_shape{};
-    typename CollectiveMainloop::Params mainloop{};
-    typename Epilogue::Params epilogue{};
-    cutlass::KernelHardwareInfo hw_info{};
-    typename TileScheduler::Params scheduler{};
-  };
-
-  static bool can_implement(Arguments const& args) {
-    return CollectiveMainloop::can_implement(args.problem_shape, args.mainloop) &&
-           TileScheduler::can_implement(args.scheduler);
-  }
-  static size_t get_workspace_size(Arguments const&) { return 0; }
-  static cutlass::Status initialize_workspace(Arguments const&, void* = nullptr, cudaStream_t = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-
-  static Params to_underlying_arguments(Arguments const& args, void*) {
-    cutlass::KernelHardwareInfo hw_info{args.hw_info.device_id, args.hw_info.sm_count, 0};
-    if (hw_info.sm_count <= 0)
-      hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(hw_info.device_id);
-    return {args.problem_shape, CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, nullptr),
-            args.epilogue, hw_info,
-            TileScheduler::to_underlying_arguments(args.problem_shape, TileShape{}, ClusterShape{}, hw_info,
-                                                   args.scheduler, nullptr)};
-  }
-
-  static dim3 get_grid_shape(Params const& params) {
-    typename TileScheduler::Arguments args{};
-    args.max_swizzle_size = 1 << params.scheduler.log_swizzle_size_;
-    args.raster_order = params.scheduler.raster_order_ == TileScheduler::RasterOrder::AlongN
-                            ? TileScheduler::RasterOrderOptions::AlongN
-                            : TileScheduler::RasterOrderOptions::AlongM;
-    return TileScheduler::get_grid_shape(params.scheduler, params.problem_shape, TileShape{}, ClusterShape{},
-                                         params.hw_info, args);
-  }
-  static dim3 get_block_shape() { return dim3(MaxThreadsPerBlock, 1, 1); }
 
   CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -266,19 +216,8 @@ struct Sm90Kernel<ofk_explore::Sm90SplitNConfig<D, TransB, TileM, TileN, TileK, 
   }
 
   static typename GemmKernel::Arguments make_arguments(const GemmGeluArgs& a, const DeviceInfo& dev) {
-    const int M = static_cast<int>(a.M), N = static_cast<int>(a.N), K = static_cast<int>(a.K);
-    using StrideA = typename GemmKernel::StrideA;
-    using StrideB = typename GemmKernel::StrideB;
-    const StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
-    const StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
-    typename GemmKernel::Arguments args{};
-    args.problem_shape = {M, N, K, 1};
-    args.mainloop = {static_cast<const Element*>(a.x), stride_a, static_cast<const Element*>(a.w), stride_b};
-    args.epilogue = {static_cast<Element*>(a.y), N, static_cast<const Element*>(a.bias), M, N, activation_params(a)};
-    args.hw_info.device_id = dev.device;
-    args.hw_info.sm_count = dev.sm_count;
-    args.scheduler.max_swizzle_size = sm90_swizzle(a, dev, TileM, TileN, ClusterM, ClusterN);
-    hooks::adjust_sm90_scheduler<false>(args.scheduler);
+    auto args = sm90_mainloop_arguments<GemmKernel, Element>(a, dev, TileM, TileN, ClusterM, ClusterN);
+    args.epilogue = sm90_warp_epilogue_params<decltype(args.epilogue), Element>(a);
     return args;
   }
 };
