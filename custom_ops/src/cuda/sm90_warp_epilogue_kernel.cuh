@@ -99,6 +99,60 @@ struct Sm90KernelLayerInterface {
                                          params.hw_info, args);
   }
   static dim3 get_block_shape() { return dim3(MaxThreadsPerBlock, 1, 1); }
+
+  // Device side, what every kernel of the layer does the same way.
+  using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
+
+  // The main loop's stage pipeline: warp 0 of warpgroup 0 produces (TMA loads), the consumer warpgroups consume,
+  // and `consumer_threads` of them release each stage (one warpgroup where each has its own tiles, both where they
+  // share every tile).
+  CUTLASS_DEVICE static MainloopPipeline make_pipeline(typename CollectiveMainloop::PipelineStorage& storage,
+                                                       Params const& params, bool producer_warp, bool consumer,
+                                                       int consumer_threads) {
+    typename MainloopPipeline::Params pipeline_params;
+    if (producer_warp) pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
+    if (consumer) pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
+    pipeline_params.is_leader = int(threadIdx.x) % cutlass::NumThreadsPerWarpGroup == 0;
+    pipeline_params.num_consumers = consumer_threads;
+    pipeline_params.num_producers = CollectiveMainloop::NumProducerThreadEvents;
+    pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
+    return MainloopPipeline(storage, pipeline_params, ClusterShape{});
+  }
+
+  // Barrier initialization must be visible to every CTA of the cluster before anyone uses it: arrives now; the
+  // returned function waits.
+  CUTLASS_DEVICE static auto cluster_arrive() {
+    if constexpr (cute::size(ClusterShape{}) > 1) {
+      cute::cluster_arrive_relaxed();
+      return [] { cute::cluster_wait(); };
+    } else {
+      __syncthreads();
+      return [] {};
+    }
+  }
+
+  // The producer warp's whole part: the TMA loads of every tile this CTA computes, in the scheduler's order from
+  // `work`, then the wait that keeps the CTA alive until the consumers have released every stage (cluster peers
+  // multicast into it).
+  template <class LoadInputs, class WorkTile>
+  CUTLASS_DEVICE static void produce(Params const& params, CollectiveMainloop& mainloop, MainloopPipeline& pipeline,
+                                     LoadInputs& load_inputs, TileScheduler& scheduler, WorkTile work, int lane,
+                                     typename CollectiveMainloop::TensorStorage& storage) {
+    using namespace cute;
+    Tensor gA_mkl = get<0>(load_inputs);  // (BLK_M, BLK_K, m, k, l)
+    Tensor gB_nkl = get<1>(load_inputs);  // (BLK_N, BLK_K, n, k, l)
+    const auto k_tiles = size<3>(gA_mkl);
+    auto produce_state = cutlass::make_producer_start_state<MainloopPipeline>();
+    for (; work.is_valid(); work = scheduler.get_current_work()) {
+      const auto block_coord = make_coord(idx2crd(work.M_idx, shape<2>(gA_mkl)), idx2crd(work.N_idx, shape<2>(gB_nkl)),
+                                          _, idx2crd(work.L_idx, shape<4>(gB_nkl)));
+      mainloop.load(params.mainloop, pipeline, produce_state, load_inputs, block_coord,
+                    cute::make_coord_iterator(shape<3>(gA_mkl)), k_tiles, lane, cute::block_rank_in_cluster(), storage);
+      produce_state.advance(k_tiles);
+      scheduler.advance_to_next_work();
+    }
+    mainloop.load_tail(pipeline, produce_state);
+  }
 };
 
 // The names a kernel of this layer takes from its interface (a dependent base: not found without these).
@@ -109,6 +163,7 @@ struct Sm90KernelLayerInterface {
   using typename Interface::ClusterShape;                               \
   using typename Interface::TileScheduler;                              \
   using typename Interface::Params;                                     \
+  using typename Interface::MainloopPipeline;                           \
   using Interface::kTileM;                                              \
   using Interface::kTileN;                                              \
   using Interface::kMmaWarpGroups
@@ -162,42 +217,24 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
 
     if (warp == 0 && cute::elect_one_sync()) CollectiveMainloop::prefetch_tma_descriptors(params.mainloop);
 
-    using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
-    typename MainloopPipeline::Params pipeline_params;
-    if (role == Role::Producer && warp_in_group == 0) pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
-    if (role != Role::Producer) pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
-    pipeline_params.is_leader = group_thread == 0;
     // One warpgroup consumes each stage: the one whose tile it belongs to.
-    pipeline_params.num_consumers = cutlass::NumThreadsPerWarpGroup;
-    pipeline_params.num_producers = CollectiveMainloop::NumProducerThreadEvents;
-    pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
-    MainloopPipeline pipeline(shared.pipelines.mainloop, pipeline_params, ClusterShape{});
+    MainloopPipeline pipeline = Interface::make_pipeline(shared.pipelines.mainloop, params,
+                                                         role == Role::Producer && warp_in_group == 0,
+                                                         role != Role::Producer, cutlass::NumThreadsPerWarpGroup);
 
     typename MmaOrderBarrier::Params order_params;
     order_params.group_id = cutlass::canonical_warp_group_idx() - static_cast<int>(Role::Consumer0);
     order_params.group_size = cutlass::NumThreadsPerWarpGroup;
     MmaOrderBarrier mma_order(shared.pipelines.mma_order, order_params);
 
-    // Barrier initialization must be visible to every CTA of the cluster before anyone uses it.
-    auto cluster_wait = [] {
-      if constexpr (size(ClusterShape{}) > 1) {
-        cute::cluster_arrive_relaxed();
-        return [] { cute::cluster_wait(); };
-      } else {
-        __syncthreads();
-        return [] {};
-      }
-    }();
+    auto cluster_wait = Interface::cluster_arrive();
 
     CollectiveMainloop mainloop;
     const auto problem = params.problem_shape;
     auto load_inputs = mainloop.load_init(problem, params.mainloop);
-    Tensor gA_mkl = get<0>(load_inputs);  // (BLK_M, BLK_K, m, k, l)
-    Tensor gB_nkl = get<1>(load_inputs);  // (BLK_N, BLK_K, n, k, l)
-    const auto k_tiles = size<3>(gA_mkl);
+    const auto k_tiles = size<3>(get<0>(load_inputs));  // A's tiles: (BLK_M, BLK_K, m, k, l)
 
     typename CollectiveMainloop::PipelineState consume_state;
-    auto produce_state = cutlass::make_producer_start_state<MainloopPipeline>();
     TileScheduler scheduler{params.scheduler};
     if (role == Role::Consumer1) {  // the second warpgroup starts one tile and its stages later
       scheduler.advance_to_next_work();
@@ -206,24 +243,10 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
     auto work = scheduler.initial_work_tile_info(ClusterShape{});
     cluster_wait();
 
-    auto block_coord = [&](auto const& w) {
-      return make_coord(idx2crd(w.M_idx, shape<2>(gA_mkl)), idx2crd(w.N_idx, shape<2>(gB_nkl)), _,
-                        idx2crd(w.L_idx, shape<4>(gB_nkl)));
-    };
-
     if (role == Role::Producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
-      if (warp_in_group == 0) {
-        for (; work.is_valid(); work = scheduler.get_current_work()) {
-          mainloop.load(params.mainloop, pipeline, produce_state, load_inputs, block_coord(work),
-                        cute::make_coord_iterator(shape<3>(gA_mkl)), k_tiles, lane, cute::block_rank_in_cluster(),
-                        shared.tensors.mainloop);
-          produce_state.advance(k_tiles);
-          scheduler.advance_to_next_work();
-        }
-        // Keep the CTA alive until the consumers have released every stage (cluster peers multicast into it).
-        mainloop.load_tail(pipeline, produce_state);
-      }
+      if (warp_in_group == 0)
+        Interface::produce(params, mainloop, pipeline, load_inputs, scheduler, work, lane, shared.tensors.mainloop);
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
       TiledMma tiled_mma;

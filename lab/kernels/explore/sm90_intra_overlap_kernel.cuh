@@ -40,6 +40,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "configs.h"
+#include "kernel_layer_tactic.cuh"
 #include "sm90_gemm_gelu.cuh"
 #include "sm90_warp_epilogue.cuh"
 #include "sm90_warp_epilogue_kernel.cuh"
@@ -215,61 +216,30 @@ class Sm90IntraOverlapKernel
     const int lane = cutlass::canonical_lane_idx();
     const int warp = cutlass::canonical_warp_idx_sync();
     const int warp_in_group = warp % cutlass::NumWarpsPerWarpGroup;
-    const int group_thread = int(threadIdx.x) % cutlass::NumThreadsPerWarpGroup;
     const auto role = Role(cutlass::canonical_warp_group_idx());
 
     if (warp == 0 && cute::elect_one_sync()) CollectiveMainloop::prefetch_tma_descriptors(params.mainloop);
 
-    using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
-    typename MainloopPipeline::Params pipeline_params;
-    if (role == Role::Producer && warp_in_group == 0) pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
-    if (role != Role::Producer) pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
-    pipeline_params.is_leader = group_thread == 0;
-    pipeline_params.num_consumers = kMmaWarpGroups * cutlass::NumThreadsPerWarpGroup;  // both consume every stage
-    pipeline_params.num_producers = CollectiveMainloop::NumProducerThreadEvents;
-    pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
-    MainloopPipeline pipeline(shared.pipelines.mainloop, pipeline_params, ClusterShape{});
-
-    auto cluster_wait = [] {
-      if constexpr (size(ClusterShape{}) > 1) {
-        cute::cluster_arrive_relaxed();
-        return [] { cute::cluster_wait(); };
-      } else {
-        __syncthreads();
-        return [] {};
-      }
-    }();
+    MainloopPipeline pipeline = Interface::make_pipeline(shared.pipelines.mainloop, params,
+                                                         role == Role::Producer && warp_in_group == 0,
+                                                         role != Role::Producer,  // both consume every stage
+                                                         kMmaWarpGroups * cutlass::NumThreadsPerWarpGroup);
+    auto cluster_wait = Interface::cluster_arrive();
 
     CollectiveMainloop mainloop;
     const auto problem = params.problem_shape;
     auto load_inputs = mainloop.load_init(problem, params.mainloop);
-    Tensor gA_mkl = get<0>(load_inputs);  // (BLK_M, BLK_K, m, k, l)
-    Tensor gB_nkl = get<1>(load_inputs);  // (BLK_N, BLK_K, n, k, l)
-    const int k_tiles = static_cast<int>(size<3>(gA_mkl));
+    const int k_tiles = static_cast<int>(size<3>(get<0>(load_inputs)));  // A's tiles: (BLK_M, BLK_K, m, k, l)
 
     typename CollectiveMainloop::PipelineState consume_state;
-    auto produce_state = cutlass::make_producer_start_state<MainloopPipeline>();
     TileScheduler scheduler{params.scheduler};
     auto work = scheduler.initial_work_tile_info(ClusterShape{});
     cluster_wait();
 
-    auto block_coord = [&](auto const& w) {
-      return make_coord(idx2crd(w.M_idx, shape<2>(gA_mkl)), idx2crd(w.N_idx, shape<2>(gB_nkl)), _,
-                        idx2crd(w.L_idx, shape<4>(gB_nkl)));
-    };
-
     if (role == Role::Producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
-      if (warp_in_group == 0) {
-        for (; work.is_valid(); work = scheduler.get_current_work()) {
-          mainloop.load(params.mainloop, pipeline, produce_state, load_inputs, block_coord(work),
-                        cute::make_coord_iterator(shape<3>(gA_mkl)), k_tiles, lane, cute::block_rank_in_cluster(),
-                        shared.tensors.mainloop);
-          produce_state.advance(k_tiles);
-          scheduler.advance_to_next_work();
-        }
-        mainloop.load_tail(pipeline, produce_state);
-      }
+      if (warp_in_group == 0)
+        Interface::produce(params, mainloop, pipeline, load_inputs, scheduler, work, lane, shared.tensors.mainloop);
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
       const int group = static_cast<int>(role) - static_cast<int>(Role::Consumer0);
@@ -333,37 +303,23 @@ class Sm90IntraOverlapKernel
 
 namespace onnxfuse::cuda {
 
-// The tactic's kernel for an intra-overlap configuration, as Sm90Tactic (sm90_gemm_gelu.cuh) uses it: the shipped
-// Sm90Kernel's operand layouts and checks (16-bit only), CUTLASS's cooperative main-loop collective, this file's
-// kernel.
+// The tactic's kernel for an intra-overlap configuration, as Sm90Tactic (sm90_gemm_gelu.cuh) uses it: the layer's
+// operand layouts, checks and arguments (kernel_layer_tactic.cuh), CUTLASS's cooperative main-loop collective, this
+// file's kernel.
 template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int Ahead, bool Serial>
-struct Sm90Kernel<ofk_explore::Sm90IntraOverlapConfig<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN, Ahead, Serial>> {
-  static_assert(D != DType::kFloat32, "the per-warp epilogue stores 16-bit outputs only");
-  using Element = typename Sm90Element<D>::type;
-  static constexpr int kAlignment = 16 / sizeof(Element);
-  using LayoutA = cutlass::layout::RowMajor;
-  using LayoutB = std::conditional_t<TransB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
-  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+struct Sm90Kernel<ofk_explore::Sm90IntraOverlapConfig<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN, Ahead, Serial>>
+    : ofk_explore::KernelLayerTactic<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN> {
+  using Base = ofk_explore::KernelLayerTactic<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN>;
+  using Element = typename Base::Element;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB,
-      kAlignment, float, TileShape, ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, typename Base::LayoutA, Base::kAlignment, Element,
+      typename Base::LayoutB, Base::kAlignment, float, typename Base::TileShape, typename Base::ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<sm90_warp_epilogue_smem_bytes<Element, TileN>()>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using GemmKernel = ofk_explore::Sm90IntraOverlapKernel<CollectiveMainloop, Element, Ahead, Serial>;
 
-  static bool shape_fits(const GemmGeluArgs& a, const DeviceInfo& dev) {
-    const int64_t ldb = TransB ? a.K : a.N;
-    return dev.cc_major == 9 && dev.cc_minor == 0 && a.dtype == D && a.trans_b == TransB && a.M > 0 && a.N > 0 &&
-           a.K > 0 && a.M <= INT_MAX && a.N <= INT_MAX && a.K <= INT_MAX && a.K % kAlignment == 0 &&
-           a.N % kAlignment == 0 && ldb % kAlignment == 0 && aligned_to(a.x, 16) && aligned_to(a.w, 16) &&
-           aligned_to(a.y, 16) && (a.bias == nullptr || aligned_to(a.bias, 16));
-  }
-
   static typename GemmKernel::Arguments make_arguments(const GemmGeluArgs& a, const DeviceInfo& dev) {
-    auto args = sm90_mainloop_arguments<GemmKernel, Element>(a, dev, TileM, TileN, ClusterM, ClusterN);
-    args.epilogue = sm90_warp_epilogue_params<decltype(args.epilogue), Element>(a);
-    return args;
+    return Base::template arguments<GemmKernel>(a, dev);
   }
 };
 

@@ -27,6 +27,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "configs.h"
+#include "kernel_layer_tactic.cuh"
 #include "sm90_gemm_gelu.cuh"
 #include "sm90_warp_epilogue.cuh"
 #include "sm90_warp_epilogue_kernel.cuh"
@@ -109,58 +110,26 @@ class Sm90SplitNKernel
 
     if (warp == 0 && cute::elect_one_sync()) CollectiveMainloop::prefetch_tma_descriptors(params.mainloop);
 
-    using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
-    typename MainloopPipeline::Params pipeline_params;
-    if (role == Role::Producer && warp_in_group == 0) pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
-    if (role != Role::Producer) pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
-    pipeline_params.is_leader = group_thread == 0;
-    pipeline_params.num_consumers = kMmaWarpGroups * cutlass::NumThreadsPerWarpGroup;  // both consume every stage
-    pipeline_params.num_producers = CollectiveMainloop::NumProducerThreadEvents;
-    pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
-    MainloopPipeline pipeline(shared.pipelines.mainloop, pipeline_params, ClusterShape{});
-
-    // Barrier initialization must be visible to every CTA of the cluster before anyone uses it.
-    auto cluster_wait = [] {
-      if constexpr (size(ClusterShape{}) > 1) {
-        cute::cluster_arrive_relaxed();
-        return [] { cute::cluster_wait(); };
-      } else {
-        __syncthreads();
-        return [] {};
-      }
-    }();
+    MainloopPipeline pipeline = Interface::make_pipeline(shared.pipelines.mainloop, params,
+                                                         role == Role::Producer && warp_in_group == 0,
+                                                         role != Role::Producer,  // both consume every stage
+                                                         kMmaWarpGroups * cutlass::NumThreadsPerWarpGroup);
+    auto cluster_wait = Interface::cluster_arrive();
 
     CollectiveMainloop mainloop;
     const auto problem = params.problem_shape;
     auto load_inputs = mainloop.load_init(problem, params.mainloop);
-    Tensor gA_mkl = get<0>(load_inputs);  // (BLK_M, BLK_K, m, k, l)
-    Tensor gB_nkl = get<1>(load_inputs);  // (BLK_N, BLK_K, n, k, l)
-    const auto k_tiles = size<3>(gA_mkl);
+    const auto k_tiles = size<3>(get<0>(load_inputs));  // A's tiles: (BLK_M, BLK_K, m, k, l)
 
     typename CollectiveMainloop::PipelineState consume_state;
-    auto produce_state = cutlass::make_producer_start_state<MainloopPipeline>();
     TileScheduler scheduler{params.scheduler};
     auto work = scheduler.initial_work_tile_info(ClusterShape{});
     cluster_wait();
 
-    auto block_coord = [&](auto const& w) {
-      return make_coord(idx2crd(w.M_idx, shape<2>(gA_mkl)), idx2crd(w.N_idx, shape<2>(gB_nkl)), _,
-                        idx2crd(w.L_idx, shape<4>(gB_nkl)));
-    };
-
     if (role == Role::Producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
-      if (warp_in_group == 0) {
-        for (; work.is_valid(); work = scheduler.get_current_work()) {
-          mainloop.load(params.mainloop, pipeline, produce_state, load_inputs, block_coord(work),
-                        cute::make_coord_iterator(shape<3>(gA_mkl)), k_tiles, lane, cute::block_rank_in_cluster(),
-                        shared.tensors.mainloop);
-          produce_state.advance(k_tiles);
-          scheduler.advance_to_next_work();
-        }
-        // Keep the CTA alive until the consumers have released every stage (cluster peers multicast into it).
-        mainloop.load_tail(pipeline, produce_state);
-      }
+      if (warp_in_group == 0)
+        Interface::produce(params, mainloop, pipeline, load_inputs, scheduler, work, lane, shared.tensors.mainloop);
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
       TiledMma tiled_mma;
@@ -190,35 +159,21 @@ class Sm90SplitNKernel
 
 namespace onnxfuse::cuda {
 
-// The tactic's kernel for a split-N configuration, as Sm90Tactic (sm90_gemm_gelu.cuh) uses it: the shipped
-// Sm90Kernel's operand layouts and checks (16-bit only: the per-warp epilogue stores 16-bit outputs), this
-// file's main loop and kernel.
+// The tactic's kernel for a split-N configuration, as Sm90Tactic (sm90_gemm_gelu.cuh) uses it: the layer's operand
+// layouts, checks and arguments (kernel_layer_tactic.cuh), this file's main loop and kernel.
 template <DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN>
-struct Sm90Kernel<ofk_explore::Sm90SplitNConfig<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN>> {
-  static_assert(D != DType::kFloat32, "the per-warp epilogue stores 16-bit outputs only");
-  using Element = typename Sm90Element<D>::type;
-  static constexpr int kAlignment = 16 / sizeof(Element);  // TMA: 16-byte rows and base addresses
-  using LayoutA = cutlass::layout::RowMajor;
-  using LayoutB = std::conditional_t<TransB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
-  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+struct Sm90Kernel<ofk_explore::Sm90SplitNConfig<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN>>
+    : ofk_explore::KernelLayerTactic<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN> {
+  using Base = ofk_explore::KernelLayerTactic<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN>;
+  using Element = typename Base::Element;
   using CollectiveMainloop =
-      typename ofk_explore::Sm90SplitNMainloop<Element, LayoutA, LayoutB, TileShape, ClusterShape,
+      typename ofk_explore::Sm90SplitNMainloop<Element, typename Base::LayoutA, typename Base::LayoutB,
+                                               typename Base::TileShape, typename Base::ClusterShape,
                                                sm90_warp_epilogue_smem_bytes<Element, TileN / 2>()>::CollectiveOp;
   using GemmKernel = ofk_explore::Sm90SplitNKernel<CollectiveMainloop, Element>;
 
-  static bool shape_fits(const GemmGeluArgs& a, const DeviceInfo& dev) {
-    const int64_t ldb = TransB ? a.K : a.N;
-    return dev.cc_major == 9 && dev.cc_minor == 0 && a.dtype == D && a.trans_b == TransB && a.M > 0 && a.N > 0 &&
-           a.K > 0 && a.M <= INT_MAX && a.N <= INT_MAX && a.K <= INT_MAX && a.K % kAlignment == 0 &&
-           a.N % kAlignment == 0 && ldb % kAlignment == 0 && aligned_to(a.x, 16) && aligned_to(a.w, 16) &&
-           aligned_to(a.y, 16) && (a.bias == nullptr || aligned_to(a.bias, 16));
-  }
-
   static typename GemmKernel::Arguments make_arguments(const GemmGeluArgs& a, const DeviceInfo& dev) {
-    auto args = sm90_mainloop_arguments<GemmKernel, Element>(a, dev, TileM, TileN, ClusterM, ClusterN);
-    args.epilogue = sm90_warp_epilogue_params<decltype(args.epilogue), Element>(a);
-    return args;
+    return Base::template arguments<GemmKernel>(a, dev);
   }
 };
 
