@@ -183,7 +183,7 @@ bool StagedFallbackPays(const cuda::GemmGeluArgs& a) {
 //  - on Hopper, few rows of a W [N, K] at least as wide as deep (16-bit: up to 32 rows of 2^18+ weights; float32
 //    with TF32: 2-32 rows of 2^21+, 64 of 2^25+): the fused path, whose dispatch runs its few-rows kernels with the
 //    operands swapped (gemm_gelu_runs_swapped; the numbers in gemm_gelu_dispatch.cu); before them the gemv
-//    kernel where it reaches, up to 4 rows or 8 (GemvBeforeSwappedMaxRows). The rules below decide everything else:
+//    kernel where it reaches (BuiltInPath). The rules below decide everything else:
 //  - few rows, transB = 1: the gemv kernel: fp16 1x768x3072 5.1 / 4.5 / 2.5 / 5.5, 4x1024x4096 6.6 / 4.9 /
 //    4.3 / 6.3; fp32 8x1024x4096 139 / 10.2 / 6.8 / 11.0, 16x768x3072 106 / 10.3 / 8.7 / 10.2, 16x1000x3000
 //    137 / 12.7 / 10.8 / 11.3, 2x4096x16384 491 / 85.9 / 65.5 / 70.7, 4x4096x16384 491 / 82.0 / 65.6 / 70.7
@@ -221,27 +221,21 @@ bool GemvReaches(const cuda::GemmGeluArgs& a) {
   return a.M <= kGemv16BitMaxRows && !large_w;
 }
 
-// Up to this many rows the gemv kernel, where it reaches, is ahead of the swapped few-rows kernels
-// (gemm_gelu_runs_swapped; GPU µs on H200, gemv / swapped: fp16 4x768x3072 3.4 / 4.1, 4x1024x4096 4.1 / 4.8;
-// float32 there is exact in the gemv kernel); from the next rows on they are (fp16 8x1024x4096 5.4 / 4.4, fp32
-// 8x768x3072 6.2 / 5.3, 16x1024x4096 10.7 / 5.9).
-// 16-bit on a W below kFewRowsFallbackMinWeights (where the swapped kernels run from 2^18 weights on), the gemv
-// kernel keeps its 8 rows: 5-8 rows in 0.72-0.90x the regular kernel's time where the swapped kernel takes
-// 0.80-0.97x (256x1024 to 1024x1536; bench/results/cuda_kernel_gemv_small_w_h200.md,
-// lab/results/kernels_v9_swap_rows_h200.txt), but at 640x2560, where the swapped kernel would be ahead (0.85x
-// against 0.97-1.02x).
-constexpr int64_t kGemvBeforeSwappedMaxRows = 4;
-
-int64_t GemvBeforeSwappedMaxRows(const cuda::GemmGeluArgs& a) {
-  const bool small_16bit_w = a.dtype != cuda::DType::kFloat32 && a.K * a.N < kFewRowsFallbackMinWeights;
-  return small_16bit_w ? kGemv16BitSmallWeightMaxRows : kGemvBeforeSwappedMaxRows;
-}
+// Where the swapped few-rows kernels run (gemm_gelu_runs_swapped), the gemv kernel still comes first wherever it
+// reaches in 16-bit: up to 4 rows (GPU µs on H200, gemv / swapped: fp16 4x768x3072 3.4 / 4.1, 4x1024x4096 4.1 /
+// 4.8; from 5 rows the swapped kernel: 8x1024x4096 5.4 / 4.4), and up to 8 below kFewRowsFallbackMinWeights (5-8
+// rows in 0.72-0.90x the regular kernel's time where the swapped kernel takes 0.80-0.97x, 256x1024 to 1024x1536;
+// bench/results/cuda_kernel_gemv_small_w_h200.md, lab/results/kernels_v9_swap_rows_h200.txt; but at 640x2560, where
+// the swapped kernel would be ahead: 0.85x against 0.97-1.02x). float32, which gemv reaches up to 16 rows, keeps it
+// up to 4 (exact there) and runs the swapped kernel from 5 (fp32 8x768x3072 6.2 / 5.3, 16x1024x4096 10.7 / 5.9).
+constexpr int64_t kGemvF32BeforeSwappedMaxRows = 4;
 
 CudaPath BuiltInPath(const cuda::GemmGeluArgs& a, const cuda::DeviceInfo& dev) {
-  const bool swapped = cuda::gemm_gelu_runs_swapped(a, dev);
-  if (swapped && a.M > GemvBeforeSwappedMaxRows(a)) return CudaPath::kFused;
+  if (cuda::gemm_gelu_runs_swapped(a, dev)) {
+    const bool gemv_first = GemvReaches(a) && (a.dtype != cuda::DType::kFloat32 || a.M <= kGemvF32BeforeSwappedMaxRows);
+    return gemv_first ? CudaPath::kGemv : CudaPath::kFused;
+  }
   if (GemvReaches(a)) return CudaPath::kGemv;
-  if (swapped) return CudaPath::kFused;
   if (a.dtype == cuda::DType::kFloat32) {
     if (!a.allow_tf32 || a.M <= kStrictF32MaxRows) return CudaPath::kFallback;
     const bool weight_bound = a.M <= kF32WeightBoundMaxRows && a.K * a.N >= kWeightBoundMinWeights;
