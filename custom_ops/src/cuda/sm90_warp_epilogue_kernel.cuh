@@ -1,5 +1,5 @@
 // A GEMM kernel with a per-warp epilogue (sm90_warp_epilogue.cuh): CUTLASS's collectives (TMA main loop, GMMA,
-// tile scheduler) under a kernel layer of our own, whose two consumer warpgroups never wait for each other's
+// tile scheduler) under a kernel layer of our own, whose consumer warpgroups never wait for each other's
 // epilogue.
 //
 // Why: CUTLASS's ping-pong kernel orders its two consumer warpgroups twice per tile. Their main loops take turns
@@ -10,10 +10,10 @@
 // stages its own rows through its own buffer. Shipped for the 64x64 and 64x128 ping-pong tiles, where it wins
 // 2-33 % (NOTES v7); at many waves it ties CUTLASS's kernel.
 //
-// Roles (384 threads): warp 0 of warpgroup 0 issues the TMA loads of every tile this CTA computes; warpgroups
-// 1 and 2 take alternate tiles of the persistent tile walk (ping-pong), each running main loop -> epilogue per
-// tile. Their main loops take turns on the Tensor Cores, so that one's epilogue runs during the other's main
-// loop.
+// Roles (128 threads per warpgroup): warp 0 of warpgroup 0 issues the TMA loads of every tile this CTA computes;
+// the kMmaWarpGroups consumer warpgroups (2, or 3 with fewer registers each) take turns along the persistent tile
+// walk, each running main loop -> epilogue per tile. Their main loops take turns on the Tensor Cores, so that the
+// others' epilogues run during one's main loop.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -27,13 +27,15 @@
 
 namespace onnxfuse::cuda {
 
-constexpr int kSm90ConsumerWarps = 2 * cutlass::NumWarpsPerWarpGroup;
+constexpr int kSm90ConsumerWarps = 2 * cutlass::NumWarpsPerWarpGroup;  // two consumer warpgroups
 
 // Shared memory the epilogue takes from the main loop's stages: one staging buffer per consumer warp. Needed
-// before the main-loop collective exists (its stage count is what is left), hence a function of the tile alone.
-template <class Element, int TileN>
+// before the main-loop collective exists (its stage count is what is left), hence a function of the tile and
+// the consumer warpgroups alone.
+template <class Element, int TileN, int kMmaWarpGroups = 2>
 constexpr int sm90_warp_epilogue_smem_bytes() {
-  return kSm90ConsumerWarps * Sm90WarpEpilogue<Element, TileN>::kStageElements * static_cast<int>(sizeof(Element));
+  return kMmaWarpGroups * cutlass::NumWarpsPerWarpGroup * Sm90WarpEpilogue<Element, TileN>::kStageElements *
+         static_cast<int>(sizeof(Element));
 }
 
 // CUTLASS's kernel interface as every kernel of this layer presents it to its tactic (sm90_gemm_gelu.cuh) and to
@@ -168,26 +170,32 @@ struct Sm90KernelLayerInterface {
   using Interface::kTileN;                                              \
   using Interface::kMmaWarpGroups
 
-// Two consumer warpgroups, one tile each: the CTA's consumers work on two tiles at once.
-template <class CollectiveMainloop, class Element>
+// Consumer warpgroups with a tile each: the CTA's consumers work on kMmaWarpGroups tiles at once.
+template <class CollectiveMainloop, class Element, int kMmaWarpGroups>
 using Sm90WarpEpilogueInterface = Sm90KernelLayerInterface<
     CollectiveMainloop,
-    typename Sm90WarpEpilogue<Element, cute::size<1>(typename CollectiveMainloop::TileShape{})>::Params, 2>;
+    typename Sm90WarpEpilogue<Element, cute::size<1>(typename CollectiveMainloop::TileShape{})>::Params,
+    kMmaWarpGroups>;
 
-template <class CollectiveMainloop_, class Element_>
-class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainloop_, Element_> {
+template <class CollectiveMainloop_, class Element_, int kMmaWarpGroups_ = 2>
+class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainloop_, Element_, kMmaWarpGroups_> {
  public:
-  using Interface = Sm90WarpEpilogueInterface<CollectiveMainloop_, Element_>;
+  using Interface = Sm90WarpEpilogueInterface<CollectiveMainloop_, Element_, kMmaWarpGroups_>;
   ONNXFUSE_SM90_KERNEL_LAYER_NAMES(Interface);
   using Element = Element_;
   using Epilogue = Sm90WarpEpilogue<Element, kTileN>;
+  static_assert(kMmaWarpGroups == 2 || kMmaWarpGroups == 3, "two or three consumer warpgroups");
 
-  static constexpr int kConsumerWarps = kSm90ConsumerWarps;
-  // The producer warpgroup gives registers to the consumers (setmaxnreg), as in CUTLASS's ping-pong kernel:
-  // 128 fp32 accumulators per consumer thread for a 128x128 tile.
-  static constexpr uint32_t kLoadRegisters = 40;
-  static constexpr uint32_t kMmaRegisters = 232;
-  // The main loops' turns on the Tensor Cores: warpgroup 0, 1, 0, 1, ...
+  static constexpr int kConsumerWarps = kMmaWarpGroups * cutlass::NumWarpsPerWarpGroup;
+  // The producer warpgroup gives registers to the consumers (setmaxnreg): CUTLASS's ping-pong split for two
+  // consumer warpgroups (128 fp32 accumulators per thread for a 128x128 tile, room to spare), FlashAttention-3's
+  // for three (a 128x128 tile's accumulators and little else). All of the SM's 64K registers either way.
+  static constexpr uint32_t kLoadRegisters = kMmaWarpGroups == 2 ? 40 : 32;
+  static constexpr uint32_t kMmaRegisters = kMmaWarpGroups == 2 ? 232 : 160;
+  static_assert((kLoadRegisters + kMmaWarpGroups * kMmaRegisters) * cutlass::NumThreadsPerWarpGroup <= 64 * 1024);
+  // With three, the bias is read after the main loop: 16 more live registers through it do not fit in 160.
+  static constexpr bool kBiasBeforeMainLoop = kMmaWarpGroups == 2;
+  // The main loops' turns on the Tensor Cores: warpgroup 0, 1, (2,) 0, 1, ...
   using MmaOrderBarrier = cutlass::OrderedSequenceBarrier<1, kMmaWarpGroups>;
 
   struct SharedStorage {
@@ -198,7 +206,7 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
     struct TensorStorage : cute::aligned_struct<128, cute::_1> {
       typename CollectiveMainloop::TensorStorage mainloop;
       alignas(128) cute::array_aligned<Element, kConsumerWarps * Epilogue::kStageElements> epilogue;
-      static_assert(sizeof(epilogue) == sm90_warp_epilogue_smem_bytes<Element, kTileN>());
+      static_assert(sizeof(epilogue) == sm90_warp_epilogue_smem_bytes<Element, kTileN, kMmaWarpGroups>());
     } tensors;
   };
   static constexpr int SharedStorageSize = sizeof(SharedStorage);
@@ -207,7 +215,7 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
   CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace cute;
-    enum class Role { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
+    enum class Role { Producer = 0, Consumer0 = 1, Consumer1 = 2, Consumer2 = 3 };  // by warpgroup
     SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem_buf);
     const int lane = cutlass::canonical_lane_idx();
     const int warp = cutlass::canonical_warp_idx_sync();
@@ -236,9 +244,16 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
 
     typename CollectiveMainloop::PipelineState consume_state;
     TileScheduler scheduler{params.scheduler};
-    if (role == Role::Consumer1) {  // the second warpgroup starts one tile and its stages later
+    // Consumer c starts c tiles and their stages later.
+    if (role == Role::Consumer1) {
       scheduler.advance_to_next_work();
       consume_state.advance(k_tiles);
+    }
+    if constexpr (kMmaWarpGroups == 3) {
+      if (role == Role::Consumer2) {
+        scheduler.advance_to_next_work(2);
+        consume_state.advance(2 * k_tiles);
+      }
     }
     auto work = scheduler.initial_work_tile_info(ClusterShape{});
     cluster_wait();
@@ -253,17 +268,19 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
       Element* stage = shared.tensors.epilogue.data() + (warp - cutlass::NumWarpsPerWarpGroup) * Epilogue::kStageElements;
       for (; work.is_valid(); work = scheduler.get_current_work()) {
         const int m0 = work.M_idx * kTileM, n0 = work.N_idx * kTileN;
-        // The bias is read before this warpgroup's turn on the Tensor Cores: its latency hides in the wait.
+        // The bias is read before this warpgroup's turn on the Tensor Cores where registers allow: its latency
+        // hides in the wait.
         typename Epilogue::BiasPairs bias;
-        Epilogue::load_bias(bias, params.epilogue, n0, lane);
+        if constexpr (kBiasBeforeMainLoop) Epilogue::load_bias(bias, params.epilogue, n0, lane);
         Tensor accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));  // (MMA, MMA_M, MMA_N)
 
         mma_order.wait();
         mainloop.mma(pipeline, consume_state, accumulators, k_tiles, group_thread, shared.tensors.mainloop,
                      params.mainloop);
-        mma_order.arrive();  // the other warpgroup's main loop may start
+        mma_order.arrive();  // the next warpgroup's main loop may start
+        if constexpr (!kBiasBeforeMainLoop) Epilogue::load_bias(bias, params.epilogue, n0, lane);
         mainloop.mma_tail(pipeline, consume_state, k_tiles);
-        consume_state.advance(k_tiles * kMmaWarpGroups);  // skip the other warpgroup's stages
+        consume_state.advance(k_tiles * kMmaWarpGroups);  // skip the other warpgroups' stages
 
         Epilogue::store(accumulators, bias, params.epilogue, m0, n0, warp_in_group, lane, stage);
         scheduler.advance_to_next_work(kMmaWarpGroups);
