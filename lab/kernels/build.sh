@@ -12,6 +12,8 @@
 #                                               activation codes, the epilogue timeline
 #   OFK_EXPLORE=intra lab/kernels/build.sh      the shipped kernels as shipped (no lab hook points) and group O: the
 #                                               two-accumulator (intra-warpgroup overlap) kernel of issue #20
+#   OFK_EXPLORE=three lab/kernels/build.sh      the shipped kernels as shipped and group Q: the overlapped ping-pong
+#                                               kernel with three consumer warpgroups (issue #20)
 #   OFK_EXPLORE=gelu lab/kernels/build.sh       the sched build's hook points with one small group (L) of candidates:
 #                                               issue #20's activation forms on the shipped kernels
 # Objects are rebuilt only when a source or header is newer, or the mode changed. Per-file compile times and the -Xptxas -v
@@ -31,12 +33,13 @@ case "${OFK_EXPLORE:-}" in
   tiles) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_TILES_BUILD -Ilab/kernels"; mode=TILES ;;
   epi)   NVFLAGS="$NVFLAGS -DOFK_EXPLORE_EPI_BUILD -Ilab/kernels"; mode=EPI ;;
   intra) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_INTRA_BUILD -Ilab/kernels"; mode=INTRA ;;
+  three) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_THREE_BUILD -Ilab/kernels"; mode=THREE ;;
   sched) NVFLAGS="$NVFLAGS -DOFK_EXPLORE_SCHED_BUILD -Ilab/kernels"; mode=SCHED
          hooks="-Ilab/kernels/hooks $hooks" ;;
   gelu)  NVFLAGS="$NVFLAGS -DOFK_EXPLORE_SCHED_BUILD -DOFK_EXPLORE_GELU_BUILD -Ilab/kernels"; mode=GELU
          hooks="-Ilab/kernels/hooks $hooks" ;;
   "") mode="" ;;
-  *) echo "OFK_EXPLORE=tiles|epi|intra|sched|gelu"; exit 2 ;;
+  *) echo "OFK_EXPLORE=tiles|epi|intra|three|sched|gelu"; exit 2 ;;
 esac
 NVFLAGS="$NVFLAGS $hooks"
 # One compile per line: SOURCE OBJECT_NAME [EXTRA_FLAG]. The shipped kernels, the harness, and explore.cu once

@@ -7,7 +7,7 @@
 #include "gemm_gelu.h"
 #include "tactics.cuh"
 
-// An exploration build (build.sh with OFK_EXPLORE=tiles, epi, intra, sched or gelu) adds the candidate tiles of its mode's
+// An exploration build (build.sh with OFK_EXPLORE=tiles, epi, intra, three, sched or gelu) adds the candidate tiles of its mode's
 // groups (lab/kernels/explore/tiles.h), reachable here by index past the shipped table's end.
 #if defined(OFK_EXPLORE_TILES_BUILD)
 #define OFK_EXPLORE_MODE OFK_EXPLORE_MODE_TILES
@@ -15,6 +15,8 @@
 #define OFK_EXPLORE_MODE OFK_EXPLORE_MODE_EPI
 #elif defined(OFK_EXPLORE_INTRA_BUILD)
 #define OFK_EXPLORE_MODE OFK_EXPLORE_MODE_INTRA
+#elif defined(OFK_EXPLORE_THREE_BUILD)
+#define OFK_EXPLORE_MODE OFK_EXPLORE_MODE_THREE
 #elif defined(OFK_EXPLORE_GELU_BUILD)  // before SCHED: a gelu build defines both (same hook points)
 #define OFK_EXPLORE_MODE OFK_EXPLORE_MODE_GELU
 #elif defined(OFK_EXPLORE_SCHED_BUILD)
