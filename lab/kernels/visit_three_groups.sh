@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One H200 visit for lab/kernels/NOTES.md v10 (issue #20): the overlapped ping-pong kernel with three consumer
-# warpgroups (explore/tiles.h group Q, built by `OFK_EXPLORE=three lab/kernels/build.sh DIR`) checked, memchecked,
+# warpgroups and its 5-stage two-warpgroup control (explore/tiles.h groups Q and R, built by
+# `OFK_EXPLORE=three lab/kernels/build.sh DIR`) checked, memchecked,
 # timed against the shipped two-warpgroup kernel and cuBLAS, one ncu reading each; and the shipped swapped kernel
 # memchecked at 17-32 rows (two X tiles). Torch only, no ONNX Runtime: about 8 minutes.
 #   lab/kernels/visit_three_groups.sh LIBDIR      (LIBDIR holds libgemm_gelu_harness.so; a path starting with ./)
-# Writes under $OUT: v10_tactics.json, v10_memcheck_{ppo3,swap}.txt, v10_overlap.{json,txt}, v10_ncu_*.txt.
+# Writes under $OUT: v10_tactics{ppo3,_s5}.json, v10_memcheck_{ppo3,swap}.txt, v10_overlap.{json,txt}, v10_ncu_*.txt.
 set -u
 export PYTHONUNBUFFERED=1
 lib=$1/libgemm_gelu_harness.so
@@ -12,10 +13,12 @@ run=lab/kernels/run_device.py
 nvidia-smi --query-gpu=name,clocks.max.sm,temperature.gpu --format=csv,noheader
 t0=$(date +%s)
 # Every form, both edges, one tile per CTA and many (20000 rows: 10+ tiles per consumer warpgroup).
-OFK_TACTICS_MATCH=ppo3 OFK_TACTICS_SHAPES="1000x1032x776,4096x1536x384,777x1544x392,129x264x64,20000x1536x384" \
-  timeout 240 python3 $run "$lib" "$OUT/v10_tactics.json" tactics 2>&1 | grep -v -i "warn" | tail -6
+for m in ppo3 _s5; do  # group Q, then the control (group R)
+  OFK_TACTICS_MATCH=$m OFK_TACTICS_SHAPES="1000x1032x776,4096x1536x384,777x1544x392,129x264x64,20000x1536x384" \
+    timeout 200 python3 $run "$lib" "$OUT/v10_tactics$m.json" tactics 2>&1 | grep -v -i "warn" | tail -4
+done
 echo "tactics: $(( $(date +%s) - t0 )) s"
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 OFK_TACTICS_MATCH=ppo3 OFK_SAN_SHAPES="1000x1032x776,4000x1536x392" \
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 OFK_TACTICS_MATCH=_tn_ppo3 OFK_SAN_SHAPES="1000x1032x776,4000x1536x392" \
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 $run "$lib" /tmp/san.json sanitize \
   > "$OUT/v10_memcheck_ppo3.txt" 2>&1
 echo "memcheck ppo3 rc=$?: $(grep -E 'ERROR SUMMARY|sanitize sweep' "$OUT/v10_memcheck_ppo3.txt" | tr '\n' ' ')"

@@ -4,9 +4,9 @@
 // kSplitNCooperative, the lab's split-N kernel (sm90_split_n_kernel.cuh: its own configuration type, which that
 // file's Sm90Kernel specialization builds; it has its own epilogue, so EpiM x EpiN are 0 x 0), or
 // kIntraOverlapCooperative, the lab's two-accumulator kernel (sm90_intra_overlap_kernel.cuh, the same way; there
-// EpiM is the k-blocks queued while an epilogue chunk runs, EpiN = 1 the serial control), or kThreeGroupPingpong,
-// the shipped overlapped ping-pong kernel with three consumer warpgroups (sm90_three_group_tactic.cuh; EpiM x EpiN
-// 0 x 0).
+// EpiM is the k-blocks queued while an epilogue chunk runs, EpiN = 1 the serial control), or kWarpGroupsPingpong,
+// the shipped overlapped ping-pong kernel with EpiM consumer warpgroups and the main-loop stages that EpiN
+// warpgroups' staging buffers leave (sm90_warp_groups_tactic.cuh; EpiN = 0: EpiM's).
 // Light (no CUTLASS), like tactics.cuh: harness.cu names the tactics, explore.cu instantiates them.
 #pragma once
 
@@ -19,8 +19,9 @@ struct Sm90SplitNConfig {};
 template <onnxfuse::cuda::DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int Ahead,
           bool Serial>
 struct Sm90IntraOverlapConfig {};
-template <onnxfuse::cuda::DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN>
-struct Sm90ThreeGroupConfig {};
+template <onnxfuse::cuda::DType D, bool TransB, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int Groups,
+          int CarveoutGroups>
+struct Sm90WarpGroupsConfig {};
 
 // The table entry of one candidate (its kernels are instantiated in explore.cu's object for its group).
 template <class Config>
@@ -44,5 +45,5 @@ constexpr onnxfuse::cuda::Tactic tactic(const char* name) {
   ofk_explore::Sm90SplitNConfig<onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN>
 #define OFK_EXPLORE_CONFIG_kIntraOverlapCooperative(TM, TN, TK, CM, CN, SCHED, EM, EN) \
   ofk_explore::Sm90IntraOverlapConfig<onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN, EM, EN != 0>
-#define OFK_EXPLORE_CONFIG_kThreeGroupPingpong(TM, TN, TK, CM, CN, SCHED, EM, EN) \
-  ofk_explore::Sm90ThreeGroupConfig<onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN>
+#define OFK_EXPLORE_CONFIG_kWarpGroupsPingpong(TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  ofk_explore::Sm90WarpGroupsConfig<onnxfuse::cuda::DType::kFloat16, true, TM, TN, TK, CM, CN, EM, EN>

@@ -6,7 +6,7 @@
 #include "configs.h"
 #include "sm90_intra_overlap_kernel.cuh"
 #include "sm90_split_n_kernel.cuh"
-#include "sm90_three_group_tactic.cuh"
+#include "sm90_warp_groups_tactic.cuh"
 #include "tiles.h"
 
 #ifndef OFK_EXPLORE_GROUP

@@ -69,13 +69,17 @@
   X(ico_128x128_c1, 128, 128, 64, 1, 1, kIntraOverlapCooperative, 1, 0)     \
   X(coop_128x128_c1x2, 128, 128, 64, 1, 2, kCooperative, 0, 0)
 
-// OFK_EXPLORE=three: issue #20's third consumer warpgroup (sm90_three_group_tactic.cuh: the shipped overlapped
+// OFK_EXPLORE=three: issue #20's third consumer warpgroup (sm90_warp_groups_tactic.cuh: the shipped overlapped
 // ping-pong kernel with three warpgroups taking turns, two epilogues beside each main loop; lab/kernels/NOTES.md,
-// v10), on the shipped kernel's 128x128 tile and clusters, and on 64x128.
-#define OFK_EXPLORE_TILES_Q(X)                                          \
-  X(ppo3_128x128_c1x2, 128, 128, 64, 1, 2, kThreeGroupPingpong, 0, 0)   \
-  X(ppo3_128x128_c1, 128, 128, 64, 1, 1, kThreeGroupPingpong, 0, 0)     \
-  X(ppo3_64x128_c1, 64, 128, 64, 1, 1, kThreeGroupPingpong, 0, 0)
+// v10), on the shipped kernel's 128x128 tile and clusters and on 64x128; and the control, the shipped two-warpgroup
+// kernel with the 5 main-loop stages that three leave on 128x128 (6 as shipped).
+// Columns EpiM, EpiN of these lines: consumer warpgroups, and the warpgroups whose staging the stages leave room for.
+#define OFK_EXPLORE_TILES_Q(X)                                           \
+  X(ppo3_128x128_c1x2, 128, 128, 64, 1, 2, kWarpGroupsPingpong, 3, 0)    \
+  X(ppo3_128x128_c1, 128, 128, 64, 1, 1, kWarpGroupsPingpong, 3, 0)      \
+  X(ppo3_64x128_c1, 64, 128, 64, 1, 1, kWarpGroupsPingpong, 3, 0)
+#define OFK_EXPLORE_TILES_R(X) \
+  X(ppo_128x128_c1x2_s5, 128, 128, 64, 1, 2, kWarpGroupsPingpong, 2, 3)
 
 // OFK_EXPLORE=epi: epilogue subtiles the shipped list does not use (its winners moved there).
 #define OFK_EXPLORE_TILES_F(X)                                              \
@@ -100,4 +104,4 @@
 #define OFK_EXPLORE_MODE_SCHED(GROUP) GROUP(E) GROUP(J) GROUP(K) GROUP(L) GROUP(M) GROUP(N)
 #define OFK_EXPLORE_MODE_GELU(GROUP) GROUP(L)
 #define OFK_EXPLORE_MODE_INTRA(GROUP) GROUP(O) GROUP(P)
-#define OFK_EXPLORE_MODE_THREE(GROUP) GROUP(Q)
+#define OFK_EXPLORE_MODE_THREE(GROUP) GROUP(Q) GROUP(R)
