@@ -244,7 +244,9 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
 
     typename CollectiveMainloop::PipelineState consume_state;
     TileScheduler scheduler{params.scheduler};
-    // Consumer c starts c tiles and their stages later.
+    // Consumer c starts c tiles and their stages later. Written out per consumer rather than as an advance by c:
+    // the two-warpgroup kernels then compile to the code they had before the count became a parameter
+    // (lab/results/sass_diff_three_groups.txt; the general form moved their register allocation).
     if (role == Role::Consumer1) {
       scheduler.advance_to_next_work();
       consume_state.advance(k_tiles);
