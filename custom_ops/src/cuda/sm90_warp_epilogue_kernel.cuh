@@ -193,7 +193,10 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
   static constexpr uint32_t kLoadRegisters = kMmaWarpGroups == 2 ? 40 : 32;
   static constexpr uint32_t kMmaRegisters = kMmaWarpGroups == 2 ? 232 : 160;
   static_assert((kLoadRegisters + kMmaWarpGroups * kMmaRegisters) * cutlass::NumThreadsPerWarpGroup <= 64 * 1024);
-  // With three, the bias is read after the main loop: 16 more live registers through it do not fit in 160.
+  // With three, the bias is read after the main loop (16 more live registers through it do not fit in 160) and
+  // added into the accumulators before the activation blocks (Epilogue::add_bias), so that its 32 fp32 values are
+  // not live through them. Held as two warpgroups hold them, the bf16 128x128 kernel had 440 bytes of spill stores
+  // (ptxas -v), most inside the activation blocks; added first, 32 bytes in either type (lab/kernels/NOTES.md, v10).
   static constexpr bool kBiasBeforeMainLoop = kMmaWarpGroups == 2;
   // The main loops' turns on the Tensor Cores: warpgroup 0, 1, (2,) 0, 1, ...
   using MmaOrderBarrier = cutlass::OrderedSequenceBarrier<1, kMmaWarpGroups>;
@@ -284,7 +287,12 @@ class Sm90WarpEpilogueKernel : public Sm90WarpEpilogueInterface<CollectiveMainlo
         mainloop.mma_tail(pipeline, consume_state, k_tiles);
         consume_state.advance(k_tiles * kMmaWarpGroups);  // skip the other warpgroups' stages
 
-        Epilogue::store(accumulators, bias, params.epilogue, m0, n0, warp_in_group, lane, stage);
+        if constexpr (kBiasBeforeMainLoop) {
+          Epilogue::store(accumulators, bias, params.epilogue, m0, n0, warp_in_group, lane, stage);
+        } else {
+          Epilogue::add_bias(accumulators, bias);
+          Epilogue::template store<true>(accumulators, bias, params.epilogue, m0, n0, warp_in_group, lane, stage);
+        }
         scheduler.advance_to_next_work(kMmaWarpGroups);
       }
     }
