@@ -176,8 +176,8 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
     def run_gate(written_model: str) -> None:
         from .compare import verify_optimized
 
-        verdict = verify_optimized(model, written_model, provider=provider, samples=samples or 1, shapes=shapes,
-                                   rtol=rtol, atol=atol, progress=False)
+        verdict = verify_optimized(model, written_model, published_as=output, provider=provider,
+                                   samples=samples or 1, shapes=shapes, rtol=rtol, atol=atol, progress=False)
         gate.append(verdict)
         if json_path != "-":
             _render_compare(verdict)

@@ -617,10 +617,16 @@ def output_errors(reference_model: onnx.ModelProto, references: list[dict[str, n
     return [a.finish() for a in accumulators.values()]
 
 
-def verify_optimized(original_path: str | Path, optimized_path: str | Path, **kw) -> CompareReport:
+def verify_optimized(original_path: str | Path, optimized_path: str | Path, published_as: str | Path | None = None,
+                     **kw) -> CompareReport:
     """The gate behind ``onnxfuse optimize --verify``: compare the file just written against its source.
-    Keyword arguments are those of ``compare_models``; the caller acts on ``report.exit_code``."""
-    return compare_models(Path(original_path), Path(optimized_path), **kw)
+    The gate runs on a temporary file that takes OUT's place only if it passes; ``published_as`` (OUT) is the
+    name the report gives it, the file the user gets. Keyword arguments are those of ``compare_models``; the
+    caller acts on ``report.exit_code``."""
+    report = compare_models(Path(original_path), Path(optimized_path), **kw)
+    if published_as is not None:
+        report.optimized = str(published_as)
+    return report
 
 
 class _progress:

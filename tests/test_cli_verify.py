@@ -33,6 +33,9 @@ def test_verify_passes_and_writes(tmp_path, library_path):
                                    "com.microsoft.SkipLayerNormalization": 1}  # the embeddings
     assert data["verify"]["passed"] is True
     assert {o["name"] for o in data["verify"]["outputs"]} == {"last_hidden_state", "pooler_output"}
+    # the gate ran on a temporary file beside OUT; the report names the file the user gets
+    assert data["verify"]["original"] == str(SAMPLE) and data["verify"]["optimized"] == str(out)
+    assert ".tmp" not in r.output
 
 
 def test_failed_gate_publishes_nothing_and_keeps_the_old_output(tmp_path, library_path):
