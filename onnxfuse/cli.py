@@ -16,9 +16,26 @@ from . import __version__
 from .errors import EXIT_INTERNAL, OnnxfuseError
 
 
+def _usage_error(e: click.UsageError) -> None:
+    """A usage error (an unknown option, a missing argument, a value click's own types refuse) as every other
+    bad input: one line on stderr, exit 2; click's usage block would be four lines and a blank."""
+    where = f" See '{e.ctx.command_path} --help'." if e.ctx is not None else ""
+    click.echo(f"onnxfuse: error: {e.format_message()}{where}", err=True)
+    sys.exit(e.exit_code)
+
+
 class _Group(click.Group):
     """Turns every failure into one line on stderr and a distinct exit code, never a traceback
     (set ONNXFUSE_DEBUG=1 to see one)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        # the group's own options (`onnxfuse --bogus`); a command's are parsed in invoke
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # bare `onnxfuse`: the help, as click shows it
+        except click.UsageError as e:
+            _usage_error(e)
 
     def invoke(self, ctx):
         try:
@@ -26,6 +43,10 @@ class _Group(click.Group):
         except OnnxfuseError as e:
             click.echo(f"onnxfuse: error: {e}", err=True)
             sys.exit(e.exit_code)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as e:
+            _usage_error(e)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except KeyboardInterrupt:
@@ -876,4 +897,4 @@ def _render_doctor(report) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="onnxfuse")  # the name its messages give, as the installed command's

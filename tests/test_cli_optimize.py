@@ -91,9 +91,32 @@ def test_bad_input_exit_2_one_line_nothing_written(tmp_path, mixed, case):
     r = cli("optimize", model_arg, "-o", out, *extra)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
-    if case != "bad_option":  # click's usage errors have their own two-line format
-        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("onnxfuse: error:")
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("onnxfuse: error:")
     assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("args, says", [
+    (["optimize", "{src}", "-o", "{out}", "--bogus"], "No such option '--bogus'. See 'onnxfuse optimize --help'."),
+    (["optimize", "{src}"], "Missing option '-o' / '--output'."),
+    (["--bogus"], "No such option '--bogus'. See 'onnxfuse --help'."),
+    (["nosuch"], "No such command 'nosuch'."),
+    (["compare", "{src}"], "Missing argument 'OPTIMIZED'."),
+    (["compare", "{src}", "{src}", "--samples", "0"], "Invalid value for '--samples'"),
+])
+def test_usage_errors_are_one_line_exit_2(tmp_path, mixed, args, says):
+    """click's own parse errors (its usage block is four lines and a blank) as every other bad input."""
+    src, _ = mixed
+    before = sorted(os.listdir(tmp_path))
+    r = cli(*[a.format(src=src, out=tmp_path / "out.onnx") for a in args])
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith("onnxfuse: error: ")
+    assert says in r.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_bare_command_still_shows_the_help():
+    r = cli()
+    assert "Usage: onnxfuse" in r.stdout + r.stderr and "optimize" in r.stdout + r.stderr
 
 
 def test_output_bytes_do_not_depend_on_hash_seed(tmp_path, mixed):
