@@ -96,7 +96,7 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def _create_temp_file(folder: str, target_name: str) -> tuple[int, str]:
+def create_temp_file(folder: str, target_name: str) -> tuple[int, str]:
     """A new temporary file beside the target, opened for writing. Created with mode 0666 less the umask,
     as ``open(path, "w")`` would create the target (``tempfile.mkstemp`` makes 0600 files, and the rename
     would publish a report that only its writer can read)."""
@@ -123,7 +123,7 @@ def write_atomic(path: str | os.PathLike, content: Content) -> Path:
         raise BadInputError(f"cannot write '{path}': folder '{path.parent}' does not exist")
     remove_stale_temps(folder, path.name)
     try:
-        fd, tmp = _create_temp_file(folder, path.name)
+        fd, tmp = create_temp_file(folder, path.name)
     except OSError as e:
         raise BadInputError(f"{path}: cannot write: {e.strerror or e}") from None
     try:

@@ -187,10 +187,10 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
                             ("" if auto else " (or --approximate auto, for --shape and --samples)"))
     shapes = dict(parse_shape_option(text) for text in shape_options)
     batches = _parse_batches(batch_list) if batch_list is not None else None
-    if json_path and json_path != "-":  # refuse an unwritable report path before writing the model
-        from .model_io import check_output_path
+    from .report_paths import check_report_paths
 
-        check_output_path(None, json_path)
+    # before writing the model: a report path that cannot be written, or that is a model file of this run
+    check_report_paths({"--json": json_path}, models_read=[model], models_written=[output])
 
     gate = []  # the compare report, once the gate has run
 
@@ -224,7 +224,8 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
         extra["tune"] = tuned.to_dict()
     # The report's exit_code is the one this process ends with: 3 when --keep-failed wrote a model outside
     # tolerance (without --keep-failed the gate stops the run before any report is written).
-    _emit_json(report, json_path, extra={**extra, "exit_code": EXIT_ACCURACY if failed else EXIT_OK})
+    _emit_json(report, json_path, extra={**extra, "exit_code": EXIT_ACCURACY if failed else EXIT_OK},
+               after_writing=output)
     if failed:
         raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {gate[0].summary()}")
 
@@ -288,17 +289,25 @@ def _echo_warnings(report) -> None:
         click.echo(f"onnxfuse: warning: {line}", err=True)
 
 
-def _emit_json(report, json_path, extra: dict | None = None) -> None:
-    """The report as JSON: on stdout for '-', else written atomically to ``json_path`` (nothing for None)."""
+def _emit_json(report, json_path, extra: dict | None = None, after_writing=None) -> None:
+    """The report as JSON: on stdout for '-', else written atomically to ``json_path`` (nothing for None).
+    ``after_writing``: the model this command has already written, which a failure to write the report (a
+    full disk: its folder was tried before the work) must not let the error line deny."""
     if not json_path:
         return
     from .atomic import json_text, write_json
+    from .errors import BadInputError
 
     data = {**report.to_dict(), **(extra or {})}
     if json_path == "-":
         click.echo(json_text(data))
-    else:
+        return
+    try:
         write_json(json_path, data)
+    except BadInputError as e:
+        if after_writing is None:
+            raise
+        raise BadInputError(f"{after_writing} written, but not the --json report: {e}") from None
 
 
 def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
@@ -392,20 +401,19 @@ def tune_command(model, output, provider, batch_list, shape_options, reps, appro
     """
     from .approximation import parse_forms
     from .inputs import parse_shape_option
-    from .model_io import check_output_path
+    from .report_paths import check_report_paths
     from .tune import check_approximation_options, tune_file
 
     forms = parse_forms(forms_text) if forms_text is not None else None
     check_approximation_options(approximate, budget, forms, samples)
     shapes = dict(parse_shape_option(text) for text in shape_options)
     batches = _parse_batches(batch_list) if batch_list is not None else None
-    if json_path and json_path != "-":
-        check_output_path(None, json_path)
+    check_report_paths({"--json": json_path}, models_read=[model], models_written=[output])
     with _bench_progress(progress, "tune:") as bar:
         report = tune_file(model, output, shapes=shapes, batches=batches, reps=reps, approximate=approximate,
                            budget=budget, forms=forms, samples=samples, progress=bar)
     _echo_warnings(report)
-    _emit_json(report, json_path, extra={"exit_code": 0})
+    _emit_json(report, json_path, extra={"exit_code": 0}, after_writing=output)
     if json_path != "-":
         _render_tune(report)
 
@@ -612,13 +620,14 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
     if inputs_path is not None and (samples is not None or shape_options):
         raise BadInputError("--inputs brings its own samples and shapes: drop --samples/--shape")
     shapes = dict(parse_shape_option(text) for text in shape_options)
-    from .model_io import check_output_path
     from .plots import check_plot_path
+    from .report_paths import check_report_paths
 
-    if json_path and json_path != "-":  # refuse unwritable report paths before the models run
-        check_output_path(None, json_path)
+    # before the models run: report paths that cannot be written, or that name what this run reads
     if plot_path:
         check_plot_path(plot_path)
+    check_report_paths({"--json": json_path, "--plot": plot_path}, models_read=[original, optimized],
+                       files_read=[inputs_path])
     report = compare_models(
         original, optimized, provider=provider, samples=samples or 1, inputs=inputs_path, shapes=shapes,
         rtol=rtol, atol=atol, seed=seed, progress=progress,
@@ -706,11 +715,11 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     from .errors import BadInputError
     from .inputs import parse_shape_option
 
+    from .report_paths import check_report_paths
+
     policy = TimingPolicy(budget_s=budget)
-    for option, path in (("--json", json_path), ("--plot", plot_path)):
-        if path and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            # say so now, not after minutes of timing
-            raise BadInputError(f"{option} {path}: folder '{os.path.dirname(path)}' does not exist")
+    # say so now, not after minutes of timing
+    check_report_paths({"--json": json_path, "--plot": plot_path}, models_read=[optimized, baseline])
     if cuda_graph and provider != "cuda":
         raise BadInputError("--cuda-graph needs --provider cuda")
     if op_shape is not None:

@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from onnx.external_data_helper import ExternalDataInfo
 
 from . import domain
-from .atomic import fsync_dir, remove_stale_temps, temp_prefix
+from .atomic import create_temp_file, fsync_dir, remove_stale_temps, temp_prefix
 from .errors import BadInputError
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
@@ -452,11 +452,19 @@ def check_output(model_path: str, path: str, input_checker_error: str | None = N
 
 
 # --- saving ----------------------------------------------------------------------------------------
-def check_output_path(input_path, output_path) -> None:
-    """Refuse outputs we cannot or must not write, before any work is done."""
+def check_output_path(input_path, output_path, *, what: str = "output model") -> None:
+    """Refuse outputs we cannot or must not write, before any work is done. ``what`` the file is, for the
+    message ("output model", "report")."""
     out = os.fspath(output_path)
+    if not out:
+        raise BadInputError(f"an empty path; give the {what}'s file name")
     if os.path.isdir(out):
-        raise BadInputError(f"{out}: is a directory; give the output model's file name")
+        raise BadInputError(f"{out}: is a directory; give the {what}'s file name")
+    if os.path.exists(out) and not os.path.isfile(out):
+        # a device, a pipe, a socket: the atomic write renames a new file over the entry, which would
+        # replace /dev/null itself for a process allowed to
+        raise BadInputError(f"{out}: not a regular file (a device, pipe or socket); give the {what}'s file name"
+                            + (" ('-' prints a JSON report on stdout)" if what == "report" else ""))
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise BadInputError(f"{out}: folder {parent} does not exist")
@@ -466,6 +474,34 @@ def check_output_path(input_path, output_path) -> None:
         raise BadInputError(f"{out}: exists and is not writable")
     if input_path is not None and os.path.exists(out) and os.path.samefile(os.fspath(input_path), out):
         raise BadInputError(f"{out}: is the input model; the input is never overwritten, choose another output")
+    # The permission bits do not tell what root may write (a read-only mount, /sys): create the temporary
+    # entry the write will create, now, rather than fail once the work is done.
+    try:
+        fd, probe = create_temp_file(parent, os.path.basename(out))
+    except OSError as e:
+        raise BadInputError(f"{out}: cannot write in folder {parent}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def external_data_files(path) -> list[str]:
+    """The files an input model's external tensors are read from (those that exist). [] for a model that
+    cannot be read: loading it says why."""
+    try:
+        model = onnx.load_model(os.fspath(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - any unreadable model: load_model reports it properly
+        return []
+    base_dir = os.path.dirname(os.path.abspath(os.fspath(path)))
+    files = []
+    for t in external_tensors(model):
+        try:
+            location = ExternalDataInfo(t).location
+        except (ValueError, TypeError):
+            continue
+        candidate = os.path.join(base_dir, location) if location else ""
+        if candidate and os.path.isfile(candidate) and candidate not in files:
+            files.append(candidate)
+    return files
 
 
 def _copy_range(src: str, offset: int, length: int, dst) -> None:
@@ -577,6 +613,9 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
         if os.path.exists(path) and any(os.path.samefile(path, p) for p, _, _ in spans):
             raise BadInputError(f"{path}: is the input's external data file; choose another output name")
         target = os.path.join(out_dir, data_name)
+        if os.path.exists(target) and not os.path.isfile(target):
+            raise BadInputError(f"{path}: its data file {data_name} would replace {target}, which is not a regular "
+                                "file (a directory?); move it or choose another output name")
         if os.path.exists(target) and any(os.path.samefile(target, p) for p, _, _ in spans):
             raise BadInputError(f"{path}: its data file {data_name} is the input's external data; choose "
                                 "another output name")

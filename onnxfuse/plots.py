@@ -40,7 +40,7 @@ def check_plot_path(path: str | Path) -> None:
 
     if Path(path).suffix.lower() != ".png":
         raise BadInputError(f"--plot '{path}': the plot is a PNG, give a file name ending in .png")
-    check_output_path(None, path)
+    check_output_path(None, path, what="report")
 
 
 def _pyplot():

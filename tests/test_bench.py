@@ -285,7 +285,7 @@ def test_cuda_missing_is_exit_2_with_one_line(models):
         (["FIXED", "--provider", "cpu", "--batch", "1,2"], "no input of the model has a dynamic axis 0"),
         (["MODEL", "--baseline", "OTHER", "--provider", "cpu"], "other inputs"),
         (["MODEL", "--baseline", "EMPTY", "--provider", "cpu"], "empty file"),
-        (["MODEL", "--provider", "cpu", "--json", "no/such/folder/r.json"], "folder 'no/such/folder' does not exist"),
+        (["MODEL", "--provider", "cpu", "--json", "no/such/folder/r.json"], "--json no/such/folder/r.json: folder "),
         (["--op", "8,8,8", "--plot", "no/such/folder/p.png"], "does not exist"),
     ],
 )
