@@ -37,7 +37,7 @@ from . import cost_model, domain, model_io  # noqa: F401  (importing domain regi
 from .domain import EMITTED_DOMAIN_VERSIONS
 from .errors import BadInputError
 from .patterns import APPROXIMATIONS, FusionRule, NewTensor, Plan, Refusal, default_rules
-from .patterns.graph import SMALL_CONSTANT_ELEMENTS, GraphView, base_dir_of, infer_types, node_reads
+from .patterns.graph import SMALL_CONSTANT_ELEMENTS, ConstantRef, GraphView, base_dir_of, infer_types, node_reads
 from .patterns.rule import after_rewrites, op_key
 from .report import FusedBlock, MathChange, RefusedBlock, Report
 from .tuning import read_tuning
@@ -54,6 +54,11 @@ class Derived:
     scale: float | None = None
     data_type: int | None = None  # the new tensor's type, when it differs from the source's
 
+    @property
+    def sources(self) -> tuple[onnx.TensorProto, ...]:
+        """The external tensors read to compute it, in the order ``__call__`` takes their flat arrays."""
+        return (self.source,)
+
     def __call__(self, flat: np.ndarray) -> np.ndarray:
         a = flat.reshape(self.source_dims)
         to = flat.dtype if self.data_type is None else helper.tensor_dtype_to_np_dtype(self.data_type)
@@ -63,6 +68,28 @@ class Derived:
         elif to != flat.dtype:
             a = a.astype(to)  # round to nearest even, once
         return transposed(a) if self.transpose else np.ascontiguousarray(a)
+
+
+@dataclass(frozen=True, eq=False)
+class Concatenation:
+    """A new constant made of stored ones side by side along ``axis`` (Q, K and V's weights as one [D_in, 3D]):
+    each part is an external source's reference (``onnx.TensorProto``, no data), read while saving, or inline
+    values (``np.ndarray``: an inline tensor, the zeros of a missing bias). Every entry is one of the parts':
+    nothing is computed, so the values are the stored ones bit for bit."""
+
+    parts: tuple  # of onnx.TensorProto (external) or np.ndarray (inline)
+    part_dims: tuple[tuple[int, ...], ...]
+    axis: int | None  # None: each part flattened, end to end (numpy's axis=None)
+
+    @property
+    def sources(self) -> tuple[onnx.TensorProto, ...]:
+        return tuple(p for p in self.parts if isinstance(p, onnx.TensorProto))
+
+    def __call__(self, *flats: np.ndarray) -> np.ndarray:
+        read = iter(flats)
+        arrays = [next(read).reshape(dims) if isinstance(part, onnx.TensorProto) else part
+                  for part, dims in zip(self.parts, self.part_dims)]
+        return np.ascontiguousarray(np.concatenate(arrays, axis=self.axis))
 
 
 _TILE = 512  # elements per side: a tile pair fits in L2, so neither side is walked with a cache-line stride
@@ -83,8 +110,8 @@ def transposed(a: np.ndarray) -> np.ndarray:
 class FuseResult:
     model: onnx.ModelProto
     report: Report
-    # New external tensors: name → how to compute their bytes from their source's (see Derived).
-    derived: dict[str, Derived] = field(default_factory=dict)
+    # New external tensors: name → how to compute their bytes from their sources' (Derived, Concatenation).
+    derived: dict[str, Derived | Concatenation] = field(default_factory=dict)
     # The folder the model's external data lives in (None for inline models).
     source_dir: str | None = None
 
@@ -228,7 +255,7 @@ class _Rewrite:
     base_dir: str | None
     names: _Names
     report: Report = field(default_factory=Report)
-    derived: dict[str, Derived] = field(default_factory=dict)
+    derived: dict[str, Derived | Concatenation] = field(default_factory=dict)
     created: dict[NewTensor, str] = field(default_factory=dict)  # one derived copy per source+transform
     targets: dict[int, onnx.GraphProto] = field(default_factory=dict)  # id(view) -> its output graph
     outer_sources: list[tuple[onnx.GraphProto, str]] = field(default_factory=list)
@@ -287,6 +314,39 @@ class _GraphEmitter:
     def initializer(self, proposal: str, value: np.ndarray) -> str:
         name = self.ctx.names.claim(proposal)
         self.new_tensors.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def concatenation(self, proposal: str, parts, axis: int | None) -> str:
+        inline = [p if isinstance(p, np.ndarray) else None for p in parts]
+        refs = [p.tensor if isinstance(p, ConstantRef) else None for p in parts]
+        if not any(t is not None and t.data_location == onnx.TensorProto.EXTERNAL for t in refs):
+            values = [v if v is not None else numpy_helper.to_array(t) for v, t in zip(inline, refs)]
+            return self.initializer(proposal, np.concatenate(values, axis=axis))
+        # Some part is external: a placeholder now, its bytes read and joined while the model is saved.
+        stored = []
+        for v, t in zip(inline, refs):
+            if v is not None:
+                stored.append(v)
+            elif t.data_location == onnx.TensorProto.EXTERNAL:
+                ref = onnx.TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims))
+                ref.data_location = onnx.TensorProto.EXTERNAL
+                ref.external_data.extend(t.external_data)
+                stored.append(ref)
+            else:
+                stored.append(numpy_helper.to_array(t))
+        part_dims = tuple(tuple(v.shape) if v is not None else tuple(t.dims) for v, t in zip(inline, refs))
+        if axis is None:
+            dims = [sum(int(np.prod(d, dtype=np.int64)) for d in part_dims)]
+        else:
+            dims = list(part_dims[0])
+            dims[axis] = sum(d[axis] for d in part_dims)
+        data_type = next(t.data_type for t in refs if t is not None)
+        name = self.ctx.names.claim(proposal)
+        placeholder = onnx.TensorProto(name=name, data_type=data_type, dims=dims)
+        placeholder.data_location = onnx.TensorProto.EXTERNAL
+        placeholder.external_data.add(key="location", value=model_io.PENDING)
+        self.new_tensors.append(placeholder)
+        self.ctx.derived[name] = Concatenation(tuple(stored), part_dims, axis)
         return name
 
 

@@ -530,13 +530,13 @@ def _copy_range(src: str, offset: int, length: int, dst) -> None:
             done += len(chunk)
 
 
-def _derive(src: str, offset: int, length: int, t: onnx.TensorProto,
-            how: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Read one source tensor and compute the derived tensor's bytes (transpose, scale, convert)."""
-    source = getattr(how, "source", None)
-    source_dtype = onnx.helper.tensor_dtype_to_np_dtype(source.data_type if source is not None else t.data_type)
-    flat = np.fromfile(src, dtype=np.uint8, count=length, offset=offset).view(source_dtype)
-    data = np.ascontiguousarray(how(flat)).view(np.uint8)
+def _derive(spans: list[tuple[str, int, int]], t: onnx.TensorProto, how: Callable[..., np.ndarray]) -> np.ndarray:
+    """Read the source tensors (one per span, in ``how.sources``' order) and compute the derived tensor's
+    bytes (transpose, scale, convert; or the sources side by side)."""
+    flats = [np.fromfile(src, dtype=np.uint8, count=length, offset=offset).view(
+                 onnx.helper.tensor_dtype_to_np_dtype(source.data_type))
+             for (src, offset, length), source in zip(spans, how.sources)]
+    data = np.ascontiguousarray(how(*flats)).view(np.uint8)
     if data.nbytes != tensor_nbytes(t):
         raise ValueError(f"derived tensor '{t.name}' has {data.nbytes} bytes, its shape needs {tensor_nbytes(t)}")
     return data
@@ -545,21 +545,22 @@ def _derive(src: str, offset: int, length: int, t: onnx.TensorProto,
 def _write_data_file(out, ext, spans, derived, data_name: str, saved: list) -> None:
     """Append every external tensor to ``out`` (page-aligned) and point the tensor at its new place.
 
-    Unchanged tensors are copied by the kernel; derived ones are computed by one worker thread, one tensor
-    ahead of the writer, so transposing overlaps the disk writes while at most two derived tensors are in
-    memory. ``saved`` receives the old references so the caller can restore the model."""
-    jobs = iter([(k, t, span) for k, (t, span) in enumerate(zip(ext, spans)) if t.name in derived])
+    ``spans[k]``: where tensor k's bytes are read, one span for a copied tensor, one per source for a derived
+    one. Unchanged tensors are copied by the kernel; derived ones are computed by one worker thread, one
+    tensor ahead of the writer, so transposing overlaps the disk writes while at most two derived tensors
+    are in memory. ``saved`` receives the old references so the caller can restore the model."""
+    jobs = iter([(k, t, reads) for k, (t, reads) in enumerate(zip(ext, spans)) if t.name in derived])
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxfuse-derive") as pool:
         ahead: dict[int, Future] = {}
 
         def submit_next() -> None:
             job = next(jobs, None)
             if job is not None:
-                k, t, (src, offset, length) = job
-                ahead[k] = pool.submit(_derive, src, offset, length, t, derived[t.name])
+                k, t, reads = job
+                ahead[k] = pool.submit(_derive, reads, t, derived[t.name])
 
         submit_next()
-        for k, (t, (src, offset, length)) in enumerate(zip(ext, spans)):
+        for k, (t, reads) in enumerate(zip(ext, spans)):
             out.write(b"\0" * (-out.tell() % ALIGNMENT))
             start = out.tell()
             if k in ahead:
@@ -569,6 +570,7 @@ def _write_data_file(out, ext, spans, derived, data_name: str, saved: list) -> N
                 length = data.nbytes
                 del data
             else:
+                (src, offset, length), = reads
                 _copy_range(src, offset, length, out)
             saved.append((t, [(e.key, e.value) for e in t.external_data]))
             del t.external_data[:]
@@ -586,8 +588,8 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
 
     ``source_dir`` is where the external data the model points at lives (the input model's folder).
     ``derived`` maps the name of a tensor whose location is ``PENDING`` to how its bytes are computed:
-    a callable on the flat source array with a ``source`` attribute, the source's external reference
-    (``fuse.Derived``). Files are written into a temporary folder beside ``path``, fsynced, checked with
+    a callable on the flat source arrays, with ``sources``, the sources' external references
+    (``fuse.Derived``, ``fuse.Concatenation``). Files are written into a temporary folder beside ``path``, fsynced, checked with
     ``onnx.checker`` (full check), then renamed into place — data file first; on any failure nothing is
     left behind. ``model`` is left as it was. ``before_publish`` is called with the written and checked
     temporary model (its data file beside it) just before the rename: an exception it raises publishes
@@ -602,21 +604,22 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
     if ext:
         if source_dir is None:
             raise ValueError("save_model: the model has external data; pass source_dir")
-        spans = []
+        spans = []  # per tensor, where its bytes are read: [one span], or one per source of a derived tensor
         for t in ext:
             if t.name in derived:
-                spans.append(_external_span(derived[t.name].source, os.fspath(source_dir)))
+                spans.append([_external_span(source, os.fspath(source_dir)) for source in derived[t.name].sources])
             elif ExternalDataInfo(t).location == PENDING:
                 raise ValueError(f"tensor '{t.name}' is computed while saving: pass the FuseResult's derived map")
             else:
-                spans.append(_external_span(t, os.fspath(source_dir)))
-        if os.path.exists(path) and any(os.path.samefile(path, p) for p, _, _ in spans):
+                spans.append([_external_span(t, os.fspath(source_dir))])
+        read_files = {p for reads in spans for p, _, _ in reads}
+        if os.path.exists(path) and any(os.path.samefile(path, p) for p in read_files):
             raise BadInputError(f"{path}: is the input's external data file; choose another output name")
         target = os.path.join(out_dir, data_name)
         if os.path.exists(target) and not os.path.isfile(target):
             raise BadInputError(f"{path}: its data file {data_name} would replace {target}, which is not a regular "
                                 "file (a directory?); move it or choose another output name")
-        if os.path.exists(target) and any(os.path.samefile(target, p) for p, _, _ in spans):
+        if os.path.exists(target) and any(os.path.samefile(target, p) for p in read_files):
             raise BadInputError(f"{path}: its data file {data_name} is the input's external data; choose "
                                 "another output name")
     remove_stale_temps(out_dir, base)

@@ -204,31 +204,69 @@ def test_fused_and_refused_per_architecture(file):
         assert refused and all(any(x in r.reason for x in reasons) for r in refused), [r.reason for r in refused]
 
 
-def test_external_data_model():
-    result = fuse_model(onnx.load(MODELS / "bert_torchscript_op17.onnx", load_external_data=False), rules=RULES,
-                        base_dir=MODELS)
+def _saved_and_loaded(result, tmp_path) -> onnx.ModelProto:
+    """The fused model as ``optimize`` writes it (external data streamed, packed weights joined while
+    saving), read back with its data."""
+    result.save(tmp_path / "fused.onnx")
+    return onnx.load(tmp_path / "fused.onnx")  # with its external data
+
+
+def test_external_data_model(tmp_path, rng):
+    """A real export with its weights in external data (as torch's dynamo exporter writes every model by
+    default): Q, K and V still pack into one projection, joined while the model is saved; every third of
+    the packed weight is one stored weight, bit for bit; the outputs match the original's."""
+    file = "bert_torchscript_op17.onnx"
+    original = onnx.load(MODELS / file, load_external_data=False)
+    result = fuse_model(original, rules=RULES, base_dir=MODELS)
     assert [b.rule for b in result.report.fused] == ["attention", "attention"]
-    # three weights in external data would make a packed one assembled from three stored tensors
-    assert all(b.details["qkv"] == "separate" and "external data" in b.details["qkv_separate_because"]
-               for b in result.report.fused)
-    assert _ops(result.model).get(MHA, 0) == 2
+    assert all(b.details["qkv"] == "packed" for b in result.report.fused)
+    assert _ops(result.model).get(PACKED, 0) == 2 and MHA not in _ops(result.model)
+    packed = [n.input[1] for n in result.model.graph.node if n.op_type == "Attention"]
+    assert set(packed) <= set(result.derived)  # placeholders until saved: the rewrite loaded no weight
+    fused = _saved_and_loaded(result, tmp_path)
+    assert (tmp_path / "fused.onnx.data").is_file()
+    stored = [numpy_helper.to_array(t, base_dir=str(MODELS)) for t in original.graph.initializer]
+    inits = {t.name: numpy_helper.to_array(t) for t in fused.graph.initializer}
+    for name in packed:
+        weight = inits[name]
+        d = weight.shape[1] // 3
+        for third in (weight[:, i * d:(i + 1) * d] for i in range(3)):
+            assert any(v.shape == third.shape and np.array_equal(v, third) for v in stored)
+    reference = onnx.load(MODELS / file)  # with its data
+    feeds = _feeds(file, _session(reference), 6, 7, rng)
+    assert_outputs_match(_session(reference), _session(fused), feeds, TOLERANCE[ENTRIES[file]["dtype"]])
 
 
-def test_biases_in_external_data_stay_in_front_of_the_op(tmp_path, rng):
-    """Packing three biases into one constant would need a tensor derived from three sources, which the
-    engine's derived constants do not express: the Adds stay, MHA reads the biased projections."""
+@pytest.mark.parametrize("threshold", ["all external", "weights external, biases inline"])
+def test_projections_in_external_data_pack_while_saving(tmp_path, rng, threshold):
+    """The packed weight and bias of weights (and biases) stored as external data: placeholders while the
+    model is rewritten (nothing loaded), the stored tensors side by side once saved, bit for bit, whether
+    the biases are external too or inline beside external weights."""
     model = _attention(mask="padding", fill=-math.inf)
-    onnx.save(onnx.ModelProto.FromString(model.SerializeToString()), tmp_path / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
-              location="m.data", size_threshold=0)
-    result = fuse_model(onnx.load(tmp_path / "m.onnx", load_external_data=False), rules=RULES, base_dir=tmp_path)
+    # onnx compares sys.getsizeof of the raw bytes: biases [D] ~65 bytes, weights [D, D] ~289
+    size = 0 if threshold == "all external" else 128
+    onnx.save(onnx.ModelProto.FromString(model.SerializeToString()), tmp_path / "m.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="m.data", size_threshold=size)
+    source = onnx.load(tmp_path / "m.onnx", load_external_data=False)
+    external = {t.name for t in source.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    assert {"wq", "wk", "wv"} <= external and ({"bq", "bk", "bv"} <= external) == (threshold == "all external")
+    result = fuse_model(source, rules=RULES, base_dir=tmp_path)
     (block,) = result.report.fused
-    assert block.details["bias"] == "none" and block.details["qkv"] == "separate"
-    (mha,) = [n for n in result.model.graph.node if n.op_type == "MultiHeadAttention"]
-    assert list(mha.input[:4]) == ["q_proj", "k_proj", "v_proj", ""]
+    assert block.details["qkv"] == "packed" and block.details["bias"] == "packed"
+    node = _fused_node(result.model)
+    assert node.op_type == "Attention" and node.input[1] in result.derived
+    assert (node.input[2] in result.derived) == (threshold == "all external")
+    (tmp_path / "out").mkdir()
+    fused = _saved_and_loaded(result, tmp_path / "out")
+    stored = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    inits = {t.name: numpy_helper.to_array(t) for t in fused.graph.initializer}
+    node = _fused_node(fused)
+    np.testing.assert_array_equal(inits[node.input[1]], np.concatenate([stored["wq"], stored["wk"], stored["wv"]], axis=1))
+    np.testing.assert_array_equal(inits[node.input[2]], np.concatenate([stored["bq"], stored["bk"], stored["bv"]]))
+    assert not {"wq", "wk", "wv", "bq", "bk", "bv"} & set(inits)
     x = rng.standard_normal((3, 5, D)).astype(np.float32)
     mask = np.array([[1] * 5, [1, 1, 0, 0, 0], [0] * 5])
-    onnx.load_external_data_for_model(result.model, str(tmp_path))
-    np.testing.assert_allclose(_run(result.model, x, mask), _run(model, x, mask), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_run(fused, x, mask), _run(model, x, mask), rtol=1e-5, atol=1e-6)
 
 
 # --- outputs --------------------------------------------------------------------------------------------

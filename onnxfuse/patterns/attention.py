@@ -130,10 +130,11 @@ Projections: where Q, K and V are constant-weight projections of one tensor X (t
 one MatMul and a Split; qkv.py), the block takes them in and becomes ``Attention(X, [Wq | Wk | Wv],
 [bq | bk | bv])``: ORT runs one GEMM and one kernel that adds the bias and splits the heads, where MHA
 was fed three GEMMs' outputs (BERT) or a Split's (GPT-2: a Split kernel and a bias broadcast of their
-own). Otherwise (a cross-attention, a run-time weight, weights in external data, a projection also read
-elsewhere: ``inspect`` gives the reason as ``qkv_separate_because``) the projections are fed to MHA as
-they are; when each is ``MatMul + Add(const [D])`` with inline constants, the three Adds are folded into
-MHA's ``bias`` input (one new [3D] constant), else the Adds stay in front of the op.
+own). Weights in external data are packed too, joined while the model is saved. Otherwise (a
+cross-attention, a run-time weight, a projection also read elsewhere: ``inspect`` gives the reason as
+``qkv_separate_because``) the projections are fed to MHA as they are; when each is ``MatMul +
+Add(const [D])``, the three Adds are folded into MHA's ``bias`` input (one new [3D] constant), else the Adds
+stay in front of the op.
 
 Why Attention and not MHA's own packed input ([B, S, N, 3, H], key and value omitted): ORT 1.31's CPU
 kernel does not implement it ("Packed QKV of shape (B, L, N, 3, H) not implemented for CPU", measured),
@@ -166,7 +167,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from . import qkv
 from ..domain import DOMAIN, FILL_MASKED_ROWS
@@ -308,8 +308,8 @@ class AttentionPlan(Plan):
         """MultiHeadAttention's query, key, value [B, S, D] (or 4-D heads) and its packed bias (or ""), and
         the nodes that make them: a broadcast key/value head [B, 1, L, H] is expanded to [B, N, L, H] (MHA
         broadcasts no head)."""
-        bias = "" if self.biases is None else out.initializer(self.name_hint + "_qkv_bias",
-                                                              _packed_bias(out.view, self.biases))
+        bias = "" if self.biases is None else out.concatenation(
+            self.name_hint + "_qkv_bias", [out.view.constant_ref(b) for b in self.biases], axis=None)
         nodes, inputs = [], {"key": self.key, "value": self.value}
         for what in self.broadcast_heads:
             heads = out.initializer(self.name_hint + "_heads_shape", np.array([1, self.num_heads, 1, 1], np.int64))
@@ -506,21 +506,16 @@ class PackedAttentionPlan(AttentionPlan):
         weight, bias = p.weight, p.bias
         if p.weights is not None:  # three constants side by side: [Wq | Wk | Wv], one copy for tied layers
             _, weight = out.shared(("packed_qkv_weight",) + tuple(w.root for w in p.weights), lambda: (
-                [], out.initializer(self.name_hint + "_qkv_weight", _concatenated(p.weights, axis=1))))
+                [], out.concatenation(self.name_hint + "_qkv_weight", p.weights, axis=1)))
         if bias is None:
             # ORT's CUDA Attention splits the GEMM's output into heads in the kernel that adds the bias; fed no
             # bias, it only transposes, to the unfused kernel's layout (attention_prepare_qkv.cu,
             # PrepareQkv_Attention): zeros keep every kernel open and add nothing.
             biases = p.biases if p.biases is not None else (None, None, None)
             np_dtype = onnx.helper.tensor_dtype_to_np_dtype(self.dtype)
-            bias = out.initializer(self.name_hint + "_qkv_bias", np.concatenate([
-                np.zeros(p.hidden, np_dtype) if b is None else numpy_helper.to_array(b.tensor).reshape(-1)
-                for b in biases]))
+            bias = out.concatenation(self.name_hint + "_qkv_bias", [
+                np.zeros(p.hidden, np_dtype) if b is None else b for b in biases], axis=None)
         return [], [p.input, weight, bias]
-
-
-def _concatenated(refs, axis: int) -> np.ndarray:
-    return np.concatenate([numpy_helper.to_array(r.tensor) for r in refs], axis=axis)
 
 
 def _trimmed(inputs: list[str]) -> list[str]:
@@ -540,9 +535,6 @@ def _with_axes(out: Emitter, opset: int, op: str, axes_input_since: int, x: str,
                                      name=out.name(y), **attrs)
     return onnx.helper.make_node(op, [x], [y], name=out.name(y), axes=axes, **attrs)
 
-
-def _packed_bias(view: GraphView, names: tuple) -> np.ndarray:
-    return np.concatenate([numpy_helper.to_array(view.constant(n)).reshape(-1) for n in names])
 
 
 # --- the rule ----------------------------------------------------------------------------------------
@@ -1277,14 +1269,15 @@ def _nan_guard(view: GraphView, probs: str, readers: list) -> tuple[tuple, str] 
 
 
 def _packable_biases(view: GraphView, heads, dtype: int) -> tuple | None:
-    """The three bias constants, when all are inline and of the attention's dtype (external data would
-    need a derived tensor from three sources; those Adds stay in front of the op instead)."""
+    """The three bias constants, when all are stored constants of the attention's dtype read as stored
+    (inline or external: packed side by side, ``Emitter.concatenation``); otherwise those Adds stay in front
+    of the op."""
     names = []
     for h in heads:
         if h.bias_add is None or view.single_consumer(h.projected) is None:
             return None
-        t = view.constant(h.bias)
-        if t is None or t.data_location == onnx.TensorProto.EXTERNAL or t.data_type != dtype:
+        ref = view.constant_ref(h.bias)
+        if ref is None or ref.converts or ref.data_type != dtype:
             return None
         names.append(h.bias)
     return tuple(names)

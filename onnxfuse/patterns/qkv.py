@@ -17,15 +17,13 @@ The two forms the exporters write::
 
 For the first the packed weight is a new constant, the three stored ones concatenated (nothing is
 computed: every entry is one of theirs); a missing bias packs as zeros (adding 0 changes no value but the
-sign of a zero). For the second the graph's own ``W`` and ``b`` are already ``[Wq | Wk | Wv]`` and
+sign of a zero). Weights stored as external data (the dynamo exporter's default) are joined while the model
+is saved, one packed weight at a time (``Emitter.concatenation``): the rewrite never loads them. For the second the graph's own ``W`` and ``b`` are already ``[Wq | Wk | Wv]`` and
 ``[bq | bk | bv]``: they are read as they are, wherever they are stored.
 
 Not packed (the attention is still fused, into ``MultiHeadAttention`` with the separate projections;
 ``inspect`` says why): projections of different tensors, a weight that is not a constant 2-D tensor of
-the attention's type, a bias that is not a constant [D], a Split in another order or of other sizes, and
-three weights of which any is stored as external data — the packed one would be a tensor assembled from
-three external ones, which the rewrite's derived constants (one source each, transformed while the model
-is saved) do not express, and reading them would bring the weights into memory.
+the attention's type, a bias that is not a constant [D], a Split in another order or of other sizes.
 """
 
 from __future__ import annotations
@@ -96,10 +94,6 @@ def _from_three(view: GraphView, ev: Evaluator, projected, d: int, dtype: int) -
     for what, b in zip(WHAT, biases):
         if b is not None and b.converts:
             raise NotPacked(f"the {what} bias is read through a Cast from {dtype_name(b.tensor.data_type)}")
-    stored = [t for t in weights + biases if t is not None]
-    if any(t.tensor.data_location == onnx.TensorProto.EXTERNAL for t in stored):
-        raise NotPacked("the weights are stored as external data: the packed weight would be assembled from "
-                        "three external tensors, which the rewrite does not derive")
     _check_rows(ev, x, projected[0])
     nodes = frozenset(i for p in parts for i in p[3])
     return PackedQkv(input=x, nodes=nodes, hidden=d, weights=weights, biases=biases, form="three MatMuls")

@@ -19,7 +19,7 @@ every grouping and operand order of ``0.5·x·(1+erf(x/√2))`` is the same prod
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import math
 from dataclasses import dataclass, field
@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 
 from ..dtypes import dtype_name
-from .graph import GraphView, is_op
+from .graph import ConstantRef, GraphView, is_op
 
 T = onnx.TensorProto
 
@@ -96,6 +96,11 @@ class Emitter(Protocol):
 
     def initializer(self, proposal: str, value: np.ndarray) -> str:
         """A new small constant holding ``value`` (integer shapes, packed small vectors)."""
+
+    def concatenation(self, proposal: str, parts: Sequence[ConstantRef | np.ndarray], axis: int | None) -> str:
+        """A new constant: ``parts`` side by side along ``axis`` (None: each flattened, end to end), stored
+        constants each read as stored, or inline values. Joined now where every part is inline; where one is external data, joined while the
+        model is saved, so that the weights are never loaded by the rewrite."""
 
     def declare(self, tensor: str, elem_type: int, dims: list[int | str]) -> None:
         """Records a type and shape an emitted tensor is known to have as the graph's ``value_info``: what
