@@ -546,17 +546,23 @@ def _fuse_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, o
     and the step's report (None when not asked)."""
     if not ort_fusions:
         return fuse_model(model, target=target, **fuse_args), model, None
-    from .ort_fusions import MODEL_TYPES, OrtFusionsReport, apply_ort_fusions, why_not
+    from .ort_fusions import (MODEL_TYPES, OrtFusionsReport, apply_ort_fusions, restore_external_references,
+                              why_not, with_external_data_loaded)
 
     reason = why_not(model, target.name)
     if reason is not None:
         return fuse_model(model, target=target, **fuse_args), model, OrtFusionsReport(False, why_not=reason).to_dict()
+    source, references = model, {}
+    if model_io.external_tensors(model):  # ORT's fusions read constants: on a copy with the data loaded
+        source, references = with_external_data_loaded(model, fuse_args["base_dir"])
     best, failures = None, []
     for rank, model_type in enumerate(MODEL_TYPES):
-        fused_input, step = apply_ort_fusions(model, model_type=model_type, use_gpu=target.name == "cuda")
+        fused_input, step = apply_ort_fusions(source, model_type=model_type, use_gpu=target.name == "cuda")
         if not step.applied:
             failures.append(step)
             continue
+        if references:  # what ORT kept as it was is read from the input's data file again, and streamed
+            restore_external_references(fused_input, references, source)
         result = fuse_model(fused_input, target=target, **fuse_args)
         # a bias moved into an existing node is no block fused: the fusion set that lets both rank alike
         fused = sum(not b.details.get("moves_only") for b in result.report.fused)

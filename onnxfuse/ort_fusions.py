@@ -25,11 +25,17 @@ shape the attention rule cannot prove, so only "gpt2" lets the attention fuse. O
 on GPT-NeoX's export it writes a ``RotaryEmbedding`` that takes the position ids traced at batch 1 and
 then fails at every larger batch (measured with ORT 1.31).
 
+External data (torch's dynamo exporter writes every model so by default): ORT's fusions read constants
+from the proto they are given, so the step runs on a copy with the external tensors loaded, up to
+``MAX_LOADED_BYTES`` (the copy must stay under protobuf's 2 GiB). Afterwards every tensor ORT kept as it was
+(same name, same bytes: nearly all weights) is its external reference again, so the rules and the streamed
+save treat it as before and the output keeps its weights in OUT.data; what ORT made (a packed weight of its
+own Attention fusion, on eager exports) stays inline in the output model.
+
 When it does not run (the report says which, and why): the target is TensorRT (it fuses for itself and runs
-no com.microsoft ops); the model already has ORT's fused ops (ORT's optimizer ran before); the model keeps
-tensors in external data (ORT's fusions read constants without the model's folder); ORT's optimizer raises.
-The rules then run on the model as it was. ``optimize --verify`` compares the final model with the input,
-so the gate covers both steps.
+no com.microsoft ops); the model already has ORT's fused ops (ORT's optimizer ran before); its external data
+is larger than ``MAX_LOADED_BYTES``; ORT's optimizer raises. The rules then run on the model as it was.
+``optimize --verify`` compares the final model with the input, so the gate covers both steps.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ _ORT_FUSED_OPS = frozenset({
     "BiasSplitGelu", "RotaryEmbedding", "SimplifiedLayerNormalization",
 })
 MODEL_TYPES = ("bert", "gpt2")  # tried in this order (fuse.py picks)
+# The external data loaded for ORT's fusions at most: the loaded copy (and ORT's own copy of it) must stay
+# under protobuf's 2 GiB message limit.
+MAX_LOADED_BYTES = 1536 << 20
 
 
 @dataclass
@@ -78,10 +87,45 @@ def _op_counts(model: onnx.ModelProto) -> Counter:
     return Counter(f"{n.domain or 'ai.onnx'}.{n.op_type}" for n in model.graph.node)
 
 
-def _has_external_data(model: onnx.ModelProto) -> bool:
+def _external_bytes(model: onnx.ModelProto) -> int:
+    from .model_io import external_tensors, tensor_nbytes
+
+    return sum(tensor_nbytes(t) for t in external_tensors(model))
+
+
+def with_external_data_loaded(model: onnx.ModelProto, base_dir: str) -> tuple[onnx.ModelProto, dict]:
+    """A copy of ``model`` with its external tensors' data loaded from ``base_dir`` (ORT's fusions read
+    constants from the proto), and the external references by name, for :func:`restore_external_references`."""
+    from .model_io import all_tensors, external_tensors
+
+    references = {}
+    for t in external_tensors(model):
+        ref = onnx.TensorProto()
+        ref.CopyFrom(t)
+        references[t.name] = ref
+    loaded = onnx.ModelProto()
+    loaded.CopyFrom(model)
+    onnx.external_data_helper.load_external_data_for_model(loaded, base_dir)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(loaded))
+    return loaded, references
+
+
+def restore_external_references(model: onnx.ModelProto, references: dict, loaded: onnx.ModelProto) -> int:
+    """In ``model`` (ORT's output from ``loaded``), every initializer ORT kept as it was — the name of an
+    external tensor, the same type, dims and bytes — becomes that tensor's external reference again, in
+    place. Returns how many."""
     from .model_io import all_tensors
 
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model))
+    values = {t.name: t for t in all_tensors(loaded) if t.name in references}
+    restored = 0
+    for t in all_tensors(model):
+        ref, was = references.get(t.name), values.get(t.name)
+        if ref is None or was is None or t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        if (t.data_type, list(t.dims)) == (was.data_type, list(was.dims)) and t.raw_data == was.raw_data:
+            t.CopyFrom(ref)
+            restored += 1
+    return restored
 
 
 def why_not(model: onnx.ModelProto, target: str) -> str | None:
@@ -95,9 +139,11 @@ def why_not(model: onnx.ModelProto, target: str) -> str | None:
     fused = sorted({n.op_type for n in model.graph.node if n.domain == ORT_DOMAIN and n.op_type in _ORT_FUSED_OPS})
     if fused:
         return f"the model already has ORT's fused ops ({', '.join(fused)}): ORT's optimizer ran before"
-    if _has_external_data(model):
-        return ("the model keeps tensors in external data, which ORT's fusions would read without the model's "
-                "folder; run onnxruntime.transformers.optimizer on it first to have them")
+    external = _external_bytes(model)
+    if external > MAX_LOADED_BYTES:
+        return (f"the model's external data ({external / 2**30:.1f} GiB) is more than ORT's in-memory fusions can "
+                f"take ({MAX_LOADED_BYTES / 2**30:.1f} GiB, under protobuf's 2 GiB); run "
+                "onnxruntime.transformers.optimizer with its external-data options first")
     return None
 
 

@@ -3,8 +3,9 @@
 On the sample exports: the step runs ORT's fusions, onnxfuse then fuses the FFNs and attentions it left,
 and the result matches the original (``compare``); for GPT-2 the "gpt2" model type is the one kept (only
 after it can the attention rule prove the query's shape). Where it does not apply (a model ORT's optimizer
-has seen, one optimized by onnxfuse, TensorRT, external data, ORT's optimizer failing) the rules run on the
-model as it was and the report says why. Without the flag nothing of ORT's runs.
+has seen, one optimized by onnxfuse, TensorRT, external data beyond what can be loaded, ORT's optimizer failing) the rules run on the
+model as it was and the report says why. Models whose weights are external data get the step too, and
+keep their weights external. Without the flag nothing of ORT's runs.
 """
 
 from __future__ import annotations
@@ -87,12 +88,46 @@ def test_a_model_onnxfuse_optimized_is_not_fused_by_ort_again(tmp_path):
     assert "optimized by onnxfuse" in report.ort_fusions["why_not"]
 
 
-def test_external_data_is_left_to_ort_optimizer_run_by_the_user(tmp_path):
-    src = tmp_path / "m.onnx"
-    shutil.copy(MODELS / "bert_torchscript_op17.onnx", src)
-    shutil.copy(MODELS / "bert_torchscript_op17.onnx.data", tmp_path / "bert_torchscript_op17.onnx.data")
+def _external_copy(folder: Path, sample: str) -> Path:
+    """``sample`` saved as torch's dynamo exporter saves every model by default: its weights in external data
+    (onnx's default threshold, 1 KiB; small constants stay inline, as the exporter keeps them)."""
+    src = folder / f"{sample}.onnx"
+    onnx.save_model(onnx.load(str(SAMPLES / f"{sample}.onnx")), str(src), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=f"{sample}.onnx.data", size_threshold=1024)
+    model = onnx.load(str(src), load_external_data=False)
+    assert sum(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer) >= 8  # the weights
+    return src
+
+
+@pytest.mark.parametrize("sample,model_type", [("tiny_bert", "bert"), ("tiny_gpt2", "gpt2")])
+def test_external_data_models_get_orts_fusions_and_stay_external(tmp_path, sample, model_type):
+    """ORT's fusions run on a copy with the data loaded; what ORT kept as it was is the input's external
+    reference again, streamed into OUT.data: the output has what the inline model's run has, its weights
+    outside the model file, and matches the original."""
+    src = _external_copy(tmp_path, sample)
+    data_before = (tmp_path / f"{sample}.onnx.data").read_bytes()
+    inline_out, out = tmp_path / "inline_out.onnx", tmp_path / "out.onnx"
+    inline_report = optimize_file(SAMPLES / f"{sample}.onnx", inline_out, ort_fusions=True)
+    report = optimize_file(src, out, ort_fusions=True)
+    step = report.ort_fusions
+    assert step["applied"] and step["model_type"] == model_type, step
+    assert step["added"] == inline_report.ort_fusions["added"]
+    assert report.fused_by_op == inline_report.fused_by_op and report.refused == []
+    assert _ops(out) == _ops(inline_out)
+    fused = onnx.load(str(out), load_external_data=False)
+    inline = [t for t in fused.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    assert (tmp_path / "out.onnx.data").is_file()
+    assert all(len(t.raw_data) < 1024 for t in inline), [t.name for t in inline]  # every weight in OUT.data
+    assert (tmp_path / f"{sample}.onnx.data").read_bytes() == data_before
+    assert compare_models(str(src), str(out), samples=2, progress=False).passed
+
+
+def test_external_data_beyond_what_can_be_loaded_is_left_to_orts_optimizer(tmp_path, monkeypatch):
+    monkeypatch.setattr(ort_fusions, "MAX_LOADED_BYTES", 1024)
+    src = _external_copy(tmp_path, "tiny_bert")
     report = optimize_file(src, tmp_path / "out.onnx", ort_fusions=True)
-    assert report.ort_fusions["applied"] is False and "external data" in report.ort_fusions["why_not"]
+    assert report.ort_fusions["applied"] is False
+    assert "more than ORT's in-memory fusions can take" in report.ort_fusions["why_not"]
     assert report.fused  # the rules still ran
 
 

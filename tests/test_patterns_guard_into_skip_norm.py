@@ -204,15 +204,21 @@ def test_hand_built_negatives_stay_bit_identical(form, why):
     assert result.model.SerializeToString() == model.SerializeToString(), why
 
 
-def test_a_weight_in_external_data_keeps_its_guard(tmp_path):
-    # proving W finite would read it from its file: the guard stays (a rewrite never reads weights it need not)
-    model = _graph()
+@pytest.mark.parametrize("bad", [None, np.inf, np.nan], ids=["finite", "inf", "nan"])
+def test_a_weight_in_external_data_is_read_to_prove_it_finite(tmp_path, bad):
+    """torch's dynamo exporter stores every weight as external data: W is read from its file (once, a few MB
+    at most: the rows the fold takes are at most 3 KiB) and judged as an inline W is."""
+    model = _graph() if bad is None else _graph(weight=_weight_with(bad))
     onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
               location="m.data", size_threshold=0)
     loaded = onnx.load(tmp_path / "m.onnx", load_external_data=False)
     result = fuse_model(loaded, rules=(GuardIntoSkipNorm(),), base_dir=tmp_path)
-    assert result.report.fused == []
-    assert _count(result.model, FILL_MASKED_ROWS) == 1
+    if bad is None:
+        assert [b.rule for b in result.report.fused] == ["guard-into-skip-norm"]
+        assert _count(result.model, FILL_MASKED_ROWS) == 0
+    else:
+        assert result.report.fused == []
+        assert result.model.SerializeToString() == loaded.SerializeToString()
 
 
 def test_the_rules_reach_is_the_kernels_params_in_registers():

@@ -19,8 +19,8 @@ finite. The optional sum output (the residual stream of a pre-norm layer, GPT-2'
 This rule matches what the attention rule (and, for GPT-2's projection, ``skip_norm_bias``) wrote, so it
 runs in the driver's second pass, over their output (``after_rewrites``).
 
-Matched: the guard with fill 0 whose output only the MatMul reads; a constant 2-D W, inline, all finite
-(a W in external data is not read to prove it, and keeps its guard); the MatMul's output read only by
+Matched: the guard with fill 0 whose output only the MatMul reads; a constant 2-D W, all finite (read to
+prove it, from external data too, once the cheaper conditions hold); the MatMul's output read only by
 ORT's ``SkipLayerNormalization`` as its first input, whose mean and inverse-deviation outputs are unused;
 a hidden size whose rows are 16-byte vectors of at most 3 KiB (float16 up to 1 536 wide, float32 up to 768), the
 rows the CUDA kernel holds in registers together with gamma, beta and bias. Only there was the fold measured to
@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ..domain import DEFAULT_SKIP_NORM_EPSILON, DOMAIN, FILL_MASKED_ROWS, MASKED_SKIP_NORM
 from .graph import GraphView, attr, is_op
@@ -102,8 +101,6 @@ class GuardIntoSkipNorm:
         matmul = view.single_consumer(guard.output[0])
         if matmul is None or not is_op(view.nodes[matmul], "MatMul") or view.nodes[matmul].input[0] != guard.output[0]:
             return None
-        if not _finite_matrix(view, view.nodes[matmul].input[1]):
-            return None
         norm = view.single_consumer(view.nodes[matmul].output[0])
         if norm is None:
             return None
@@ -116,22 +113,29 @@ class GuardIntoSkipNorm:
             return None  # the mean and inverse deviation (training outputs) have no place in the masked op
         if not _rows_in_registers(view, node.input[2]):
             return None
+        if not _finite_matrix(view, view.nodes[matmul].input[1]):  # last: it may read W from external data
+            return None
         return GuardIntoSkipNormPlan(
             rule=RULE, form="FillMaskedRows+MatMul+SkipLayerNormalization", nodes=frozenset({i, matmul, norm}),
             outputs=tuple(o for o in node.output if o), name_hint=view.node_name(norm), guard=i, matmul=matmul,
             norm=norm)
 
 
+# The largest W read to prove it finite: the attention's output projection at the widest rows the fold takes
+# (float16, 1 536 wide), read once, from external data too (torch's dynamo exporter stores every weight there).
+_MAX_PROVED_ELEMENTS = (MAX_ROW_BYTES // 2) ** 2
+
+
 def _finite_matrix(view: GraphView, name: str) -> bool:
-    """``name`` is a constant 2-D tensor held in the model, every element finite."""
+    """``name`` is a constant 2-D tensor, inline or external, every element finite."""
     tensor = view.constant(name)
-    if tensor is None or len(tensor.dims) != 2 or tensor.data_location == onnx.TensorProto.EXTERNAL:
+    if tensor is None or len(tensor.dims) != 2:
         return False
     try:
-        value = numpy_helper.to_array(tensor)
-    except Exception:  # a tensor numpy cannot read is none this rule can prove
+        value = view.small_value(name, max_elements=_MAX_PROVED_ELEMENTS)
+    except Exception:  # a tensor numpy cannot read (or data that cannot be read) is none this rule can prove
         return False
-    return bool(np.isfinite(value.astype(np.float32)).all())
+    return value is not None and bool(np.isfinite(value).all())
 
 
 def _rows_in_registers(view: GraphView, gamma: str) -> bool:
