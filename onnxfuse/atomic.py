@@ -149,8 +149,20 @@ def write_atomic(path: str | os.PathLike, content: Content) -> Path:
 
 def json_text(data: Any) -> str:
     """A report as every command prints and writes it: indented, UTF-8 characters as they are, numpy
-    scalars as plain numbers."""
-    return json.dumps(data, indent=2, ensure_ascii=False, default=_jsonable)
+    scalars as plain numbers, and strict JSON: a non-finite number (an error ratio against a zero tolerance,
+    the statistics of an output that is NaN) is null, as JavaScript writes it, since ``Infinity`` and ``NaN``
+    are not JSON and a CI step's parser (jq, JSON.parse) rejects the whole report for them."""
+    return json.dumps(_finite(data), indent=2, ensure_ascii=False, default=_jsonable, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def write_json(path: str | os.PathLike, data: Any) -> Path:

@@ -270,10 +270,11 @@ class _ErrorAccumulator:
             stats.p50_abs, stats.p99_abs, stats.p999_abs = (float(q) for q in np.quantile(errors, [0.5, 0.99, 0.999]))
         stats.problems.extend(self.shape_problems)
         if self.violations:
+            worst = (f"worst {self.worst_ratio:.3g}× the tolerance" if np.isfinite(self.worst_ratio)
+                     else "a zero tolerance: every element must match exactly")
             stats.problems.append(
                 f"{self.violations} of {self.elements} elements outside atol + rtol·|ref| "
-                f"(atol={self.tol.atol:g}, rtol={self.tol.rtol:g}; worst {self.worst_ratio:.3g}× the tolerance,"
-                f" max abs error {stats.max_abs:.3g})"
+                f"(atol={self.tol.atol:g}, rtol={self.tol.rtol:g}; {worst}, max abs error {stats.max_abs:.3g})"
             )
         if self.nonfinite:
             stats.problems.append(f"{self.nonfinite} NaN/Inf positions differ from the original")

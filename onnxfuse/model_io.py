@@ -458,6 +458,9 @@ def check_output_path(input_path, output_path, *, what: str = "output model") ->
     out = os.fspath(output_path)
     if not out:
         raise BadInputError(f"an empty path; give the {what}'s file name")
+    if out == "-" and what == "output model":  # '-' is stdout for a report, and a model is no stream
+        raise BadInputError("-: a model is written to a file (with its external data beside it), not to stdout; "
+                            "give the output model's file name")
     if os.path.isdir(out):
         raise BadInputError(f"{out}: is a directory; give the {what}'s file name")
     if os.path.exists(out) and not os.path.isfile(out):

@@ -133,11 +133,18 @@ def test_leftovers_of_dead_writers_are_removed_and_only_those(tmp_path):
     assert entries(tmp_path) == sorted([live, other_target, unrelated, "r.json"])
 
 
+def _strict(constant: str):
+    raise ValueError(f"not JSON: {constant}")
+
+
 def test_json_text_is_the_one_rendering():
-    data = {"name": "sortie·é", "n": np.int64(3), "x": np.float32(0.5), "ok": np.bool_(True), "inf": math.inf}
+    data = {"name": "sortie·é", "n": np.int64(3), "x": np.float32(0.5), "ok": np.bool_(True), "inf": math.inf,
+            "stats": [np.float64("nan"), -math.inf, (1.5, np.float32("inf"))]}
     text = atomic.json_text(data)
     assert "sortie·é" in text  # UTF-8 as it is, not \u escapes
-    assert json.loads(text) == {"name": "sortie·é", "n": 3, "x": 0.5, "ok": True, "inf": math.inf}
+    # strict JSON, as jq and JSON.parse read it: a non-finite number is null
+    assert json.loads(text, parse_constant=_strict) == {"name": "sortie·é", "n": 3, "x": 0.5, "ok": True,
+                                                         "inf": None, "stats": [None, None, [1.5, None]]}
     assert text.startswith('{\n  "name"')  # indented by two
     with pytest.raises(TypeError, match="not JSON serialisable: object"):
         atomic.json_text({"x": object()})

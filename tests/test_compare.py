@@ -366,6 +366,21 @@ def test_cli_pass_prints_the_table_and_exits_0(files):
     assert "PASS" in result.output and "p99.9" in result.output and "cosine" in result.output
 
 
+def test_zero_tolerance_says_so_and_its_json_is_strict(files, tmp_path):
+    """atol = rtol = 0 makes the error ratio infinite: the line says what the tolerance asks instead of
+    "inf×", and the report stays strict JSON (null, not Infinity, which jq and JSON.parse reject)."""
+    result = _cli(files["op"], files["shifted"], "--atol", "0", "--rtol", "0", "--json", str(tmp_path / "r.json"))
+    assert result.exit_code == 3
+    assert "a zero tolerance: every element must match exactly" in result.stderr and "inf×" not in result.stderr
+
+    def strict(constant):
+        raise AssertionError(f"not JSON: {constant}")
+
+    data = json.loads((tmp_path / "r.json").read_text(), parse_constant=strict)
+    (out,) = data["outputs"]
+    assert out["worst_ratio"] is None and out["passed"] is False
+
+
 def test_cli_fail_exits_3_with_one_line(files, tmp_path):
     result = _cli(files["op"], files["shifted"], "--samples", "3", "--json", str(tmp_path / "r.json"),
                   "--plot", str(tmp_path / "r.png"))

@@ -136,6 +136,7 @@ def test_a_folder_where_the_data_file_goes_is_refused(tmp_path, models):
 
 @pytest.mark.parametrize("args, says", [
     (["-o", ""], "an empty path; give the output model's file name"),
+    (["-o", "-"], "-: a model is written to a file"),
     (["-o", "{tmp}/out.onnx", "--json", ""], "--json: an empty path"),
     (["-o", "{tmp}/out.onnx", "--json", "{tmp}"], "is a directory; give the report's file name"),
 ])
