@@ -578,7 +578,8 @@ def _fuse_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, o
 def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False) -> Report:
     """What ``optimize`` would do to the model at ``path`` for ``target``: ORT's transformer fusions first
     (``ort_fusions``), then the blocks it would fuse and every refusal. The rewrite runs in memory (on
-    placeholders: weights are not read); nothing is written."""
+    placeholders: external weights are not read, except where ORT's fusions are asked for, which read the
+    constants they fuse); nothing is written."""
     start = time.perf_counter()
     target = cost_model.get_target(target)  # an unknown name is refused before the model is read
     notes = model_io.LoadNotes()
