@@ -515,6 +515,7 @@ def compare_models(
 
     seconds_ref = seconds_opt = 0.0
     first_ref = None  # the original's outputs on sample 0, from finding the sizes it runs at
+    user_shapes = bool(shapes)
     if feeds is None:
         shapes, first_ref, seconds_ref, chosen = _runnable_sizes(ref_session, original_model, specs, shapes,
                                                                  output_names, seed)
@@ -532,7 +533,9 @@ def compare_models(
                 ref = first_ref if i == 0 and first_ref is not None else run_session(ref_session, sample, output_names)
             except Exception as e:
                 shapes_text = ", ".join(f"{k}{list(v.shape)}" for k, v in sample.items())
-                hint = "; give dynamic dims with --shape" if feeds is None else ""
+                # the user's own --shape values are the first suspect; without any, the defaults (128 tokens)
+                hint = "" if feeds is not None else (
+                    "; check the --shape values" if user_shapes else "; give dynamic dims with --shape")
                 raise BadInputError(
                     f"the original model cannot run on sample {i} ({shapes_text}{hint}): {one_line(e)}"
                 ) from e
@@ -586,8 +589,9 @@ def _runnable_sizes(session, model: onnx.ModelProto, specs, shapes, output_names
     default = random_inputs(model, candidates[0][0], seed=seed)
     shapes_text = ", ".join(f"{k}{list(v.shape)}" for k, v in default.items())
     if len(candidates) == 1:
-        raise BadInputError(f"the original model cannot run on sample 0 ({shapes_text}; give dynamic dims with "
-                            f"--shape): {first_error}")
+        # the user's own --shape values are the first suspect; without any, the defaults
+        hint = "check the --shape values" if shapes else "give dynamic dims with --shape"
+        raise BadInputError(f"the original model cannot run on sample 0 ({shapes_text}; {hint}): {first_error}")
     dynamic = "; ".join(s.describe() for s in specs if any(not isinstance(d, int) for d in s.shape))
     raise BadInputError(
         f"the original model cannot run on sample 0 ({shapes_text}, nor with {candidates[0][1]} halved down to "

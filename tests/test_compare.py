@@ -485,6 +485,9 @@ def test_inputs_the_original_rejects_are_bad_input_with_the_shapes(tmp_path):
     )
     with pytest.raises(BadInputError, match=r"original model cannot run on sample 0 \(x\[1\]; give dynamic dims with --shape\)"):
         compare_models(model, model, progress=False)
+    # given shapes the model cannot take: the hint points at them, not at giving some
+    with pytest.raises(BadInputError, match=r"original model cannot run on sample 0 \(x\[15\]; check the --shape values\)"):
+        compare_models(model, model, shapes={"x": (15,)}, progress=False)
     assert compare_models(model, model, shapes={"x": (16,)}, progress=False).passed
 
 
@@ -564,7 +567,7 @@ def test_compare_picks_sizes_the_model_runs_and_says_which():
 
 def test_compare_keeps_the_users_shapes_as_given():
     model = _capped_sequence(40)
-    with pytest.raises(BadInputError, match=r"cannot run on sample 0 \(x\[1, 64, 4\]; give dynamic dims"):
+    with pytest.raises(BadInputError, match=r"cannot run on sample 0 \(x\[1, 64, 4\]; check the --shape values"):
         compare_models(model, model, shapes={"x": (1, 64, 4)}, progress=False)
 
 
