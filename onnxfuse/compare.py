@@ -475,8 +475,8 @@ def compare_models(
 
     ``inputs``: a path (see ``onnxfuse.inputs.load_inputs``) or a list of samples; then every given sample
     is used and ``samples`` / ``shapes`` do not apply. Otherwise ``samples`` random samples are drawn
-    (seeds ``seed``, ``seed+1``…) with dynamic dims from ``shapes`` or the defaults of ``onnxfuse.inputs``.
-    Raises ``BadInputError`` for unusable models or inputs; an accuracy failure is *not* raised but
+    (seeds ``seed``, ``seed+1``…) with dynamic dims from ``shapes`` or the defaults of ``onnxfuse.inputs``,
+    attention masks whole in the first and padded on the right in the others. Raises ``BadInputError`` for unusable models or inputs; an accuracy failure is *not* raised but
     reported (``report.exit_code == 3``; ``report.raise_if_failed()`` turns it into ``AccuracyGateError``).
     """
     provider_list(provider)  # an unknown provider, or CUDA where it is not usable: one line before any work
@@ -525,7 +525,10 @@ def compare_models(
     input_shapes: dict[str, list[int]] = {}
     with _progress(progress and count > 1, count) as advance:
         for i in range(count):
-            sample = feeds[i] if feeds is not None else random_inputs(original_model, shapes, seed=seed + i)
+            # samples after the first pad their attention masks (inputs.py): the rewritten attentions must
+            # honour them as the original does
+            sample = feeds[i] if feeds is not None else random_inputs(original_model, shapes, seed=seed + i,
+                                                                      padded=i > 0)
             if i == 0:
                 input_shapes = {k: list(v.shape) for k, v in sample.items()}
             t0 = time.perf_counter()

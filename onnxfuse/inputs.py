@@ -11,11 +11,14 @@ Defaults, when the user gives no ``--shape`` for an input:
   Dimensions that share a name share a value: ``--shape input_ids=2,64`` also makes ``attention_mask``
   ``[2, 64]`` when both are declared ``[batch, sequence]``.
 * floating inputs: standard normal, drawn in float32 then cast to the input's type.
-* integer inputs: masks (the name contains ``mask``) are all ones; position ids (``position``) count
+* integer inputs: masks (the name contains ``mask``) are all ones, or, for a ``padded`` sample of a
+  ``[batch, sequence]`` mask, padded on the right as a tokenizer pads a batch: every row keeps a random 1 to
+  sequence tokens, row 0 of a batch of several all of them (``compare`` draws its samples after the first so:
+  the attention rewrite reproduces the masks, and the gate should see them used); position ids (``position``) count
   ``0, 1, 2…`` along the last axis; ids that feed a ``Gather`` whose table is a constant are drawn
   uniformly in ``[0, table rows)`` (token ids stay inside the vocabulary); other integers in
   ``[0, DEFAULT_INT_HIGH)``.
-* bool inputs: masks are all True, others random.
+* bool inputs: masks are all True (or padded, as integer masks), others random.
 """
 
 from __future__ import annotations
@@ -240,26 +243,43 @@ def random_inputs(
     shapes: dict[str, tuple[int, ...]] | None = None,
     *,
     seed: int = 0,
+    padded: bool = False,
 ) -> Sample:
     """One sample of inputs for ``model``, reproducible from ``seed`` (see the module docstring for the
-    value ranges). Public so that benchmarks feed the same inputs as the accuracy gate."""
+    value ranges; ``padded``: ``[batch, sequence]`` masks padded on the right). Public so that benchmarks
+    feed the same inputs as the accuracy gate."""
     specs = input_specs(model)
     resolved = resolve_shapes(specs, shapes)
     bounds = gather_bounds(model)
     rng = np.random.default_rng(seed)
-    return {spec.name: _random_array(spec, resolved[spec.name], bounds.get(spec.name), rng) for spec in specs}
+    # the padding draws from a stream of its own: a padded sample differs from the plain one in its masks only
+    padding = np.random.default_rng([seed, 1]) if padded else None
+    return {spec.name: _random_array(spec, resolved[spec.name], bounds.get(spec.name), rng, padding)
+            for spec in specs}
 
 
-def _random_array(spec: InputSpec, shape: tuple[int, ...], gather_rows: int | None, rng: np.random.Generator) -> np.ndarray:
+def _mask(shape: tuple[int, ...], dtype, padding: np.random.Generator | None) -> np.ndarray:
+    """All ones; or, with ``padding`` and [batch, sequence], right padding: each row keeps a random 1 to sequence
+    tokens (never none: a row with no token is no input a tokenizer makes), except that in a batch of
+    several row 0 is whole, as the longest text of a padded batch is."""
+    mask = np.ones(shape, dtype=dtype)
+    if padding is not None and len(shape) == 2 and shape[1] > 1:
+        for row in range(1 if shape[0] > 1 else 0, shape[0]):
+            mask[row, int(padding.integers(1, shape[1] + 1)):] = 0
+    return mask
+
+
+def _random_array(spec: InputSpec, shape: tuple[int, ...], gather_rows: int | None, rng: np.random.Generator,
+                  padding: np.random.Generator | None = None) -> np.ndarray:
     dtype = spec.dtype
     lowered = spec.name.lower()
     if dtype == np.bool_:
         if "mask" in lowered:
-            return np.ones(shape, dtype=np.bool_)
+            return _mask(shape, np.bool_, padding)
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):
         if "mask" in lowered:
-            return np.ones(shape, dtype=dtype)
+            return _mask(shape, dtype, padding)
         if "position" in lowered and len(shape) >= 1:
             return np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
         high = gather_rows if gather_rows is not None else DEFAULT_INT_HIGH

@@ -140,6 +140,27 @@ def test_random_values_have_sensible_ranges():
     sess.run(None, sample)
 
 
+@pytest.mark.parametrize("batch", [1, 4])
+def test_padded_samples_pad_masks_on_the_right(batch):
+    """compare's samples after the first: each row keeps 1 to sequence tokens, ones then zeros, row 0 of a
+    batch of several whole; every other input as in the unpadded sample of the same seed."""
+    model = bert_like()
+    seen = set()
+    for seed in range(20):
+        plain = random_inputs(model, {"input_ids": (batch, 16)}, seed=seed)
+        sample = random_inputs(model, {"input_ids": (batch, 16)}, seed=seed, padded=True)
+        mask = sample["attention_mask"]
+        assert mask.shape == (batch, 16) and mask.dtype == np.int64
+        kept = mask.sum(axis=1)
+        assert np.all(kept >= 1) and all(np.array_equal(mask[r], np.arange(16) < kept[r]) for r in range(batch))
+        if batch > 1:
+            assert kept[0] == 16
+        seen.update(int(k) for k in kept[batch > 1:])
+        assert all(np.array_equal(sample[k], plain[k]) for k in plain if k != "attention_mask")
+        assert np.all(plain["attention_mask"] == 1)
+    assert len(seen) > 5  # the lengths vary
+
+
 def test_random_inputs_are_reproducible_per_seed():
     model = bert_like()
     a, b, c = (random_inputs(model, seed=s) for s in (0, 0, 1))
