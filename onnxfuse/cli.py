@@ -134,8 +134,8 @@ def _approximation_budget_options(f):
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="With --verify: execution provider for both models.")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
-              help="With --verify: random input samples (default 1); with --approximate auto also those its "
-                   "error check runs (default 4).")
+              help="With --verify: random input samples (default 2: attention masks whole in the first, padded "
+                   "in the others); with --approximate auto also those its error check runs (default 4).")
 @click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
               help="With --verify or --approximate auto: concrete shape of a dynamic input, e.g. "
                    "input_ids=1,128 (repeatable; auto replaces its axis 0 by each batch size).")
@@ -198,7 +198,7 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
         from .compare import verify_optimized
 
         verdict = verify_optimized(model, written_model, published_as=output, provider=provider,
-                                   samples=samples or 1, shapes=shapes, rtol=rtol, atol=atol, progress=False)
+                                   samples=samples or 2, shapes=shapes, rtol=rtol, atol=atol, progress=False)
         gate.append(verdict)
         if json_path != "-":
             _render_compare(verdict)

@@ -32,6 +32,7 @@ def test_verify_passes_and_writes(tmp_path, library_path):
     assert data["fused_by_op"] == {"ai.onnxfuse.FusedLinearGelu": 2, "com.microsoft.Attention": 2,  # Q, K and V packed
                                    "com.microsoft.SkipLayerNormalization": 1}  # the embeddings
     assert data["verify"]["passed"] is True
+    assert data["verify"]["samples"] == 2  # attention masks whole, then padded
     assert {o["name"] for o in data["verify"]["outputs"]} == {"last_hidden_state", "pooler_output"}
     # the gate ran on a temporary file beside OUT; the report names the file the user gets
     assert data["verify"]["original"] == str(SAMPLE) and data["verify"]["optimized"] == str(out)
