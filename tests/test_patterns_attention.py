@@ -873,6 +873,33 @@ ADDITIVE = [
 ]
 
 
+@pytest.mark.parametrize("bad", [None, math.inf], ids=["finite", "inf"])
+def test_a_constant_bias_in_external_data_is_read_to_prove_it_finite(tmp_path, rng, bad):
+    """torch's dynamo exporter folds a fixed-shape causal mask or a position-bias table into an initializer
+    and stores it as external data: its values are read from the model's folder (bounded size) to prove them
+    finite, as an inline table's are; an infinite entry still refuses, and the reason calls it a constant."""
+    model = _attention(mask="none", bias="table", seq_len=5)
+    if bad is not None:
+        (table,) = [t for t in model.graph.initializer if t.name == "position_table"]
+        values = numpy_helper.to_array(table).copy()
+        values[0, 1, 2] = -bad
+        table.CopyFrom(numpy_helper.from_array(values, "position_table"))
+    onnx.save(onnx.ModelProto.FromString(model.SerializeToString()), tmp_path / "m.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="m.data", size_threshold=0)
+    source = onnx.load(tmp_path / "m.onnx", load_external_data=False)
+    result = fuse_model(source, rules=RULES, base_dir=tmp_path)
+    if bad is not None:
+        (refused,) = result.report.refused
+        assert "additive bias from a constant" in refused.reason and "not shown to be finite" in refused.reason
+        return
+    (block,) = result.report.fused
+    assert block.details["mask"] == "additive bias"
+    (tmp_path / "out").mkdir()
+    fused = _saved_and_loaded(result, tmp_path / "out")
+    x = rng.standard_normal((3, 5, D)).astype(np.float32)
+    np.testing.assert_allclose(_run(fused, x), _run(model, x), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("magnitude", [3.0, 300.0])
 @pytest.mark.parametrize("form", ADDITIVE, ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()))
 def test_additive_biases_fuse_as_attention_bias_and_match(form, magnitude, rng):

@@ -1378,7 +1378,7 @@ def _proved_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads
     wi = view.producer.get(bias)
     w = view.nodes[wi] if wi is not None else None
     if w is None or not is_op(w, "Where") or len(w.input) != 3:
-        got = "a graph input" if w is None else w.op_type
+        got = w.op_type if w is not None else "a constant" if view.constant_ref(bias) is not None else "a graph input"
         raise _Refused(f"the scores get an additive bias from {got}, not a mask Where(keep, 0, fill) "
                        "(ALiBi, relative position bias or an unrecognised mask)")
     zero, fill = view.scalar(w.input[1]), view.scalar(w.input[2])

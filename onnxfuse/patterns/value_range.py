@@ -107,9 +107,17 @@ class _Ranges:
 
     def _constant(self, name: str) -> tuple[float, float] | None:
         ref = self.view.constant_ref(name)
-        if ref is None or ref.tensor.data_location == T.EXTERNAL or int(np.prod(ref.dims, dtype=np.int64)) > _MAX_CONSTANT:
+        if ref is None or int(np.prod(ref.dims, dtype=np.int64)) > _MAX_CONSTANT:
             return None
-        values = numpy_helper.to_array(ref.tensor).astype(np.float64)
+        if ref.tensor.data_location == T.EXTERNAL:
+            # read from the model's folder (torch's dynamo exporter stores folded masks and position-bias tables
+            # there), converted as the graph reads it; None where the folder is not known
+            values = self.view.small_value(name, max_elements=_MAX_CONSTANT)
+            if values is None:
+                return None
+            values = np.asarray(values, np.float64)
+        else:
+            values = numpy_helper.to_array(ref.tensor).astype(np.float64)
         if values.size == 0 or np.isnan(values).any():
             return None
         # the graph reads the stored value converted once to its own type (GraphView.constant_ref)
