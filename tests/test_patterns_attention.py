@@ -69,9 +69,11 @@ EXPECTED = {
     "bert_torchscript_op16_nofold.onnx": (2, None),
     "bert_torchscript_op17.onnx": (2, None),
     "bert_torchscript_op20.onnx": (2, None),
-    "bloom_dynamo_op19.onnx": (0, None),  # ALiBi: baddbmm, the scores are no Q·Kᵀ MatMul (not a candidate)
-    "bloom_torchscript_op17.onnx": (0, None),
-    "bloom_freshinit_torchscript_op17.onnx": (0, None),
+    # ALiBi: baddbmm, the scores are no Q·Kᵀ MatMul alone; refused with the path from the product (the ALiBi
+    # term added, reshaped, the mask added)
+    "bloom_dynamo_op19.onnx": (0, "the scores reach the Softmax from their MatMul through"),
+    "bloom_torchscript_op17.onnx": (0, "the scores reach the Softmax from their MatMul through"),
+    "bloom_freshinit_torchscript_op17.onnx": (0, "the scores reach the Softmax from their MatMul through"),
     "clip_text_dynamo_op18.onnx": (2, None),
     "clip_text_freshinit_torchscript_op17.onnx": (2, None),
     "clip_text_torchscript_op16.onnx": (2, None),
@@ -871,6 +873,39 @@ ADDITIVE = [
     {"bias": "table", "seq_len": 5},  # BEiT/Swin: a constant relative position table
     {"bias": "table", "seq_len": 5, "post_scale": 1.0},  # scaled by 1 after the bias: nothing to scale
 ]
+
+
+@pytest.mark.parametrize("terms, says", [
+    (2, "from their MatMul through Add ← Add:"),  # MPNet: the position bias and the mask added one after the other
+    (0, None),  # a Softmax over a graph input, no product near: not an attention, no refusal
+])
+def test_a_softmax_over_a_product_in_a_form_not_taken_says_why(terms, says):
+    """Every attention left as it was gets a reason (README: inspect says why): a Softmax whose input is a
+    MatMul's output through a few elementwise or layout ops that the rule does not take is refused with the
+    path; any other Softmax is no candidate."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")]
+    nodes = []
+    t = "x"
+    if terms:
+        nodes.append(helper.make_node("MatMul", ["x", "w"], ["product"]))
+        t = "product"
+        for k in range(terms):
+            inits.append(numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), f"b{k}"))
+            nodes.append(helper.make_node("Add", [t, f"b{k}"], [f"biased{k}"]))
+            t = f"biased{k}"
+    nodes.append(helper.make_node("Softmax", [t], ["y"], axis=-1))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [2, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    result = _fuse(model)
+    assert result.report.fused == []
+    if says is None:
+        assert result.report.refused == []
+    else:
+        (refused,) = result.report.refused
+        assert says in refused.reason and "not a form taken" in refused.reason
+    assert result.model.SerializeToString() == model.SerializeToString()
 
 
 @pytest.mark.parametrize("bad", [None, math.inf], ids=["finite", "inf"])

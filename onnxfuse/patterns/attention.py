@@ -554,8 +554,8 @@ class Attention:
             return None
         scores = _scores(view, node.input[0])
         if scores is None:
-            why = _scores_masked_by_where(view, node.input[0])
-            # not fed by a Q·Kᵀ product: some other Softmax, unless it is one masked in a form not taken
+            why = _scores_masked_by_where(view, node.input[0]) or _scores_in_another_form(view, node.input[0])
+            # not fed by a product: some other Softmax, unless it is one whose scores come in a form not taken
             return Refusal(RULE, why, (view.node_name(i),)) if why else None
         try:
             plan = _plan(view, i, scores)
@@ -843,6 +843,39 @@ def _scores_masked_by_where(view: GraphView, t: str) -> str | None:
             return ("the scores are masked as Where(keep, Q·Kᵀ, fill) and then scaled, which scales the fill: "
                     "not taken (the product scaled inside the Where is)")
     return None
+
+
+# Ops a product's scores may pass on their way to the Softmax, in forms the rule does not take (two additive terms,
+# a Reshape between the product and its mask): followed to say why such a Softmax stays.
+_SCORE_PATH_OPS = {"Add": (0, 1), "Sub": (0, 1), "Mul": (0, 1), "Div": (0,), "Where": (1, 2), "Reshape": (0,),
+                   "Cast": (0,), "Transpose": (0,), "Expand": (0,)}
+
+
+def _scores_in_another_form(view: GraphView, t: str, depth: int = 8) -> str | None:
+    """Why a Softmax whose input is a MatMul's output through a few elementwise or layout ops, in a form
+    :func:`_scores` does not take, stays (MPNet: two additive terms; DeBERTa: a Reshape between the product and
+    its mask), or None where no MatMul is that near (some other Softmax): every attention left gets a reason."""
+    def path_to_product(name: str, left: int) -> list[str] | None:
+        i = view.producer.get(name)
+        if i is None or left < 0:
+            return None
+        node = view.nodes[i]
+        if is_op(node, "MatMul"):
+            return []
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _SCORE_PATH_OPS:
+            return None
+        for k in _SCORE_PATH_OPS[node.op_type]:
+            if k < len(node.input) and node.input[k]:
+                rest = path_to_product(node.input[k], left - 1)
+                if rest is not None:
+                    return [node.op_type] + rest
+        return None
+
+    path = path_to_product(t, depth)
+    if not path:
+        return None
+    return (f"the scores reach the Softmax from their MatMul through {' ← '.join(path)}: not a form taken (one "
+            "additive bias or mask, scales, and a Where on the scaled product are)")
 
 
 def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
