@@ -73,13 +73,21 @@ def refit(degree, hi, rounds=80):
     return [ci * -LOG2E for ci in c[::-1]]
 
 
-def main():
+HEADER = "form | rel-L2 / ORT's (bar <= 1.05) | values with |x| <= 3 over ORT's + 1 ulp (bar 0) | worst there, ulp"
+
+
+def all_fp16_values():
+    """(every finite fp16 value, its GELU in float64, ORT's: that rounded to fp16), as float64 arrays."""
     bits = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16)
     x = bits.view(np.float16)
     x = x[np.isfinite(x)].astype(np.float64)
     ref = gelu64(x)
-    ort = f32(ref).astype(np.float16).astype(np.float64)
-    print("form | rel-L2 / ORT's (bar <= 1.05) | values with |x| <= 3 over ORT's + 1 ulp (bar 0) | worst there, ulp")
+    return x, ref, f32(ref).astype(np.float16).astype(np.float64)
+
+
+def main():
+    x, ref, ort = all_fp16_values()
+    print(HEADER)
     cases = [("shipped, degree 4", SHIPPED)]
     cases += [(f"degree 3 refit on [0, {hi}]", refit(3, hi)) for hi in (4.0, 4.5, 5.0, 6.0)]
     cases += [("degree 4 refit on [0, 7]", refit(4, 7.0))]
