@@ -95,7 +95,7 @@ constexpr ShapeRule kShapeTable[] = {
     {false, 1.0, 0, kAnyK, "ppo_64x64_c1"},
     {false, 1e300, 2048, kAnyK, "pp_128x128_c1x2"},
     {false, 2.0, 0, kAnyK, "ppo_64x128_c1"},
-    {false, 1e300, 0, 512, "ppo_128x128_c1x2"},
+    {false, 1e300, 0, 512, "ppo3_128x128_c1x2"},
     {false, 1e300, 0, kAnyK, "pp_128x128_c1x2_e64x128"},
     {true, 0.5, 0, kAnyK, "pp_64x64_c1"},
     {true, 1.0, 0, kAnyK, "pp_128x128_c1"},

@@ -118,8 +118,9 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   // Our kernel layer (sm90_warp_epilogue_kernel.cuh: per-warp epilogues, no order between the warpgroups'
   // epilogues) or CUTLASS's kernels.
-  static constexpr bool kOwnKernel = S == Sm90Schedule::kOverlappedPingpong;
-  static constexpr bool kPingpong = S == Sm90Schedule::kPingpong || S == Sm90Schedule::kOverlappedPingpong;
+  static constexpr bool kOwnKernel = S == Sm90Schedule::kOverlappedPingpong || S == Sm90Schedule::kOverlappedPingpong3;
+  static constexpr int kConsumerGroups = S == Sm90Schedule::kOverlappedPingpong3 ? 3 : 2;  // our kernel's
+  static constexpr bool kPingpong = S == Sm90Schedule::kPingpong || kOwnKernel;
   using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
@@ -145,7 +146,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
   // per-warp buffers.
   static constexpr int epilogue_smem_bytes() {
     if constexpr (kOwnKernel)
-      return sm90_warp_epilogue_smem_bytes<Element, TileN>();
+      return sm90_warp_epilogue_smem_bytes<Element, TileN, kConsumerGroups>();
     else
       return static_cast<int>(sizeof(typename EpilogueBuilder::CollectiveOp::SharedStorage));
   }
@@ -155,7 +156,7 @@ struct Sm90Kernel<Sm90Config<D, TransB, TileM, TileN, TileK, ClusterM, ClusterN,
       cutlass::gemm::collective::StageCountAutoCarveout<epilogue_smem_bytes()>, MainloopSchedule>::CollectiveOp;
 
   struct OwnKernel {
-    using type = Sm90WarpEpilogueKernel<CollectiveMainloop, Element>;
+    using type = Sm90WarpEpilogueKernel<CollectiveMainloop, Element, kConsumerGroups>;
   };
   struct CutlassKernel {
     using type = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,

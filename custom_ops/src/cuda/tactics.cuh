@@ -28,6 +28,7 @@ enum class Sm90Schedule : int {
   kCooperative,  // two consumer warpgroups split one tile: larger tiles, epilogue not overlapped
   kStreamK,      // cooperative, with the work split along K too (stream-K): every SM busy at 1-2 waves
   kOverlappedPingpong,  // ping-pong whose two warpgroups' epilogues may overlap (sm90_warp_epilogue_kernel.cuh)
+  kOverlappedPingpong3,  // the same kernel with three consumer warpgroups: two epilogues beside each main loop
 };
 
 // EpiM x EpiN: the CUTLASS epilogue's subtile (the overlapped kernel ignores them), the piece of the tile stored per step through shared memory (M must be
@@ -56,17 +57,18 @@ struct Sm90Config {};
 //                       16384x768x3072: 132.3 vs 134.7)
 //  pp_128x128_c1x2      the same with CUTLASS's epilogue steps, whose smaller staging buffer leaves one more
 //                       main-loop stage: long K (8192x4096x16384: 1755 vs 2297 with 64x128 steps)
-//  ppo_128x128_c1x2     the overlapped kernel on the 128x128 tile: many waves at short K, where a tile's epilogue
-//                       outlasts its main loop and the two warpgroups' epilogues may then run side by side
-//                       (32768x384x1536: 91.3 vs 100.4 for CUTLASS's ping-pong 128x128, 4096x512x2048: 19.9 vs
-//                       21.7, 4096x384x1536: 15.6 vs 16.1; NOTES.md v8); a tie at K = 768 (v7)
+//  ppo3_128x128_c1x2    the overlapped kernel on the 128x128 tile with three consumer warpgroups: many waves at
+//                       K <= 512, where a tile's epilogue outlasts its main loop and two epilogues run beside each
+//                       main loop (fp16 erf, NOTES.md v10: 4096x384x1536 13.8 vs 15.5 for two warpgroups,
+//                       32768x384x1536 85.5 vs 88.5, 4096x512x2048 19.3 vs 20.0; two warpgroups beat CUTLASS's
+//                       ping-pong there, v8); a tie at K = 768 and a loss at 1024 (v10)
 #define ONNXFUSE_SM90_TILES_16BIT_SMALL(X)                              \
   X(ppo_64x64_c1, 64, 64, 64, 1, 1, kOverlappedPingpong, 0, 0)          \
   X(ppo_64x128_c1, 64, 128, 64, 1, 1, kOverlappedPingpong, 0, 0)
 #define ONNXFUSE_SM90_TILES_16BIT_LARGE(X)                              \
   X(pp_128x128_c1x2_e64x128, 128, 128, 64, 1, 2, kPingpong, 64, 128)    \
   X(pp_128x128_c1x2, 128, 128, 64, 1, 2, kPingpong, 0, 0)              \
-  X(ppo_128x128_c1x2, 128, 128, 64, 1, 2, kOverlappedPingpong, 0, 0)
+  X(ppo3_128x128_c1x2, 128, 128, 64, 1, 2, kOverlappedPingpong3, 0, 0)
 #define ONNXFUSE_SM90_TILES_16BIT(X) ONNXFUSE_SM90_TILES_16BIT_SMALL(X) ONNXFUSE_SM90_TILES_16BIT_LARGE(X)
 
 // TF32 GMMA takes K-major operands only, so these exist for trans_b = 1 (W [N, K]); K tile 32 = 128 bytes.
