@@ -200,17 +200,28 @@ def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.Tensor
     tells ``model_io.save_model`` how to compute it while streaming."""
     src = view.constant(nt.source)
     if src.data_location == onnx.TensorProto.EXTERNAL:
-        ref = onnx.TensorProto(name=src.name, data_type=src.data_type, dims=list(src.dims))
-        ref.data_location = onnx.TensorProto.EXTERNAL
-        ref.external_data.extend(src.external_data)
-        t = onnx.TensorProto(name=name, data_type=nt.data_type, dims=list(nt.dims))
-        t.data_location = onnx.TensorProto.EXTERNAL
-        t.external_data.add(key="location", value=model_io.PENDING)
-        return t, Derived(ref, tuple(src.dims), nt.transpose, nt.scale, nt.data_type)
+        return (_pending(name, nt.data_type, nt.dims),
+                Derived(_external_reference(src), tuple(src.dims), nt.transpose, nt.scale, nt.data_type))
     derived = Derived(onnx.TensorProto(), tuple(src.dims), nt.transpose, nt.scale, nt.data_type)
     value = derived(numpy_helper.to_array(src).reshape(-1))
     t = numpy_helper.from_array(value.reshape(nt.dims), name)
     return t, None
+
+
+def _external_reference(t: onnx.TensorProto) -> onnx.TensorProto:
+    """An external tensor's reference without its data: where ``model_io.save_model`` reads it from."""
+    ref = onnx.TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims))
+    ref.data_location = onnx.TensorProto.EXTERNAL
+    ref.external_data.extend(t.external_data)
+    return ref
+
+
+def _pending(name: str, data_type: int, dims) -> onnx.TensorProto:
+    """The placeholder of a tensor computed while saving: external, at ``model_io.PENDING``."""
+    t = onnx.TensorProto(name=name, data_type=data_type, dims=list(dims))
+    t.data_location = onnx.TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=model_io.PENDING)
+    return t
 
 
 def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start: list[str],
@@ -328,10 +339,7 @@ class _GraphEmitter:
             if v is not None:
                 stored.append(v)
             elif t.data_location == onnx.TensorProto.EXTERNAL:
-                ref = onnx.TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims))
-                ref.data_location = onnx.TensorProto.EXTERNAL
-                ref.external_data.extend(t.external_data)
-                stored.append(ref)
+                stored.append(_external_reference(t))
             else:
                 stored.append(numpy_helper.to_array(t))
         part_dims = tuple(tuple(v.shape) if v is not None else tuple(t.dims) for v, t in zip(inline, refs))
@@ -342,10 +350,7 @@ class _GraphEmitter:
             dims[axis] = sum(d[axis] for d in part_dims)
         data_type = next(t.data_type for t in refs if t is not None)
         name = self.ctx.names.claim(proposal)
-        placeholder = onnx.TensorProto(name=name, data_type=data_type, dims=dims)
-        placeholder.data_location = onnx.TensorProto.EXTERNAL
-        placeholder.external_data.add(key="location", value=model_io.PENDING)
-        self.new_tensors.append(placeholder)
+        self.new_tensors.append(_pending(name, data_type, dims))
         self.ctx.derived[name] = Concatenation(tuple(stored), part_dims, axis)
         return name
 
