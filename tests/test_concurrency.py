@@ -23,8 +23,9 @@ RUNS = 200
 NP = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: ml_dtypes.bfloat16}
 
 
-def _model(dtype: int, m_dim, k: int, n: int, approximate: str, trans_b: int, seed: int) -> onnx.ModelProto:
-    """X[batch, M, K] → FusedLinearGelu(W, B) → Y, three nodes chained (Y feeds the next as X)."""
+def _model(dtype: int, m_dim, k: int, n: int, approximate: str, trans_b: int, seed: int, **extra) -> onnx.ModelProto:
+    """X[batch, M, K] → FusedLinearGelu(W, B) → Y, three nodes chained (Y feeds the next as X); `extra` are more
+    attributes of every node."""
     rng = np.random.default_rng(seed)
     nodes, inits, x = [], [], "x"
     dims = [k, n, n, k]
@@ -33,7 +34,7 @@ def _model(dtype: int, m_dim, k: int, n: int, approximate: str, trans_b: int, se
         w = (rng.standard_normal((nn, kk) if trans_b else (kk, nn)) / np.sqrt(kk)).astype(NP[dtype])
         inits += [numpy_helper.from_array(w, f"w{i}"),
                   numpy_helper.from_array((rng.standard_normal(nn) * 0.1).astype(NP[dtype]), f"b{i}")]
-        attrs = {"approximate": approximate, "transB": trans_b}
+        attrs = {"approximate": approximate, "transB": trans_b, **extra}
         nodes.append(helper.make_node(OP_TYPE, [x, f"w{i}", f"b{i}"], [f"y{i}"], name=f"fused{i}", domain=DOMAIN,
                                       **attrs))
         x = f"y{i}"
@@ -44,12 +45,13 @@ def _model(dtype: int, m_dim, k: int, n: int, approximate: str, trans_b: int, se
     return model
 
 
-def _inputs(dtype: int, k: int, count: int, seed: int) -> list[np.ndarray]:
-    """Inputs of varying batch and M (so threads also differ in shape, not only in values)."""
+def _inputs(dtype: int, k: int, count: int, seed: int, rows: tuple[int, int] = (1, 40)) -> list[np.ndarray]:
+    """Inputs of varying batch and M, M in [rows[0], rows[1]) (so threads also differ in shape, not only in
+    values)."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(count):
-        batch, m = int(rng.integers(1, 4)), int(rng.integers(1, 40))
+        batch, m = int(rng.integers(1, 4)), int(rng.integers(*rows))
         out.append(rng.standard_normal((batch, m, k)).astype(NP[dtype]))
     return out
 
@@ -93,8 +95,8 @@ def _hammer(session, feeds_per_thread: list[list[np.ndarray]], expected: list[li
     return errors
 
 
-def _check(session, dtype: int, k: int, seed: int) -> None:
-    per_thread = [_inputs(dtype, k, 5, seed * 100 + t) for t in range(THREADS)]
+def _check(session, dtype: int, k: int, seed: int, rows: tuple[int, int] = (1, 40)) -> None:
+    per_thread = [_inputs(dtype, k, 5, seed * 100 + t, rows) for t in range(THREADS)]
     name = session.get_inputs()[0].name
     expected = [[_run(session, name, x) for x in mine] for mine in per_thread]  # one at a time
     # the reference itself is stable: a second sequential pass gives the same bytes
@@ -164,3 +166,22 @@ def test_cuda_kernel_16_threads_bit_identical(dtype, approximate, trans_b):
     k, n = 48, 80
     session = _cuda_session(_model(dtype, "m", k, n, approximate, trans_b, seed=1))
     _check(session, dtype, k, seed=2)
+
+
+SCRATCH_CASES = [
+    # 16-bit on the fallback: cuBLASLt writes a float32 product to scratch, a second kernel reads it into Y
+    pytest.param("fallback", 256, 1024, id="fallback-float32-product"),
+    # rows that are not 16-byte vectors (K, N not multiples of 8) on the fused path: X and Y staged in scratch
+    # as aligned copies (enough rows and work that the fused path pays, see StagedFusedPays)
+    pytest.param("fused", 1020, 1036, id="fused-staged-rows"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cuda_path,k,n", SCRATCH_CASES)
+def test_cuda_scratch_stays_with_its_run(cuda_path, k, n):
+    """Concurrent runs of one session each get a CUDA stream of their own. A call's scratch must not go to
+    another run while this call's kernels still use it, or one thread's result is computed from another's
+    product or rows; the one-thread bits show it."""
+    session = _cuda_session(_model(TensorProto.FLOAT16, "m", k, n, "none", 1, seed=3, cuda_path=cuda_path))
+    _check(session, TensorProto.FLOAT16, k, seed=4, rows=(64, 160))

@@ -632,14 +632,19 @@ class FusedLinearGeluCudaKernel {
     }
   }
 
-  // Scratch from ORT's GPU allocator for one call, returned when the call ends: later work on the same
-  // stream is ordered after the kernels that use it, as for ORT's own kernels.
+  // Scratch for one call, returned when the call ends. It comes from ORT's GPU allocator on the call's compute
+  // stream (the C API's scratch buffer, as ORT's own kernels take theirs): the arena tags the block with that
+  // stream, so once freed it goes only to later work on the same stream, or to another stream after ORT has
+  // made it wait for this one. A session's concurrent runs each have a stream of their own, and a block taken
+  // without a stream (the allocator's plain Alloc) could go to another run while this call's kernels still
+  // read and write it.
   class Workspace {
    public:
     Workspace(Ort::KernelContext& ctx, const OrtMemoryInfo& memory, size_t bytes) {
       if (bytes == 0) return;
       allocator_ = ctx.GetAllocator(memory);
-      data_ = allocator_.Alloc(bytes);
+      Ort::ThrowOnError(Ort::GetApi().KernelContext_GetScratchBuffer(ctx.GetOrtKernelContext(), &memory, bytes, &data_));
+      if (data_ == nullptr) Fail(ORT_FAIL, "ORT's GPU allocator gave no scratch of " + std::to_string(bytes) + " bytes");
     }
     ~Workspace() {
       if (data_ != nullptr) allocator_.Free(data_);
