@@ -41,11 +41,16 @@ def _rotary_attention(rotary: str = "partial", projections: str = "separate", ke
     heads are a plain split) or "fused": one [D, 3D] projection split into [B, S, N, 3H] heads and sliced
     into q, k, v on the last axis (NeoX; every head is then computed). ``key_form``: Kᵀ as
     Transpose(K, 0132) (TorchScript), "dynamo"'s Reshape-Transpose-Reshape, or "split" (K split straight
-    into Kᵀ, unrotated). ``kv_heads`` < N repeats the key/value heads (repeat_kv: Unsqueeze, Expand,
+    into Kᵀ, unrotated), or "folded": dynamo's reshapes as its optimizer leaves them in a static export —
+    constant targets, repeat_kv's Reshape to [B, N, L, H] folded into the [B·N, L, H] one, which then reads
+    the 5-D Expand ("folded_swapped": that one's target in the wrong order, [B·N, H, L]: not Kᵀ; both make
+    the graph's shapes ints). ``kv_heads`` < N repeats the key/value heads (repeat_kv: Unsqueeze, Expand,
     Reshape; ``repeat=False`` leaves them for the product to broadcast). ``present`` returns the rotated key heads as a graph output (a cache); ``escape`` the
     probabilities. ``position_batch`` names position_ids' batch; ``reshaped_query`` reshapes the rotated
     query to a shape given at run time."""
     rng = np.random.default_rng(7)
+    folded = key_form.startswith("folded")
+    b_dim, s_dim = PADDING.shape if folded else ("batch", "seq")
     npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     inits, nodes = [], []
 
@@ -97,9 +102,17 @@ def _rotary_attention(rotary: str = "partial", projections: str = "separate", ke
             out = node("Concat", [out, last_axis(f"{p}_pass", t, r, INT64_MAX)], f"{p}_embedded", axis=-1)
         return out
 
-    def repeat_kv(p, t, size):  # [B, KV, L, h] → [B, KV, n_rep, L, h] → [B, N, L, h], shapes read from t
+    # [B, KV, L, h] → [B, KV, n_rep, L, h] → [B, N, L, h], shapes read from t (fold: the 5-D Expand, for Kᵀ)
+    def repeat_kv(p, t, size, fold=False):
         if kv_heads == N or not repeat:
             return t
+        if folded:  # constant shapes; the key's last Reshape is folded into Kᵀ's first
+            expanded = node("Expand", [node("Unsqueeze", [t, ints(f"{p}_rep_axis", [2])], f"{p}_5d"),
+                                       ints(f"{p}_expand_shape", [b_dim, kv_heads, N // kv_heads, s_dim, size])],
+                            f"{p}_expanded")
+            if fold:
+                return expanded
+            return node("Reshape", [expanded, ints(f"{p}_flat_shape", [b_dim, N, s_dim, size])], f"{p}_repeated")
         shape = node("Shape", [t], f"{p}_shape_of")
         b = node("Slice", [shape, ints(f"{p}_b0", [0]), ints(f"{p}_b1", [1])], f"{p}_batch")
         length = node("Slice", [shape, ints(f"{p}_l0", [2]), ints(f"{p}_l1", [3])], f"{p}_len")
@@ -119,8 +132,13 @@ def _rotary_attention(rotary: str = "partial", projections: str = "separate", ke
                   "k_t", perm=[0, 2, 3, 1])
         k = None
     else:
-        k = repeat_kv("k", rotate("k", kh), H)
-        if key_form == "dynamo":  # Reshape(Transpose(Reshape(K, [-1, L, H]), 021), [B, N, H, L]), from Shape(K)
+        k = repeat_kv("k", rotate("k", kh), H, fold=folded)
+        if folded:  # Reshape(Transpose(Reshape(K, [B·N, L, H]), 021), [B, N, H, L]), constant targets
+            merge = [b_dim * N, H, s_dim] if key_form == "folded_swapped" else [b_dim * N, s_dim, H]
+            merged = node("Reshape", [k, ints("k_3d_shape", merge)], "k_3d")
+            kt = node("Reshape", [node("Transpose", [merged], "k_3d_t", perm=[0, 2, 1]),
+                                  ints("k_t_shape", [b_dim, N, H, s_dim])], "k_t")
+        elif key_form == "dynamo":  # Reshape(Transpose(Reshape(K, [-1, L, H]), 021), [B, N, H, L]), from Shape(K)
             shape = node("Shape", [k], "kt_shape_of")
             dim = {a: node("Slice", [shape, ints(f"kd{a}_0", [a]), ints(f"kd{a}_1", [a + 1])], f"k_dim{a}") for a in range(4)}
             merged = node("Reshape", [k, node("Concat", [ints("minus_one", [-1]), dim[2], dim[3]], "k_3d_shape", axis=0)],
@@ -149,13 +167,13 @@ def _rotary_attention(rotary: str = "partial", projections: str = "separate", ke
     context = node("MatMul", [probs, repeat_kv("v", vh, value_head_size)], "context")
     merged = node("Transpose", [context], "context_t", perm=[0, 2, 1, 3])
     node("Reshape", [merged, ints("merge_shape", [0, 0, -1])], "y")
-    inputs = [helper.make_tensor_value_info("x", dtype, ["batch", "seq", D]),
-              helper.make_tensor_value_info("position_ids", T.INT64, [position_batch, "seq"])]
+    inputs = [helper.make_tensor_value_info("x", dtype, [b_dim, s_dim, D]),
+              helper.make_tensor_value_info("position_ids", T.INT64, [b_dim if folded else position_batch, s_dim])]
     if "padding" in mask:
-        inputs.append(helper.make_tensor_value_info("attention_mask", T.INT64, ["batch", "seq"]))
+        inputs.append(helper.make_tensor_value_info("attention_mask", T.INT64, [b_dim, s_dim]))
     if reshaped_query:
         inputs.append(helper.make_tensor_value_info("query_shape", T.INT64, [4]))
-    outputs = [helper.make_tensor_value_info("y", dtype, ["batch", "seq", N * value_head_size])]
+    outputs = [helper.make_tensor_value_info("y", dtype, [b_dim, s_dim, N * value_head_size])]
     if present:
         outputs.append(helper.make_tensor_value_info(k, dtype, None))
     if escape:
@@ -193,6 +211,11 @@ ACCEPTED = [
     {"dtype": T.FLOAT16, "fill": -65504.0, "projections": "fused"},  # after ORT's float16 converter
     {"kv_heads": 1},  # grouped key/value heads repeated to the query's count (repeat_kv)
     {"kv_heads": 1, "rotary": "full", "key_form": "dynamo"},
+    # a static dynamo export: Kᵀ's first Reshape reads the repeated heads' 5-D Expand (repeat_kv's own
+    # Reshape folded into it); MHA reads the heads as repeat_kv would have made them, reshaped in front of it
+    {"kv_heads": 1, "rotary": "full", "key_form": "folded", "fill": FLOAT32_MIN},
+    {"kv_heads": 1, "key_form": "folded", "mask": "causal"},
+    {"key_form": "folded"},  # no repeat: the Reshape reads the heads themselves, which MHA reads as they are
     # one key/value head the graph's MatMuls broadcast onto the query's two (Falcon-7B's multi-query):
     # expanded to the query's count in front of MHA, which broadcasts no head
     {"kv_heads": 1, "repeat": False},
@@ -218,7 +241,13 @@ def test_rotary_heads_fuse_and_match(form, magnitude, rng):
     merge = producers[mha.input[0]]
     assert merge.op_type == "Reshape" and producers[merge.input[0]].op_type == "Transpose"
     assert producers[merge.input[0]].input[0] in {"q_embedded", "q_rope"}
-    if form.get("repeat", True):
+    if form.get("key_form") == "folded" and form.get("kv_heads", N) < N:  # the folded repeat_kv, made again
+        b, s = PADDING.shape
+        assert block.details["key_heads"] == f"reshaped to {[b, N, s, H]} in front of the op"
+        assert producers[mha.input[1]].op_type == "Reshape" and producers[mha.input[1]].input[0] == "k_expanded"
+        assert mha.input[2] == "v_repeated"
+        assert not {"k_3d", "k_3d_t", "k_t"} & set(producers)
+    elif form.get("repeat", True):
         assert mha.input[1] in {"k_embedded", "k_rope", "k_repeated"}
         assert mha.input[2] in {"v_heads", "v_repeated"}
     else:  # the one broadcast head, expanded to the query's
@@ -244,6 +273,10 @@ REFUSED = [
     # ORT's kernel takes [B, N, L, H] key and value of one shape only
     ({"value_head_size": 2 * H}, "not shown to be equal"),
     ({"key_form": "split"}, "split into heads straight as Kᵀ"),
+    # the folded reshapes with the merge's target in the wrong order: [12, 8, 6] → transposed → [6, 2, 8, 6]
+    # runs (same element count, H on the product's axis) but reads each head's [L, H] block as [H, L]
+    ({"key_form": "folded_swapped", "kv_heads": 1}, "not shown to be Kᵀ"),
+    ({"key_form": "folded_swapped"}, "not shown to be Kᵀ"),
     ({"escape": True}, "graph output"),
 ]
 

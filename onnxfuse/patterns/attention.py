@@ -21,7 +21,11 @@ dimensions (same int or inferred symbol), N·H its last one.
 
 Kᵀ: TorchScript ``Transpose(Reshape(Kp), 0231)``; dynamo ``Reshape(Transpose(Reshape(Kh, [-1, S, H]),
 021), [B, N, H, S])``, shown to be ``Transpose(Kh, 0132)`` by reading both targets from ``Shape(Kh)``;
-or ``Transpose(Kh, 0132)`` itself.
+or ``Transpose(Kh, 0132)`` itself. A static dynamo export (constant shapes) folds repeat_kv's Reshape to
+[B, N, L, H] into the first of those, which then reads the 5-D Expand [B, N_kv, n_rep, L, H] with a
+constant target [B·N, L, H]: the targets' dimensions show the second Reshape splits only the leading axis,
+so Kᵀ is ``Transpose(Reshape(X, [B, N, L, H]), 0132)``, and that Reshape (repeat_kv's own) is made again in
+front of the op, which reads it as the key heads (``_folded_key_heads``).
 
 Heads computed per head (GPT-NeoX, LLaMA, Phi: a rotary position embedding between the head split and
 the scores; NeoX's partial rotary concatenates rotated and passed-through halves; NeoX also slices q, k
@@ -214,6 +218,7 @@ class AttentionPlan(Plan):
     separate_because: str | None = None  # why Q, K and V are not packed into one projection
     query_heads: str | None = None  # the query as heads [B, N, S, H] the graph computed: merged in front of MHA
     kv_heads: bool = False  # key and value are heads [B, N, L, H] the graph has (MHA's 4-D key and value)
+    key_shape: tuple = ()  # ints [B, N, L, H]: MHA's key is Reshape(key, key_shape), made in front of it
     broadcast_heads: tuple = ()  # "key"/"value": one head the graph's product broadcasts (multi-query)
     score_keep: str | None = None  # the literal whose slice is the keep of Where(keep, Q·Kᵀ, fill) on the product
     score_fill: float | None = None
@@ -234,6 +239,8 @@ class AttentionPlan(Plan):
             found["qkv_separate_because"] = self.separate_because
         if self.kv_heads:
             found.update(query="heads merged" if self.query_heads else "projection", key_value="heads")
+        if self.key_shape:
+            found["key_heads"] = f"reshaped to {list(self.key_shape)} in front of the op"
         if self.broadcast_heads:
             found["broadcast_heads"] = f"one {'/'.join(self.broadcast_heads)} head expanded to {self.num_heads}"
         return found
@@ -242,6 +249,9 @@ class AttentionPlan(Plan):
         if self.query_heads is not None:
             merge, query = self._merged_query(out)
             return merge + replace(self, query=query, query_heads=None).emit(out, name)
+        if self.key_shape:
+            reshape, key = self._reshaped_key(out)
+            return reshape + replace(self, key=key, key_shape=()).emit(out, name)
         nodes, projections = self._projection_inputs(out)
         attention_bias = ""
         if self.padding is not None:
@@ -297,6 +307,13 @@ class AttentionPlan(Plan):
         shape = out.initializer(self.name_hint + "_query_shape", np.array([0, 0, -1], dtype=np.int64))
         return [onnx.helper.make_node("Transpose", [self.query_heads], [bsnh], name=out.name(bsnh), perm=[0, 2, 1, 3]),
                 onnx.helper.make_node("Reshape", [bsnh, shape], [merged], name=out.name(merged))], merged
+
+    def _reshaped_key(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
+        """The key heads [B, N, L, H] that the graph only has merged with another reshape (_folded_key_heads):
+        its input reshaped to them, which every later step (the key's length included) reads as the key."""
+        heads = out.name(self.name_hint + "_key_bnlh")
+        shape = out.initializer(self.name_hint + "_key_bnlh_shape", np.array(self.key_shape, dtype=np.int64))
+        return [onnx.helper.make_node("Reshape", [self.key, shape], [heads], name=out.name(heads))], heads
 
     def _attrs(self) -> dict:
         attrs = {"num_heads": self.num_heads, "scale": self.scale}
@@ -1005,6 +1022,7 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
         self_attention=q.seq == k.seq, flat_shape=flat_shape,
         query_heads=q.tensor if q.computed else None, kv_heads=per_head, broadcast_heads=broadcast_heads,
+        key_shape=k.shape,
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
         score_keep=score_keep.literal if score_keep else None, score_fill=score_keep.fill if score_keep else None,
         score_keep_rank=score_keep.rank if score_keep else 4, score_keep_rows=score_keep.rows if score_keep else 0,
@@ -1031,7 +1049,7 @@ def _heads_read_as_they_are(ev: Evaluator, q: _Heads, k: _Heads, v: _Heads) -> f
     if k.tensor is None:
         raise _Refused("the key is split into heads straight as Kᵀ while other heads are computed per head: "
                        "MultiHeadAttention would need the key heads as [batch, heads, length, head_size]")
-    kd, vd = ([ev.dim(x.tensor, a) for a in range(4)] for x in (k, v))
+    kd, vd = ([Dim(n) for n in x.shape] if x.shape else [ev.dim(x.tensor, a) for a in range(4)] for x in (k, v))
     broadcast = []
     for d, what in ((kd, "key"), (vd, "value")):
         if d[0] != q.batch:
@@ -1081,6 +1099,7 @@ class _Heads:
     tensor: str | None = None  # the heads [B, N, S, H] as the product reads them (None: split straight into Kᵀ)
     computed: bool = False  # `tensor` is computed from the split heads (a rotary embedding): MHA reads it
     split_nodes: frozenset = frozenset()  # the head split's Reshape and Transpose
+    shape: tuple = ()  # ints [B, N, L, H]: the heads are Reshape(tensor, shape), made in front of MHA
 
     @property
     def typed(self) -> str:
@@ -1206,11 +1225,43 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
                     k = _heads(view, ev, kh, nodes, "key")
                     nodes |= {ti, t3, r3}
                     return k
+                k = _folded_key_heads(view, ev, view.nodes[r3], split, nodes)
+                if k is not None:
+                    nodes |= {ti, t3, r3}
+                    return k
                 raise _Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: "
                                "not shown to be Kᵀ")
     got = "a graph input" if node is None else node.op_type
     raise _Refused(f"the key reaches the attention product through {got}, not Kᵀ: a transposed head split "
                    "or transposed [batch, heads, length, head_size] heads (another layout)")
+
+
+def _folded_key_heads(view: GraphView, ev: Evaluator, merge, split: tuple, nodes: set) -> _Heads | None:
+    """Kᵀ = Reshape(Transpose(Y, 021), split) with Y = ``merge``'s output, its target not the [-1, L, H] of
+    Shape(its input) that ``_key_transposed`` reads: a static dynamo export, whose optimizer folds repeat_kv's
+    Reshape to [B, N, L, H] into sdpa's to [B·N, L, H], so that ``merge`` reads the 5-D Expand
+    [B, N_kv, n_rep, L, H] and its target is a constant ([8, 16, 16]).
+
+    Y is [M, L, H]; with ``split`` read literally (no 0 or -1) as [B, N, H, L], B·N = M, H and L Y's last two
+    (proved, ``symbolic``), the split divides only Y's leading axis, which the Transpose leaves in place:
+    element [b, n, h, l] is Y[b·N + n, l, h], so Kᵀ = Transpose(Reshape(Y, [B, N, L, H]), 0132), and that
+    Reshape of Y is the same Reshape of ``merge``'s input X (both read X's elements in order). MHA reads those
+    heads: X itself where it already is [B, N, L, H], else Reshape(X, [B, N, L, H]) made in front of the op —
+    the graph's own repeat_kv, which needs the target as ints. Nothing about X is proved or assumed beyond
+    that (its values are computed heads as any other, ``_computed_heads``). None where this is not shown."""
+    y, x = merge.output[0], merge.input[0]
+    if ev.rank(y) != 3 or len(split) != 4 or any(d.is_int and d.coef <= 0 for d in split):
+        return None
+    m, length, size = (ev.dim(y, a) for a in range(3))
+    if not (split[0] * split[1] == m and split[2] == size and split[3] == length):
+        return None
+    heads = (split[0], split[1], split[3], split[2])
+    if ev.rank(x) == 4 and tuple(ev.dim(x, a) for a in range(4)) == heads:
+        return _heads(view, ev, x, nodes, "key")
+    if not all(d.is_int for d in heads):
+        return None
+    return _Heads(None, split[1].coef, split[2].coef, split[0], split[3], tensor=x, computed=True,
+                  shape=tuple(d.coef for d in heads))
 
 
 def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, hidden: int | None,
