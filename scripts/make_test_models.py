@@ -464,11 +464,13 @@ class Export:
     opset: int
     external: bool = False  # weights in a .data file next to the model
     fold: bool = True  # TorchScript do_constant_folding / dynamo optimize, as the exporters default
+    static: bool = False  # dynamo without dynamic_shapes (its default): every dimension of the example fixed
     note: str = ""
 
     @property
     def stem(self) -> str:
-        return f"{self.family}_{self.exporter}_op{self.opset}" + ("" if self.fold else "_nofold")
+        return (f"{self.family}_{self.exporter}_op{self.opset}" + ("" if self.fold else "_nofold")
+                + ("_static" if self.static else ""))
 
 
 EXPORTS: list[Export] = [
@@ -497,6 +499,9 @@ EXPORTS: list[Export] = [
     Export("gpt_neox_tanh", "dynamo", 20, note="ONNX Gelu(approximate='tanh') (opset 20)"),
     Export("llama", "torchscript", 17),
     Export("llama", "dynamo", 18),
+    Export("llama", "dynamo", 18, static=True,
+           note="no dynamic_shapes (the exporter's default): constant shapes, so its optimizer folds repeat_kv's "
+                "Reshape into the key's [B*N, L, H] Reshape in front of K transposed"),
     Export("gemma", "torchscript", 17),
     Export("gemma", "dynamo", 20, note="ONNX Gelu(approximate='tanh') (opset 20)"),
     Export("phi", "torchscript", 17),
@@ -689,7 +694,7 @@ def export(fam: Family, exp: Export, path: Path) -> str | None:
         else:
             dyn = tuple({ax: torch.export.Dim.DYNAMIC for ax in fam.dynamic.get(n, {})} or None for n in names)
             prog = torch.onnx.export(wrapped, args, dynamo=True, optimize=exp.fold,
-                                     dynamic_shapes=(dyn,),
+                                     dynamic_shapes=None if exp.static else (dyn,),
                                      external_data=False, **kwargs)
             prog.save(str(tmp))
     m = onnx.load(str(tmp))

@@ -104,6 +104,9 @@ EXPECTED = {
     # MultiHeadAttention as the graph computes them
     "llama_torchscript_op17.onnx": (2, None),
     "llama_dynamo_op18.onnx": (2, None),
+    # without dynamic_shapes the exporter's optimizer folds repeat_kv's Reshape into the key's [B·N, L, H]
+    # one: Kᵀ proved from the targets' dimensions, the key heads reshaped again in front of the op
+    "llama_dynamo_op18_static.onnx": (2, None),
     "gemma_torchscript_op17.onnx": (2, None),
     "gemma_dynamo_op20.onnx": (2, None),
     "phi_torchscript_op17.onnx": (2, None),  # a partial rotary: half of each head rotated
@@ -308,7 +311,16 @@ def test_outputs_match_the_original(file, batch, seq, rng):
     original = _load(file)
     fused = _fuse(original).model
     ref, new = _session(original), _session(fused)
-    assert_outputs_match(ref, new, _feeds(file, ref, batch, seq, rng), TOLERANCE[ENTRIES[file]["dtype"]])
+    fixed = ref.get_inputs()[0].shape
+    if not all(isinstance(d, int) for d in fixed):
+        assert_outputs_match(ref, new, _feeds(file, ref, batch, seq, rng), TOLERANCE[ENTRIES[file]["dtype"]])
+        return
+    # a static export runs its example's shape only: the same padding patterns, fed a few rows at a time
+    rows, seq = fixed
+    feeds = _feeds(file, ref, batch - batch % rows, seq, rng)
+    for start in range(0, batch - batch % rows, rows):
+        assert_outputs_match(ref, new, {k: v[start:start + rows] for k, v in feeds.items()},
+                             TOLERANCE[ENTRIES[file]["dtype"]])
 
 
 def assert_outputs_match(ref: ort.InferenceSession, new: ort.InferenceSession, feeds: dict, tol: float) -> None:
