@@ -7,17 +7,12 @@ at most 16), and the tables and verdicts over them."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(_BENCH))  # cuda_kernel.py imports its sibling cupti.py
-_spec = importlib.util.spec_from_file_location("onnxfuse_bench_cuda_kernel", _BENCH / "cuda_kernel.py")
-cuda_kernel = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cuda_kernel)
+from tests.bench_scripts import load_bench_script
+
+cuda_kernel = load_bench_script("cuda_kernel")
 
 
 class _Range:

@@ -4,16 +4,14 @@ benchmark requires one. torch's profiler is replaced by a stand-in that records 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("onnxfuse_bench_cupti", Path(__file__).resolve().parents[1] / "bench" / "cupti.py")
-cupti = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cupti)
+from tests.bench_scripts import load_bench_script
+
+cupti = load_bench_script("cupti")
 
 
 class _Event:

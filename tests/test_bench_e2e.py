@@ -3,17 +3,12 @@ the issue's goal). Building and timing the models needs torch and a GPU: that pa
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "bench" / "e2e.py"
-_spec = importlib.util.spec_from_file_location("onnxfuse_bench_e2e", _PATH)
-e2e = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = e2e  # dataclasses look their module up while the file runs
-_spec.loader.exec_module(e2e)
+from tests.bench_scripts import load_bench_script
+
+e2e = load_bench_script("e2e")
 
 
 def _timing(ms: float, stable: bool = True) -> dict:

@@ -4,25 +4,15 @@ Profiling itself needs a GPU and runs on the device (bench/results/e2e_kernels_h
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.bench_scripts import load_bench_script
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"onnxfuse_bench_{name}", _BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sys.modules.setdefault("e2e", _load("e2e"))  # e2e_kernels imports bench/e2e.py by that name
-ek = _load("e2e_kernels")
+sys.modules.setdefault("e2e", load_bench_script("e2e"))  # e2e_kernels imports bench/e2e.py by that name
+ek = load_bench_script("e2e_kernels")
 
 # Kernel names as CUPTI reported them on the H200 (bench/results/e2e_kernels_h200.json).
 NAMES = {

@@ -5,23 +5,12 @@ erf form for tanh and sigmoid; ORT's error), and a shape that meets them all mus
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gelu_cost_table.py"
+from tests.bench_scripts import load_bench_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("onnxfuse_bench_gelu_cost_table", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gct = _load()
+gct = load_bench_script("gelu_cost_table")
 
 
 def _row(m, k, n, form, fused, gemm=10.0, epilogue=12.0, err=1e-4, ort_err=2e-4, dtype="fp16"):

@@ -5,7 +5,6 @@ and transformers: that part runs on the device)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,11 +14,11 @@ import onnx
 
 from onnxfuse.fuse import fuse_model
 
+from tests.bench_scripts import load_bench_script
+
 ROOT = Path(__file__).resolve().parents[1]
 _PATH = ROOT / "bench" / "guard_in_place.py"
-_spec = importlib.util.spec_from_file_location("onnxfuse_bench_guard_in_place", _PATH)
-guard = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(guard)
+guard = load_bench_script("guard_in_place")
 
 
 def test_said_reads_the_ops_lines():

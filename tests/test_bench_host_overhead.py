@@ -4,7 +4,6 @@ provider with tiny layers; the numbers that matter come from the GPU (bench/resu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,18 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "host_overhead.py"
+from tests.bench_scripts import load_bench_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("onnxfuse_bench_host_overhead", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ho = _load()
+ho = load_bench_script("host_overhead")
 
 
 @pytest.fixture(autouse=True)

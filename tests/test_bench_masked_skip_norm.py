@@ -4,25 +4,15 @@ the mask keeps), its keep mask has rows that see no key, and the table reads the
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from onnxfuse.runtime import create_session
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.bench_scripts import load_bench_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("masked_skip_norm", BENCH / "masked_skip_norm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-msn = _load()
+msn = load_bench_script("masked_skip_norm")
 
 
 def test_the_keep_mask_is_causal_with_rows_that_see_no_key():

@@ -517,12 +517,9 @@ def test_every_path_matches_float64_within_ort_error(library, dtype, approximate
 def _kernels_of(run) -> set[str]:
     """The CUDA kernels one call of ``run`` launches (CUPTI through torch.profiler, bench/cupti.py)."""
     torch = pytest.importorskip("torch", reason="kernel names are read with torch.profiler (CUPTI)")
-    import importlib.util
-    from pathlib import Path
+    from tests.bench_scripts import load_bench_script
 
-    spec = importlib.util.spec_from_file_location("onnxfuse_bench_cupti", Path(__file__).resolve().parents[1] / "bench" / "cupti.py")
-    cupti = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cupti)
+    cupti = load_bench_script("cupti")
     assert torch.cuda.is_available()
     return set(cupti.require_kernels(cupti.kernel_times_us(run, reps=1, warmup=2)))
 
