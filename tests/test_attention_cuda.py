@@ -17,8 +17,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
-from test_patterns_attention import (D, ENTRIES, FUSED_MODELS, SCORE_KEEPS, TOLERANCE, _attention, _feeds, _fuse,
-                                     _load, _session)
+from test_patterns_attention import (D, ENTRIES, FUSED_MODELS, SCORE_KEEPS, TOLERANCE, _attention, _feed_batches,
+                                     _feeds, _fuse, _load, _session)
 
 from onnxfuse.patterns.attention import FLOAT32_MIN
 
@@ -53,19 +53,17 @@ def test_fused_attention_on_cuda_matches_the_original(file, batch, seq, rng):
     fused_ops = {n.op_type for n in fused.graph.node if n.domain == "com.microsoft"}
     assert fused_ops & {"Attention", "MultiHeadAttention"}, f"{file}: no attention fused"
     reference = _session(original)
-    feeds = _feeds(file, reference, batch, seq, rng)
     names = [o.name for o in reference.get_outputs()]
-    want_cpu = reference.run(None, feeds)
-    original_cuda = _cuda_session(original).run(None, feeds)
-    fused_session = _cuda_session(fused)
+    original_session, fused_session = _cuda_session(original), _cuda_session(fused)
     assert any(CUDA in p for p in fused_session.get_providers())
-    fused_cuda = fused_session.run(None, feeds)
     tol = TOLERANCE[ENTRIES[file]["dtype"]]
-    for name, want, base, got in zip(names, want_cpu, original_cuda, fused_cuda):
-        want, base, got = (a.astype(np.float64) for a in (want, base, got))
-        assert np.array_equal(np.isnan(want), np.isnan(got)), f"{name}: NaN where the original has none, or none where it has"
-        base_err, err = _relative_error(want, base), _relative_error(want, got)
-        assert err <= 2 * base_err + tol, f"{name}: fused {err:.2e} against the original's {base_err:.2e} on CUDA"
+    for feeds in _feed_batches(file, reference, batch, seq, rng):
+        want_cpu, original_cuda, fused_cuda = (s.run(None, feeds) for s in (reference, original_session, fused_session))
+        for name, want, base, got in zip(names, want_cpu, original_cuda, fused_cuda):
+            want, base, got = (a.astype(np.float64) for a in (want, base, got))
+            assert np.array_equal(np.isnan(want), np.isnan(got)), f"{name}: NaN where the original has none, or none where it has"
+            base_err, err = _relative_error(want, base), _relative_error(want, got)
+            assert err <= 2 * base_err + tol, f"{name}: fused {err:.2e} against the original's {base_err:.2e} on CUDA"
 
 
 @pytest.mark.parametrize("kw", SCORE_KEEPS, ids=lambda kw: "-".join(str(v) for v in kw.values()))
