@@ -62,7 +62,7 @@ if [ "$(cat "$out/nvflags" 2>/dev/null)" != "$NVFLAGS" ]; then
 fi
 export out
 newest_header=$(ls -t custom_ops/src/cuda/*.cuh custom_ops/src/cuda/*.h custom_ops/src/cuda/hooks/*.cuh custom_ops/src/*.h \
-  lab/kernels/hooks/*.cuh lab/kernels/explore/*.h lab/kernels/explore/*.cuh | head -1)
+  lab/kernels/hooks/*.cuh lab/kernels/*.h lab/kernels/explore/*.h lab/kernels/explore/*.cuh | head -1)
 export newest_header
 compile() {
   src=$1; base=$2; extra=${3:-}; obj="$out/$base.o"

@@ -17,6 +17,7 @@
 #include <cute/arch/copy_sm80.hpp>
 #include <cute/arch/mma_sm80.hpp>
 
+#include "lab_device.h"
 #include "gemv_gelu.cu"  // the shipped kernels (their anonymous namespace is this translation unit's)
 
 namespace onnxfuse::cuda::lab {
@@ -230,16 +231,6 @@ cudaError_t run_config(const GemmGeluArgs& a, const Config& c, cudaStream_t s) {
   return run_rows<T, 8>(a, c, s);
 }
 
-DeviceInfo device_info() {
-  DeviceInfo d;
-  cudaGetDevice(&d.device);
-  cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, d.device);
-  cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, d.device);
-  cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, d.device);
-  cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, d.device);
-  return d;
-}
-
 }  // namespace onnxfuse::cuda::lab
 
 using namespace onnxfuse::cuda;
@@ -261,7 +252,7 @@ const char* ofg_variant_name(int v) {
 // dtype 1 float16, 2 bfloat16; act 0 erf, 1 tanh, 2 sigmoid (alpha 1.702). W [N, K]. Returns a cudaError_t.
 int ofg_launch(int variant, int dtype, int act, long long M, long long N, long long K, const void* x, const void* w,
                const void* bias, void* y, void* stream) {
-  static const DeviceInfo dev = lab::device_info();
+  static const DeviceInfo dev = lab_device_info();
   GemmGeluArgs a{};
   a.dtype = static_cast<DType>(dtype);
   a.act = static_cast<onnxfuse::Activation>(act);

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "gemm_gelu.h"
+#include "lab_device.h"
 #include "tactics.cuh"
 
 // An exploration build (build.sh with OFK_EXPLORE=tiles, epi, intra, three, sched or gelu) adds the candidate tiles of its mode's
@@ -30,16 +31,6 @@
 using namespace onnxfuse::cuda;
 
 namespace {
-DeviceInfo device_info() {
-  DeviceInfo d;
-  cudaGetDevice(&d.device);
-  cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, d.device);
-  cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, d.device);
-  cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, d.device);
-  cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, d.device);
-  return d;
-}
-
 GemmGeluArgs make_args(int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M, long long N,
                        long long K, const void* x, const void* w, const void* bias, void* y) {
   GemmGeluArgs a{};
@@ -94,7 +85,7 @@ void ofk_set_trace(void* buffer) { ofk_explore::trace_buffer = static_cast<unsig
 int ofk_launch(int tactic, int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M, long long N,
                long long K, const void* x, const void* w, const void* bias, void* y, void* workspace,
                unsigned long long workspace_bytes, void* stream) {
-  static const DeviceInfo dev = device_info();
+  static const DeviceInfo dev = lab_device_info();
   const GemmGeluArgs a = make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y);
   auto s = static_cast<cudaStream_t>(stream);
   if (tactic < 0) return launch_gemm_gelu(plan_gemm_gelu(a, dev), a, dev, workspace, workspace_bytes, s);
@@ -107,20 +98,20 @@ int ofk_launch(int tactic, int dtype, int act, float alpha, int trans_b, int all
 // 1 when the tactic takes this problem.
 int ofk_can_implement(int tactic, int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M,
                       long long N, long long K, const void* x, const void* w, const void* bias, void* y) {
-  static const DeviceInfo dev = device_info();
+  static const DeviceInfo dev = lab_device_info();
   const GemmGeluArgs a = make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y);
   return tactic_at(tactic).can_implement(a, dev) ? 1 : 0;
 }
 
 unsigned long long ofk_workspace(int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M,
                                  long long N, long long K, const void* x, const void* w, const void* bias, void* y) {
-  static const DeviceInfo dev = device_info();
+  static const DeviceInfo dev = lab_device_info();
   return plan_gemm_gelu(make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y), dev).workspace_bytes;
 }
 
 const char* ofk_dispatch_name(int dtype, int act, float alpha, int trans_b, int allow_tf32, long long M, long long N,
                               long long K, const void* x, const void* w, const void* bias, void* y) {
-  static const DeviceInfo dev = device_info();
+  static const DeviceInfo dev = lab_device_info();
   return gemm_gelu_tactic_name(make_args(dtype, act, alpha, trans_b, allow_tf32, M, N, K, x, w, bias, y), dev);
 }
 
@@ -131,7 +122,7 @@ const char* ofk_dispatch_name(int dtype, int act, float alpha, int trans_b, int 
 // cudaFuncSetAttribute calls CUTLASS makes before each launch of a clustered kernel with > 48 KB of smem.
 int ofk_host_ns(int dtype, int act, int trans_b, long long M, long long N, long long K, const void* x,
                 const void* w, const void* bias, void* y, void* stream, int iters, double* out) {
-  static const DeviceInfo dev = device_info();
+  static const DeviceInfo dev = lab_device_info();
   const GemmGeluArgs a = make_args(dtype, act, 1.702f, trans_b, 1, M, N, K, x, w, bias, y);
   auto s = static_cast<cudaStream_t>(stream);
   cudaError_t e = cudaSuccess;
