@@ -38,7 +38,8 @@ another length. Everything else is proved as the attention rule proves its shape
 Matched: LayerNormalization over the last axis (``stash_type`` 1, its mean and inverse-deviation outputs
 unread) of a tree of Adds, each below the top one read by the next alone, whose two or three summands are all ``Gather``
 along axis 0 of a constant 2-D table of γ's width, in float32 or float16; a lookup of uniform indices reads
-its table within range. Not a candidate otherwise (a sum of anything but lookups is the residual Add that
+its table within range. One summand may instead be a constant [1, S, D] or [S, D]: the position rows torch's
+dynamo exporter folds when it exports with static shapes (its default); it is the skip. Not a candidate otherwise (a sum of anything but lookups is the residual Add that
 ORT's own fusion takes). A candidate whose shapes are not shown to fit is refused with the reason.
 """
 
@@ -81,12 +82,17 @@ class _ShapesOfRuns(Evaluator):
 
 @dataclass(frozen=True)
 class _Lookup:
-    """One summand: ``Gather(table, indices)`` (node ``node``); ``row`` where every index is that value."""
+    """One summand: ``Gather(table, indices)`` (node ``node``); ``row`` where every index is that value. Or the
+    position rows as a constant (``node`` None): the lookup an exporter folded."""
 
     output: str
-    node: int
-    table: str
+    node: int | None
+    table: str | None
     row: int | None
+
+    @property
+    def folded(self) -> bool:
+        return self.node is None
 
 
 @dataclass(frozen=True)
@@ -146,9 +152,12 @@ class EmbeddingsIntoSkipNorm:
         adds, summands = _sum_tree(view, norm.input[0], i)
         if not adds or not 2 <= len(summands) <= _MAX_LOOKUPS:
             return None
-        lookups = [_lookup(view, s, hidden) for s in summands]
+        lookups = [_lookup(view, s, hidden) or _folded_rows(view, s, hidden) for s in summands]
         if any(lookup is None for lookup in lookups):
             return None  # a sum of anything but embedding lookups
+        folded = [lookup for lookup in lookups if lookup.folded]
+        if len(folded) > 1:
+            return None  # two constants: no exporter folds one lookup into two
         dtype = view.dtype(norm.input[0]) or view.dtype(norm.input[1])
         if dtype not in _NORM_TYPES or view.dtype(norm.input[1]) not in (None, dtype):
             return None
@@ -169,7 +178,9 @@ class EmbeddingsIntoSkipNorm:
             adds = adds - {view.producer[nested[0]]}
             pool, input_fixed = [nested[0]] + [o.output for o in others if o.output not in inner.input], True
         elif len(others) == 2:
-            pool, input_fixed = [o.output for o in others], False
+            # folded position rows are the skip, never the input (with a batch of one they have its shape)
+            others.sort(key=lambda o: o.folded)
+            pool, input_fixed = [o.output for o in others], bool(folded)
         else:
             return None  # one lookup and a row: nothing for a skip to take
         blocks = tuple(view.node_name(j) for j in sorted(adds | {i}))
@@ -195,7 +206,7 @@ class EmbeddingsIntoSkipNorm:
                                      f"broadcast into the input {_shown({input_: input_dims})}", blocks)
             if view.single_consumer(row.output) is not None:
                 nodes.add(row.node)
-        form = "+".join(["Gather"] * len(summands)) + "+LayerNormalization"
+        form = "+".join("Constant" if lookup.folded else "Gather" for lookup in lookups) + "+LayerNormalization"
         # the sum read elsewhere too (pre-norm models: GPT-2's, CLIP's residual stream): the normalization's sum
         # output, input + skip + bias, gives it
         readers = [c for c in view.consumers_of(norm.input[0]) if c != i]
@@ -247,6 +258,18 @@ def _lookup(view: GraphView, name: str, hidden: int) -> _Lookup | None:
         if -table.dims[0] <= c < table.dims[0]:
             row = c % table.dims[0]
     return _Lookup(output=name, node=j, table=node.input[0], row=row)
+
+
+def _folded_rows(view: GraphView, name: str, hidden: int) -> _Lookup | None:
+    """``name`` as position rows an exporter folded into a constant: [1, S, hidden] or [S, hidden]. torch's dynamo
+    exporter does so for static shapes (its default without ``dynamic_shapes``): the position ids are a constant
+    arange there, and its optimizer folds their lookup. Whether S is the tokens' own length the shapes decide."""
+    table = view.constant_ref(name)
+    if table is None or len(table.dims) not in (2, 3) or table.dims[-1] != hidden:
+        return None
+    if len(table.dims) == 3 and table.dims[0] != 1:
+        return None
+    return _Lookup(output=name, node=None, table=None, row=None)
 
 
 def _input_and_skip(shapes, pool: list[str], input_fixed: bool) -> tuple[str, str] | None:
