@@ -282,3 +282,82 @@ def test_only_this_rule_takes_a_sliced_buffer_as_the_tokens_length(rng):
     assert Evaluator(view).shapes()["p"][1] != Dim(1, ("sequence",))
     assert _ShapesOfRuns(view).shapes()["p"] == (Dim(1), Dim(1, ("sequence",)), Dim(HIDDEN))
     assert _ShapesOfRuns(view).shapes()["t"] == (Dim(1, ("batch",)), Dim(1, ("sequence",)), Dim(HIDDEN))
+
+
+# --- position rows folded into a constant (torch's dynamo exporter with static shapes) -------------------------
+
+
+def _static_model(batch=2, seq=6, dtype=T.FLOAT, token_types=True, rows_shape="3d", second_constant=False,
+                  rng=None) -> onnx.ModelProto:
+    """word[ids] (+ type[0] for every token) + the position rows as a constant, then LayerNormalization; the
+    tokens of a fixed [batch, seq], as torch's dynamo exporter writes a model exported without dynamic shapes.
+    ``rows_shape``: "3d" [1, seq, D], "2d" [seq, D], "long" [1, seq + 1, D] (another length), "batched" [2, seq, D]."""
+    rng = rng or np.random.default_rng(0)
+    npdt = helper.tensor_dtype_to_np_dtype(dtype)
+    pos = rng.standard_normal((POSITIONS, HIDDEN)).astype(npdt)
+    rows = {"3d": pos[None, :seq], "2d": pos[:seq], "long": pos[None, :seq + 1],
+            "batched": np.stack([pos[:seq]] * 2)}[rows_shape]
+    inits = [numpy_helper.from_array(rng.standard_normal((VOCAB, HIDDEN)).astype(npdt), "word"),
+             numpy_helper.from_array(rng.standard_normal((TYPES, HIDDEN)).astype(npdt), "type"),
+             numpy_helper.from_array(np.ascontiguousarray(rows), "position_rows"),
+             numpy_helper.from_array(np.zeros((batch, seq), np.int64), "token_type_ids"),
+             numpy_helper.from_array((1 + 0.1 * rng.standard_normal(HIDDEN)).astype(npdt), "gamma"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(HIDDEN)).astype(npdt), "beta"),
+             numpy_helper.from_array(rng.standard_normal((1, seq, HIDDEN)).astype(npdt), "more_rows")]
+    nodes = [helper.make_node("Gather", ["word", "input_ids"], ["w"], name="word_lookup")]
+    total = "w"
+    if token_types:
+        nodes += [helper.make_node("Gather", ["type", "token_type_ids"], ["t"], name="type_lookup"),
+                  helper.make_node("Add", ["w", "t"], ["wt"], name="add_type")]
+        total = "wt"
+    nodes.append(helper.make_node("Add", [total, "position_rows"], ["sum"], name="add_positions"))
+    total = "sum"
+    if second_constant:
+        nodes.append(helper.make_node("Add", [total, "more_rows"], ["sum2"], name="add_more"))
+        total = "sum2"
+    nodes.append(helper.make_node("LayerNormalization", [total, "gamma", "beta"], ["y"], name="norm", axis=-1,
+                                  epsilon=1e-12))
+    graph = helper.make_graph(nodes, "embeddings", [helper.make_tensor_value_info("input_ids", T.INT64, [batch, seq])],
+                              [helper.make_tensor_value_info("y", dtype, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("rows_shape", ["3d", "2d"])
+@pytest.mark.parametrize("token_types", [True, False], ids=["types", "notypes"])
+@pytest.mark.parametrize("dtype", [T.FLOAT, T.FLOAT16], ids=["fp32", "fp16"])
+def test_folded_position_rows_are_the_skip(dtype, token_types, rows_shape, batch, rng):
+    model = _static_model(batch=batch, dtype=dtype, token_types=token_types, rows_shape=rows_shape, rng=rng)
+    result, blocks = _fused(model)
+    assert len(blocks) == 1
+    assert blocks[0].form == ("Gather+Gather+Constant" if token_types else "Gather+Constant") + "+LayerNormalization"
+    # the word lookup is the input even where the rows have its shape (a batch of one); the type row the bias
+    assert (blocks[0].details["input"], blocks[0].details["skip"]) == ("w", "position_rows")
+    assert blocks[0].details["bias_row"] == ("type[0]" if token_types else None)
+    ops = Counter(n.op_type for n in result.model.graph.node)
+    assert ops["LayerNormalization"] == ops["Add"] == 0 and ops["SkipLayerNormalization"] == 1
+    feeds = {"input_ids": rng.integers(0, VOCAB, (batch, 6)).astype(np.int64)}
+    want = _session(model).run(None, feeds)
+    _close(want, _session(result.model).run(None, feeds), want[0].dtype)
+
+
+def test_folded_rows_of_another_length_are_refused_with_the_reason(rng):
+    model = _static_model(rows_shape="long", rng=rng)  # [1, 7, D] against 6 tokens: the original cannot run
+    result, blocks = _fused(model)
+    assert blocks == []
+    refusals = [r for r in result.report.refused if r.rule == RULE]
+    assert len(refusals) == 1 and "not shown to fit" in refusals[0].reason and "position_rows [1, 7, 8]" in refusals[0].reason
+    assert result.model.graph.node == model.graph.node
+
+
+@pytest.mark.parametrize("form,why", [({"rows_shape": "batched"}, "a constant with a batch of its own"),
+                                      ({"second_constant": True, "token_types": False}, "two constant summands")],
+                         ids=lambda x: str(x))
+def test_other_constant_summands_stay_bit_identical(form, why, rng):
+    model = _static_model(rng=rng, **form)
+    result, blocks = _fused(model)
+    assert blocks == [] and not [r for r in result.report.refused if r.rule == RULE], why
+    assert result.model.graph.node == model.graph.node
+    feeds = {"input_ids": rng.integers(0, VOCAB, (2, 6)).astype(np.int64)}
+    for w, g in zip(_session(model).run(None, feeds), _session(result.model).run(None, feeds)):
+        assert np.array_equal(w, g)
