@@ -480,6 +480,9 @@ EXPORTS: list[Export] = [
     Export("bert", "torchscript", 17, external=True),
     Export("bert", "torchscript", 20, note="ONNX Gelu (opset 20)"),
     Export("bert", "dynamo", 18),
+    Export("bert", "dynamo", 18, static=True,
+           note="no dynamic_shapes (the exporter's default): its optimizer folds the position lookup into a "
+                "constant [1, S, D]"),
     Export("bert", "dynamo", 23, note="ONNX Attention (opset 23): the dynamo exporter's sdpa"),
     Export("gpt2", "torchscript", 14),
     Export("gpt2", "dynamo", 18),
