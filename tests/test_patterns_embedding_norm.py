@@ -349,7 +349,8 @@ def test_folded_rows_of_another_length_are_refused_with_the_reason(rng):
     result, blocks = _fused(model)
     assert blocks == []
     refusals = [r for r in result.report.refused if r.rule == RULE]
-    assert len(refusals) == 1 and "not shown to fit" in refusals[0].reason and "position_rows [1, 7, 8]" in refusals[0].reason
+    assert len(refusals) == 1
+    assert "not shown to fit" in refusals[0].reason and "position_rows [1, 7, 8]" in refusals[0].reason
     assert result.model.graph.node == model.graph.node
 
 

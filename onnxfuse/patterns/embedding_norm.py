@@ -39,8 +39,9 @@ Matched: LayerNormalization over the last axis (``stash_type`` 1, its mean and i
 unread) of a tree of Adds, each below the top one read by the next alone, whose two or three summands are all ``Gather``
 along axis 0 of a constant 2-D table of γ's width, in float32 or float16; a lookup of uniform indices reads
 its table within range. One summand may instead be a constant [1, S, D] or [S, D]: the position rows torch's
-dynamo exporter folds when it exports with static shapes (its default); it is the skip. Not a candidate otherwise (a sum of anything but lookups is the residual Add that
-ORT's own fusion takes). A candidate whose shapes are not shown to fit is refused with the reason.
+dynamo exporter folds when it exports with static shapes (its default); it is the skip. Not a candidate
+otherwise (a sum of anything but lookups is the residual Add that ORT's own fusion takes). A candidate whose
+shapes are not shown to fit is refused with the reason.
 """
 
 from __future__ import annotations
