@@ -83,12 +83,11 @@ class _ShapesOfRuns(Evaluator):
 
 @dataclass(frozen=True)
 class _Lookup:
-    """One summand: ``Gather(table, indices)`` (node ``node``); ``row`` where every index is that value. Or the
-    position rows as a constant (``node`` None): the lookup an exporter folded."""
+    """One summand: ``Gather(table, indices)`` (node ``node``, whose first input is the table); ``row`` where every
+    index is that value. Or the position rows as a constant (``node`` None): the lookup an exporter folded."""
 
     output: str
     node: int | None
-    table: str | None
     row: int | None
 
     @property
@@ -258,7 +257,7 @@ def _lookup(view: GraphView, name: str, hidden: int) -> _Lookup | None:
         c = int(bounds[0])
         if -table.dims[0] <= c < table.dims[0]:
             row = c % table.dims[0]
-    return _Lookup(output=name, node=j, table=node.input[0], row=row)
+    return _Lookup(output=name, node=j, row=row)
 
 
 def _folded_rows(view: GraphView, name: str, hidden: int) -> _Lookup | None:
@@ -270,7 +269,7 @@ def _folded_rows(view: GraphView, name: str, hidden: int) -> _Lookup | None:
         return None
     if len(table.dims) == 3 and table.dims[0] != 1:
         return None
-    return _Lookup(output=name, node=None, table=None, row=None)
+    return _Lookup(output=name, node=None, row=None)
 
 
 def _input_and_skip(shapes, pool: list[str], input_fixed: bool) -> tuple[str, str] | None:
