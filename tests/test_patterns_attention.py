@@ -111,6 +111,9 @@ EXPECTED = {
     "gemma_torchscript_op17.onnx": (2, None),
     "gemma_dynamo_op20.onnx": (2, None),
     "phi_torchscript_op17.onnx": (2, None),  # a partial rotary: half of each head rotated
+    # Mistral: LLaMA's heads, the causal mask bounded by a sliding window of 4 keys (k > q - 4), rebuilt
+    "mistral_torchscript_op17.onnx": (2, None),
+    "mistral_dynamo_op18.onnx": (2, None),
     # Falcon-7B's multi-query heads (one key/value head, expanded in front of MHA); its scale computed at run
     # time from the query's shape
     "falcon_torchscript_op17.onnx": (2, None),
@@ -156,7 +159,8 @@ SEPARATE_QKV = {
     # do_constant_folding=False: each weight reaches its MatMul through a Transpose node, no constant to pack
     "bert_torchscript_op16_nofold.onnx": (2, "is not a constant"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
-    **{f: (2, "computed per head") for f in ENTRIES if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_"))},
+    **{f: (2, "computed per head") for f in ENTRIES
+       if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_", "mistral_"))},
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
@@ -487,7 +491,7 @@ def test_scale_computed_from_the_data_is_refused():
 
 
 @pytest.mark.parametrize("file", ["llama_torchscript_op17.onnx", "gemma_torchscript_op17.onnx", "phi_torchscript_op17.onnx",
-                                  "falcon_torchscript_op17.onnx"])
+                                  "falcon_torchscript_op17.onnx", "mistral_torchscript_op17.onnx"])
 def test_llama_class_decoders_in_float16(file, rng):
     """ORT's transformers optimizer takes none of these exports, so the float16 form a user gets is its
     float16 converter on the export: still two fused attentions, outputs within float16's tolerance of the
@@ -597,7 +601,7 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
                unbiased: bool = False, query_input: bool = False, weight_input: bool = False,
                projection_output: bool = False, tied: bool = False, casts: bool = False,
                scale_source: str = "constant", where_on_scores: str = "", where_fill: float = FLOAT32_MIN,
-               where_slice: str = "") -> onnx.ModelProto:
+               where_slice: str = "", window: int = 0, window_form: str = "k>q-w") -> onnx.ModelProto:
     """An sdpa-style self-attention block over x [batch, seq, D] with a mask built as transformers does
     (padding: attention_mask[:, None, None, :]; causal: Range compare), or a literal one.
 
@@ -621,7 +625,11 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     local layers), "upper" (strictly above the diagonal: row 0 keeps no key at or before itself); scaled
     inside the Where with ``split_scale``, else Div after it. ``where_slice``: "" C is [5, 5] (needs
     ``seq_len=5``); "from_zero": C[:, :, L - S : L, :L] of a [1, 1, 16, 16] buffer, L and S read from
-    x's shape (as GPT-Neo's TorchScript export slices its buffer); "from_one": starting at row 1."""
+    x's shape (as GPT-Neo's TorchScript export slices its buffer); "from_one": starting at row 1.
+    ``window``: the causal keep also bounded from below, a sliding window of that many keys written as
+    ``window_form``: "k>q-w" (transformers' ``kv_idx > q_idx - sliding_window``), "q-k<w" (the same
+    bound the other way round), "k>=q+w" (a lower bound at or after the diagonal: keeps no key with the
+    causal bound), "k<=q+w" (an upper bound past the diagonal: not causal)."""
     rng = np.random.default_rng(seed)
     npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     inits, nodes = [], []
@@ -689,6 +697,14 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
         qi = node("Unsqueeze", [r, const("q_axes", [1], np.int64)], "q_idx")
         ki = node("Unsqueeze", [r, const("k_axes", [0], np.int64)], "k_idx")
         causal = node("GreaterOrEqual" if anti_causal else "LessOrEqual", [ki, qi], "keep_causal")
+        if window:
+            w = const("window", window, np.int64)
+            band = {"k>q-w": lambda: node("Greater", [ki, node("Sub", [qi, w], "window_start")], "in_window"),
+                    "q-k<w": lambda: node("Less", [node("Sub", [qi, ki], "distance"), w], "in_window"),
+                    "k>=q+w": lambda: node("GreaterOrEqual", [ki, node("Add", [qi, w], "window_start")], "in_window"),
+                    "k<=q+w": lambda: node("LessOrEqual", [ki, node("Add", [qi, w], "window_end")], "in_window"),
+                    }[window_form]()
+            causal = node("And", [causal, band], "keep_band")
         keep = causal if keep is None else node("And", [keep, causal], "keep")
     if literal_mask:
         keep = const("keep_literal", np.triu(np.ones((5, 5), bool)), np.bool_)
@@ -803,6 +819,13 @@ ACCEPTED = [
     {"mask": "padding", "fill": -math.inf, "dtype": T.FLOAT16},
     {"mask": "padding", "fill": -65504.0, "dtype": T.FLOAT16},  # after ORT's float16 converter
     {"mask": "causal", "fill": -65504.0, "dtype": T.FLOAT16},
+    # Mistral: causal within a sliding window, with padding; with right padding the last rows' windows hold
+    # only padding keys (the guard's rows), with a window of 1 every row sees at most its own key
+    {"mask": "causal+padding", "fill": -math.inf, "window": 2},
+    {"mask": "causal+padding", "fill": FLOAT32_MIN, "window": 3},  # dynamo Mistral
+    {"mask": "causal+padding", "fill": -math.inf, "window": 1, "window_form": "q-k<w"},
+    {"mask": "causal+padding", "fill": -math.inf, "window": 2, "dtype": T.FLOAT16},
+    {"mask": "causal+padding", "fill": -math.inf, "window": 9},  # wider than the sequence: causal in effect
 ]
 
 
@@ -846,9 +869,14 @@ def test_hand_built_forms_fuse_and_match(form, magnitude, rng):
 REFUSED = [
     ({"escape": True}, "graph output"),
     ({"axis": 2}, "Softmax over axis 2"),
-    ({"mask": "causal", "anti_causal": True}, "neither padding nor causal"),
+    ({"mask": "causal", "anti_causal": True}, "keeps keys k > q - 1 without the causal bound k <= q"),  # k >= q
     ({"query_padding": True}, "neither padding nor causal"),  # mask[b, q]: rows, not keys
     ({"mask": "none", "literal_mask": True}, "literal mask is not modelled"),
+    # a lower bound on k - q only within a causal mask (transformers' sliding window) and at most 0
+    ({"mask": "causal+padding", "window": 1, "window_form": "k>=q+w"}, "neither padding nor causal: ge(k, add(q, 1))"),
+    ({"mask": "causal+padding", "window": 1, "window_form": "k<=q+w"}, "neither padding nor causal: le(k, add(q, 1))"),
+    # the band with no padding: MHA has no banded mode, and the -inf bias is not finite
+    ({"mask": "causal", "window": 2}, "sliding window of 2 keys with no padding mask"),
     ({"key_heads": 4}, "heads"),
     # the bias must be added to the scaled product: scaled after, it is scaled too
     ({"mask": "none", "bias": "table", "seq_len": 5, "post_scale": 0.5}, "scaled by 0.5 after the bias"),

@@ -61,7 +61,13 @@ builds ``keep`` from index arithmetic, not constants: ``Range`` over batch, quer
 and the padding lookup ``attention_mask[b, kv_idx]`` — a ``GatherND`` of (b, kv_idx) pairs (dynamo) or a
 ``Gather`` from ``Flatten(mask)`` at ``b·T + kv_idx`` (TorchScript). ``symbolic`` evaluates ``keep`` into
 a formula of the index positions; the rule accepts exactly the conjunctions of ``mask[b, k] != 0`` and
-``k <= q``, so causality and padding are *proved*, never assumed from names. ViT's dynamo export adds a
+``k <= q``, so causality and padding are *proved*, never assumed from names. A sliding window (Mistral:
+``kv_idx > q_idx - sliding_window``; any comparison of k with q plus an integer that bounds k - q from
+below by c <= 0 counts, window 1 - c) is taken beside the causal term and a padding one: the rebuilt keep
+carries the same bound, so MHA's bias and the row guard's flags are the graph's entry for entry. A window
+without the causal term, or without padding (MHA has no banded mode; the band alone would need a mask
+made from the lengths, which no export seen writes with a ``-inf`` fill) is refused; with a finite fill
+it still goes in as an additive bias (below). ViT's dynamo export adds a
 uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (dynamo), ``-inf``
 (TorchScript) or ``-65504`` (after ORT's float16 converter).
 
@@ -104,6 +110,9 @@ Why these are exact, row by row:
   kept keys from ``keep`` and writes that value there (``FillMaskedRows(y, row sees a key)`` with 0 or NaN: ``Where`` bit for bit), whatever
   the kernel makes of such a row. With a finite fill such a row is the softmax of equal scores, uniform
   in both (measured on ORT 1.31's CPU kernel, float32 and float16, fills ``finfo.min`` and ``-65504``);
+* a sliding window with padding: as padding with causality, the keep rebuilt with the window's bound
+  (``k > q - window``, integers compared exactly): the same bias entries and the same rows seeing no key
+  (those whose window holds only padding keys);
 * causal without padding (GPT-2 fed no ``attention_mask``): MHA's ``unidirectional``, which drops future
   keys entirely, so the graph's fill must too: ``-inf`` or the dtype's lowest value (their exponentials
   underflow to exactly 0 unless one row's scores already span the dtype's whole range); other fills
@@ -201,7 +210,8 @@ class AttentionPlan(Plan):
     key: str
     value: str
     biases: tuple | None  # three inline [D] constants (q, k, v) to pack into MHA's bias, or None
-    mask_kind: str  # "" | "causal" | "key-padding" | "causal+key-padding" | "additive bias"
+    mask_kind: str  # "" | "causal" | "key-padding" | "causal+key-padding" | "causal+sliding-window+key-padding"
+    # | "additive bias"
     padding: str | None  # the tensor the graph reads as attention_mask[b, k] (nonzero keeps key k), or None
     padding_is_bool: bool
     fill: float | None  # the graph's fill for dropped keys
@@ -224,11 +234,13 @@ class AttentionPlan(Plan):
     score_fill: float | None = None
     score_keep_rank: int = 4
     score_keep_rows: int = 0  # the literal's query-axis extent
+    window: int | None = None  # causal within a sliding window: keys q - window < k <= q (with padding)
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
     def details(self) -> dict:
         found = {"num_heads": self.num_heads, "mask": self.mask_kind or "none", "scale": self.scale,
+                 **({"window": self.window} if self.window is not None else {}),
                  "bias": "packed" if self.biases else "none",
                  "mask_input": "attention_bias" if self.padding or self.additive_bias or self.score_keep else
                  "unidirectional" if self.causal else "none", "qkv": "separate"}
@@ -336,13 +348,13 @@ class AttentionPlan(Plan):
         return nodes, [self.query, inputs["key"], inputs["value"], bias]
 
     # The mask is rebuilt from what the rule proved it to be, keep[b, 0, q, k] = padding[b, k] != 0
-    # (∧ k <= q), from the padding tensor and the query's length alone: every op of it runs on the model's
-    # provider, where the exporters' index arithmetic (Range, GatherND, Expand chains over shapes) ran
-    # partly on the CPU, which cost a device-host copy per inference and kept ORT from capturing the model
-    # in a CUDA graph. One rebuilt mask serves every layer with the same padding tensor and query length.
+    # (∧ k <= q, ∧ k > q - window), from the padding tensor and the query's length alone: every op of it
+    # runs on the model's provider, where the exporters' index arithmetic (Range, GatherND, Expand chains
+    # over shapes) ran partly on the CPU, which cost a device-host copy per inference and kept ORT from
+    # capturing the model in a CUDA graph. One rebuilt mask serves every layer with the same padding tensor and query length.
     def _mask_key(self, what: str) -> tuple:
         # Self-attention's mask depends on the padding tensor alone; otherwise also on this block's query.
-        return (what, self.padding, self.mask_kind, self.fill, self.dtype,
+        return (what, self.padding, self.mask_kind, self.window, self.fill, self.dtype,
                 None if self.self_attention else self.query)
 
     @property
@@ -392,8 +404,18 @@ class AttentionPlan(Plan):
             _with_axes(out, self.opset, "Unsqueeze", 13, q_pos, q_col, [1], hint + "_column_axes"),
             onnx.helper.make_node("Greater", [k_pos, q_col], [future], name=out.name(future)),  # k > q
             onnx.helper.make_node("Not", [future], [past], name=out.name(past)),  # k <= q: [S, T]
-            onnx.helper.make_node("And", [keep, past], [both], name=out.name(both)),
         ]
+        if self.window is not None:
+            # transformers' sliding window, as the graph compares it: k > q - window
+            first, recent, band = (out.name(hint + s) for s in ("_window_start", "_in_window", "_band"))
+            window = out.initializer(hint + "_window", np.array(self.window, np.int64))
+            nodes += [
+                onnx.helper.make_node("Sub", [q_col, window], [first], name=out.name(first)),
+                onnx.helper.make_node("Greater", [k_pos, first], [recent], name=out.name(recent)),
+                onnx.helper.make_node("And", [past, recent], [band], name=out.name(band)),
+            ]
+            past = band
+        nodes.append(onnx.helper.make_node("And", [keep, past], [both], name=out.name(both)))
         return nodes, both
 
     def _attention_bias(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
@@ -1018,7 +1040,7 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         query=query, key=key, value=value, biases=biases,
         mask_kind=mask.kind, padding=mask.tensor,
         padding_is_bool=padded and view.dtype(mask.tensor) == T.BOOL, fill=mask.fill,
-        hidden_rows=hidden_rows, causal=mask.causal and not padded, num_heads=q.heads,
+        hidden_rows=hidden_rows, causal=mask.causal and not padded, window=mask.window, num_heads=q.heads,
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
         self_attention=q.seq == k.seq, flat_shape=flat_shape,
         query_heads=q.tensor if q.computed else None, kv_heads=per_head, broadcast_heads=broadcast_heads,
@@ -1409,7 +1431,7 @@ def _shape_closure(view: GraphView, start: int, block: set) -> set | None:
 # --- masks -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Mask:
-    kind: str  # "" | "key-padding" | "causal" | "causal+key-padding"
+    kind: str  # "" | "key-padding" | "causal" | "causal+key-padding" | "causal+sliding-window+key-padding"
     tensor: str | None = None  # the padding tensor the graph reads as attention_mask[b, k]
     causal: bool = False
     fill: float | None = None
@@ -1418,6 +1440,7 @@ class _Mask:
     has_query_axis: bool = True  # the mask has a query axis of its own (not broadcast over the rows)
     bias: str | None = None  # an additive bias fed as it is (kind "additive bias")
     full: bool = False  # ... whose query and key axes are the scores' own (no Expand needed)
+    window: int | None = None  # causal within a sliding window: keys q - window < k <= q
 
 
 _NO_MASK = _Mask("")
@@ -1489,14 +1512,23 @@ def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: flo
     except NotSymbolic as e:
         raise _Refused(f"the mask is not provably padding or causal: {e}") from None
     batch, query_len, key_len = q.batch, q.seq, k.seq
-    causal, padding = False, None
+    causal, earliest, padding = False, None, None  # earliest: the lowest k - q a key may have (a window)
     for term in terms:
-        if term in (("le", ("axis", 3), ("axis", 2)), ("ge", ("axis", 2), ("axis", 3))):
+        bound = _diagonal_bound(term)
+        if bound == ("upper", 0):
             causal = True
+        elif bound is not None and bound[0] == "lower" and bound[1] <= 0:
+            earliest = bound[1] if earliest is None else max(earliest, bound[1])
         elif term[0] == "data" and term[2] == ("axis", 0) and term[3] == ("axis", 3) and padding in (None, term[1]):
             padding = term[1]
         else:
             raise _Refused(f"the mask has a term that is neither padding nor causal: {_show(term)}")
+    window = None if earliest is None else 1 - earliest  # keys q - window < k <= q: transformers' sliding_window
+    if window is not None and not causal:
+        raise _Refused(f"the mask keeps keys k > q - {window} without the causal bound k <= q")
+    if window is not None and padding is None:
+        # MHA has no banded mode; the band alone would be a bias of its own, made from the lengths
+        raise _Refused(f"the mask is a sliding window of {window} keys with no padding mask to build it on")
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
     if causal and padding is None and fill_value not in (-math.inf, lowest):
         raise _Refused(f"causal mask with fill {fill_value:g}: MultiHeadAttention drops the future keys "
@@ -1521,11 +1553,52 @@ def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: flo
     for j, (e, ok) in enumerate(zip(extents, allowed)):
         if e != Dim(1) and not _one_of(e, ok):
             raise _Refused(f"the mask's dimension {j} ({e}) is not shown to match the scores'")
-    kind = "+".join(p for p, on in (("causal", causal), ("key-padding", padding is not None)) if on)
+    kind = "+".join(p for p, on in (("causal", causal), ("sliding-window", window is not None),
+                                     ("key-padding", padding is not None)) if on)
     if not kind:
         return _NO_MASK  # keeps every key: adding its zero bias changes nothing
     return _Mask(kind, padding.name if padding else None, causal, fill_value, keep=keep_name,
-                 rank=len(keep.extents), has_query_axis=extents[2] != Dim(1))
+                 rank=len(keep.extents), has_query_axis=extents[2] != Dim(1), window=window)
+
+
+def _diagonal_bound(term: tuple) -> tuple[str, int] | None:
+    """A comparison of the key position k with the query position q plus an integer, read as a bound on
+    k - q: ``("upper", c)`` for k - q <= c (causal: c = 0), ``("lower", c)`` for k - q >= c (a sliding
+    window of 1 - c keys: transformers writes ``k > q - window``); None for any other term. Positions are
+    integers, so the strict comparisons are the non-strict ones one step in."""
+    flipped = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}
+    if term[0] not in flipped:
+        return None
+    lhs, rhs = _affine(term[1]), _affine(term[2])
+    if lhs is None or rhs is None:
+        return None
+    on_k, on_q, const = (a - b for a, b in zip(lhs, rhs))  # lhs - rhs = on_k·k + on_q·q + const, compared to 0
+    if (on_k, on_q) == (1, -1):  # (k - q) + const ⋈ 0  ⇔  k - q ⋈ -const
+        op, c = term[0], -const
+    elif (on_k, on_q) == (-1, 1):  # -(k - q) + const ⋈ 0  ⇔  k - q ⋈' const
+        op, c = flipped[term[0]], const
+    else:
+        return None
+    return {"le": ("upper", c), "lt": ("upper", c - 1), "ge": ("lower", c), "gt": ("lower", c + 1)}[op]
+
+
+def _affine(expr: tuple) -> tuple[int, int, int] | None:
+    """``expr`` as (a, b, c) with expr = a·k + b·q + c over the key (axis 3) and query (axis 2) positions
+    and integer constants; None for anything else."""
+    if expr == ("axis", 3):
+        return 1, 0, 0
+    if expr == ("axis", 2):
+        return 0, 1, 0
+    if expr[0] == "const":
+        v = expr[1]
+        return (0, 0, int(v)) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else None
+    if expr[0] in ("add", "sub"):
+        a, b = _affine(expr[1]), _affine(expr[2])
+        if a is None or b is None:
+            return None
+        sign = 1 if expr[0] == "add" else -1
+        return tuple(x + sign * y for x, y in zip(a, b))
+    return None
 
 
 # A literal keep is read whole to prove it (GPT-Neo-2.7B's buffer: 2048 × 2048 booleans, 4 MiB).
