@@ -398,6 +398,22 @@ def gpt_neo() -> Family:
     )
 
 
+def mistral() -> Family:
+    """Mistral-7B-v0.1's decoder: LLaMA's (rotary heads, grouped key/value heads, RMSNorm, SiLU-gated MLP)
+    with attention limited to a sliding window of keys, which transformers writes into the mask as
+    ``kv_idx > q_idx - sliding_window`` beside the causal and padding terms. A window of 4 keys bites at 8
+    tokens."""
+    cfg = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=64, max_position_embeddings=32, hidden_act="silu", sliding_window=4)
+    return Family(
+        "mistral", "MistralModel", cfg, _hf("MistralModel", "MistralConfig", cfg, SEED + 17),
+        [_ids("input_ids", 64), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
+        fused_blocks=0, blocks_why="SiLU-gated MLP (silu(gate) * up): no GELU",
+        approximate=ERF, gelu_form="none (SiLU)",
+        ort=None, ort_unsupported="the transformers optimizer has no mistral model type",
+    )
+
+
 def distilbert() -> Family:
     """DistilBERT: each layer's FFN is lin1 + erf GELU."""
     cfg = dict(vocab_size=128, dim=32, n_layers=2, n_heads=2, hidden_dim=128, max_position_embeddings=128,
@@ -449,7 +465,7 @@ _FRESH = tuple(_fresh(f) for f in (bert, gpt2, vit, clip_text, distilbert, bloom
 
 FAMILIES: dict[str, Callable[[], Family]] = {
     f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast, gpt_neox_tanh,
-                            distilbert, llama, gemma, phi, falcon, gpt_neo, *_FRESH)
+                            distilbert, llama, gemma, phi, falcon, gpt_neo, mistral, *_FRESH)
 }
 
 
@@ -511,6 +527,8 @@ EXPORTS: list[Export] = [
     Export("falcon", "torchscript", 17),
     Export("gpt_neo", "torchscript", 17),
     Export("gpt_neo", "dynamo", 18),
+    Export("mistral", "torchscript", 17),
+    Export("mistral", "dynamo", 18),
     *(Export(f.__name__, "torchscript", 17, note="freshly initialised: layer 1 reads its FFN bias (equal to layer "
                                                   "0's) through an Identity") for f in _FRESH),
 ]

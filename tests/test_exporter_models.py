@@ -202,7 +202,7 @@ def test_manifest_covers_the_issue_matrix():
 def test_models_are_small():
     sizes = {str(p): p.stat().st_size for p in list(MODELS.rglob("*")) + list(SAMPLES.rglob("*")) if p.is_file()}
     assert all(s < 1_000_000 for s in sizes.values()), {k: v for k, v in sizes.items() if v >= 1_000_000}
-    assert sum(sizes.values()) < 10_400_000  # 10.31 MB with GPT-Neo's four layers and the static dynamo BERT
+    assert sum(sizes.values()) < 10_700_000  # 10.60 MB with GPT-Neo's four layers, the static dynamo BERT, Mistral
 
 
 @pytest.mark.parametrize("file", _params("opset"))
@@ -316,6 +316,7 @@ _FEEDERS = {"Identity", "Cast", "Reshape", "Shape", "Gather", "Concat", "Constan
             # padding lookup, the causal compare, broadcast to [B, 1, S, L]), dead once MHA reads the mask
             "Range", "Where", "And", "Mul", "Add", "Div", "Max", "ConstantOfShape", "Expand", "Flatten",
             "Equal", "GreaterOrEqual", "LessOrEqual", "GatherND", "GatherElements",
+            "Greater",  # Mistral's sliding window: kv_idx > q_idx - window
             # the scores' scale where the exporter did not fold it: 1/√(head size) from constants or the
             # query's shape (Falcon; do_constant_folding=False), folded into the op's scale
             "Sqrt", "CastLike",
