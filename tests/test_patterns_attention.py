@@ -921,6 +921,7 @@ ADDITIVE = [
 
 @pytest.mark.parametrize("terms, says", [
     (2, "from their MatMul through Add ← Add:"),  # MPNet: the position bias and the mask added one after the other
+    ("softcap", "through Add ← Mul ← Tanh ← Div: soft-capped"),  # Gemma 2: mask + c·tanh(s / c)
     (0, None),  # a Softmax over a graph input, no product near: not an attention, no refusal
 ])
 def test_a_softmax_over_a_product_in_a_form_not_taken_says_why(terms, says):
@@ -934,6 +935,11 @@ def test_a_softmax_over_a_product_in_a_form_not_taken_says_why(terms, says):
     if terms:
         nodes.append(helper.make_node("MatMul", ["x", "w"], ["product"]))
         t = "product"
+        if terms == "softcap":
+            inits.append(numpy_helper.from_array(np.array(50.0, np.float32), "cap"))
+            nodes += [helper.make_node("Div", [t, "cap"], ["shrunk"]), helper.make_node("Tanh", ["shrunk"], ["capped"]),
+                      helper.make_node("Mul", ["capped", "cap"], ["softcapped"])]
+            t, terms = "softcapped", 1
         for k in range(terms):
             inits.append(numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), f"b{k}"))
             nodes.append(helper.make_node("Add", [t, f"b{k}"], [f"biased{k}"]))

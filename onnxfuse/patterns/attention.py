@@ -887,7 +887,8 @@ def _scores_masked_by_where(view: GraphView, t: str) -> str | None:
 # Ops a product's scores may pass on their way to the Softmax, in forms the rule does not take (two additive terms,
 # a Reshape between the product and its mask): followed to say why such a Softmax stays.
 _SCORE_PATH_OPS = {"Add": (0, 1), "Sub": (0, 1), "Mul": (0, 1), "Div": (0,), "Where": (1, 2), "Reshape": (0,),
-                   "Cast": (0,), "Transpose": (0,), "Expand": (0,)}
+                   "Cast": (0,), "Transpose": (0,), "Expand": (0,),
+                   "Tanh": (0,)}  # Gemma 2's soft cap, c·tanh(s / c)
 
 
 def _scores_in_another_form(view: GraphView, t: str, depth: int = 8) -> str | None:
@@ -913,6 +914,10 @@ def _scores_in_another_form(view: GraphView, t: str, depth: int = 8) -> str | No
     path = path_to_product(t, depth)
     if not path:
         return None
+    if "Tanh" in path:
+        return (f"the scores reach the Softmax from their MatMul through {' ← '.join(path)}: soft-capped "
+                "(c·tanh(s / c), Gemma 2's attn_logit_softcapping), which MultiHeadAttention does not do; not a "
+                "form taken")
     return (f"the scores reach the Softmax from their MatMul through {' ← '.join(path)}: not a form taken (one "
             "additive bias or mask, scales, and a Where on the scaled product are)")
 
