@@ -202,7 +202,8 @@ def test_manifest_covers_the_issue_matrix():
 def test_models_are_small():
     sizes = {str(p): p.stat().st_size for p in list(MODELS.rglob("*")) + list(SAMPLES.rglob("*")) if p.is_file()}
     assert all(s < 1_000_000 for s in sizes.values()), {k: v for k, v in sizes.items() if v >= 1_000_000}
-    assert sum(sizes.values()) < 10_700_000  # 10.60 MB with GPT-Neo's four layers, the static dynamo BERT, Mistral
+    assert sum(sizes.values()) < 10_800_000  # 10.72 MB with GPT-Neo's four layers, the static dynamo BERT, Mistral,
+    # GPTBigCode
 
 
 @pytest.mark.parametrize("file", _params("opset"))

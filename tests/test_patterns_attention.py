@@ -114,6 +114,9 @@ EXPECTED = {
     # Mistral: LLaMA's heads, the causal mask bounded by a sliding window of 4 keys (k > q - 4), rebuilt
     "mistral_torchscript_op17.onnx": (2, None),
     "mistral_dynamo_op18.onnx": (2, None),
+    # GPTBigCode: the query's heads reshaped from a split of the unsqueezed [B, 1, S, ·] c_attn output (not a
+    # [B, S, D] projection: read as heads computed per head), the one key/value head [B, 1, L, H] expanded
+    "gpt_bigcode_torchscript_op17.onnx": (2, None),
     # Falcon-7B's multi-query heads (one key/value head, expanded in front of MHA); its scale computed at run
     # time from the query's shape
     "falcon_torchscript_op17.onnx": (2, None),
@@ -160,7 +163,7 @@ SEPARATE_QKV = {
     "bert_torchscript_op16_nofold.onnx": (2, "is not a constant"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
     **{f: (2, "computed per head") for f in ENTRIES
-       if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_", "mistral_"))},
+       if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_", "mistral_", "gpt_bigcode_"))},
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
@@ -491,7 +494,8 @@ def test_scale_computed_from_the_data_is_refused():
 
 
 @pytest.mark.parametrize("file", ["llama_torchscript_op17.onnx", "gemma_torchscript_op17.onnx", "phi_torchscript_op17.onnx",
-                                  "falcon_torchscript_op17.onnx", "mistral_torchscript_op17.onnx"])
+                                  "falcon_torchscript_op17.onnx", "mistral_torchscript_op17.onnx",
+                                  "gpt_bigcode_torchscript_op17.onnx"])
 def test_llama_class_decoders_in_float16(file, rng):
     """ORT's transformers optimizer takes none of these exports, so the float16 form a user gets is its
     float16 converter on the export: still two fused attentions, outputs within float16's tolerance of the

@@ -33,6 +33,10 @@ and v from one [B, N, S, 3H] split)::
 
     Q4 = f(Qh, cos, sin)   [B, N, S, H]    K4 likewise (Kᵀ = Transpose(K4, 0132) or dynamo's reshapes)
 
+Heads split from something other than a [B, S, D] projection are taken the same way: GPTBigCode unsqueezes
+its c_attn output to [B, 1, S, D + 2H] and splits that, so its query heads are a head split of a 4-D tensor
+and its one key/value head is [B, 1, L, H] as split.
+
 Nothing about ``f`` is proved or rewritten: it stays in the graph, and the op reads its results — the
 query merged back into [B, S, N·H] in front of it (Transpose 0213, Reshape [0, 0, -1]: what MHA splits
 into heads again), key and value as MHA's 4-D [B, N, L, H] inputs, the value's heads as the product reads
@@ -1012,7 +1016,8 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
                        f"{q.head_size}/{k.head_size}/{v.head_size}")
 
     if per_head:  # the projections' bias Adds stay before the rotary; MHA gets no bias (module docstring)
-        packed, separate_because = None, ("the heads are computed per head (a rotary embedding): "
+        packed, separate_because = None, ("the heads are computed per head (a rotary embedding, or heads not "
+                                          "split from a [batch, sequence, hidden] projection): "
                                           "MultiHeadAttention reads them as the graph computes them")
     else:
         packed, separate_because = _packed_projection(view, ev, (q, k, v), dtype, nodes, merged)
@@ -1180,7 +1185,7 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
         raise _Refused(f"the {what} heads are not a Reshape of a projection")
     xp = view.nodes[ri].input[0]
     if ev.rank(xp) != 3 or not ev.dim(xp, 2).is_int:
-        raise _Refused(f"the {what} projection '{xp}' is not known to be [batch, sequence, hidden]")
+        raise _NotSplit(f"the {what} projection '{xp}' is not known to be [batch, sequence, hidden]")
     hidden = ev.dim(xp, 2).coef
     try:
         target = ev.vec(view.nodes[ri].input[1]).items
