@@ -926,6 +926,7 @@ ADDITIVE = [
 @pytest.mark.parametrize("terms, says", [
     (2, "from their MatMul through Add ← Add:"),  # MPNet: the position bias and the mask added one after the other
     ("softcap", "through Add ← Mul ← Tanh ← Div: soft-capped"),  # Gemma 2: mask + c·tanh(s / c)
+    ("clamp", "through Max ← Add:"),  # XGLM: max(scores + mask, finfo.min)
     (0, None),  # a Softmax over a graph input, no product near: not an attention, no refusal
 ])
 def test_a_softmax_over_a_product_in_a_form_not_taken_says_why(terms, says):
@@ -944,10 +945,17 @@ def test_a_softmax_over_a_product_in_a_form_not_taken_says_why(terms, says):
             nodes += [helper.make_node("Div", [t, "cap"], ["shrunk"]), helper.make_node("Tanh", ["shrunk"], ["capped"]),
                       helper.make_node("Mul", ["capped", "cap"], ["softcapped"])]
             t, terms = "softcapped", 1
+        clamp = terms == "clamp"
+        if clamp:
+            terms = 1
         for k in range(terms):
             inits.append(numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), f"b{k}"))
             nodes.append(helper.make_node("Add", [t, f"b{k}"], [f"biased{k}"]))
             t = f"biased{k}"
+        if clamp:
+            inits.append(numpy_helper.from_array(np.array(FLOAT32_MIN, np.float32), "lowest"))
+            nodes.append(helper.make_node("Max", [t, "lowest"], ["clamped"]))
+            t = "clamped"
     nodes.append(helper.make_node("Softmax", [t], ["y"], axis=-1))
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
                               [helper.make_tensor_value_info("y", T.FLOAT, [2, 4])], inits)

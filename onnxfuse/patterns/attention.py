@@ -892,7 +892,8 @@ def _scores_masked_by_where(view: GraphView, t: str) -> str | None:
 # a Reshape between the product and its mask): followed to say why such a Softmax stays.
 _SCORE_PATH_OPS = {"Add": (0, 1), "Sub": (0, 1), "Mul": (0, 1), "Div": (0,), "Where": (1, 2), "Reshape": (0,),
                    "Cast": (0,), "Transpose": (0,), "Expand": (0,),
-                   "Tanh": (0,)}  # Gemma 2's soft cap, c·tanh(s / c)
+                   "Tanh": (0,),  # Gemma 2's soft cap, c·tanh(s / c)
+                   "Max": (0, 1), "Min": (0, 1)}  # XGLM's clamp, max(scores, finfo.min)
 
 
 def _scores_in_another_form(view: GraphView, t: str, depth: int = 8) -> str | None:
