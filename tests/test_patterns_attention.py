@@ -117,6 +117,9 @@ EXPECTED = {
     # GPTBigCode: the query's heads reshaped from a split of the unsqueezed [B, 1, S, ·] c_attn output (not a
     # [B, S, D] projection: read as heads computed per head), the one key/value head [B, 1, L, H] expanded
     "gpt_bigcode_torchscript_op17.onnx": (2, None),
+    # ModernBERT: q, k, v unbound from one [B, S, 3, N, H] split, rotary; layer 0 global (padding), layers 1-2
+    # local (|k - q| <= 2 beside the padding, rebuilt)
+    "modernbert_torchscript_op17.onnx": (3, None),
     # Falcon-7B's multi-query heads (one key/value head, expanded in front of MHA); its scale computed at run
     # time from the query's shape
     "falcon_torchscript_op17.onnx": (2, None),
@@ -164,6 +167,7 @@ SEPARATE_QKV = {
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
     **{f: (2, "computed per head") for f in ENTRIES
        if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_", "mistral_", "gpt_bigcode_"))},
+    "modernbert_torchscript_op17.onnx": (3, "computed per head"),
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
 
@@ -632,8 +636,9 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
     x's shape (as GPT-Neo's TorchScript export slices its buffer); "from_one": starting at row 1.
     ``window``: the causal keep also bounded from below, a sliding window of that many keys written as
     ``window_form``: "k>q-w" (transformers' ``kv_idx > q_idx - sliding_window``), "q-k<w" (the same
-    bound the other way round), "k>=q+w" (a lower bound at or after the diagonal: keeps no key with the
-    causal bound), "k<=q+w" (an upper bound past the diagonal: not causal)."""
+    bound the other way round), "k>=q+w" (a lower bound after the diagonal: keeps no key with the causal
+    bound); or the keep's only positional term: "|k-q|<=w" (ModernBERT's local window of 2w + 1 keys),
+    "k<=q+w" (an upper bound past the diagonal, nothing below)."""
     rng = np.random.default_rng(seed)
     npdt = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     inits, nodes = [], []
@@ -701,12 +706,17 @@ def _attention(mask: str = "padding", fill: float = -math.inf, guard: bool = Tru
         qi = node("Unsqueeze", [r, const("q_axes", [1], np.int64)], "q_idx")
         ki = node("Unsqueeze", [r, const("k_axes", [0], np.int64)], "k_idx")
         causal = node("GreaterOrEqual" if anti_causal else "LessOrEqual", [ki, qi], "keep_causal")
-        if window:
+        if window and window_form == "|k-q|<=w":
+            causal = node("LessOrEqual", [node("Abs", [node("Sub", [ki, qi], "offset")], "distance"),
+                                          const("window", window, np.int64)], "in_window")
+        elif window and window_form == "k<=q+w":
+            causal = node("LessOrEqual", [ki, node("Add", [qi, const("window", window, np.int64)], "window_end")],
+                          "in_window")
+        elif window:
             w = const("window", window, np.int64)
             band = {"k>q-w": lambda: node("Greater", [ki, node("Sub", [qi, w], "window_start")], "in_window"),
                     "q-k<w": lambda: node("Less", [node("Sub", [qi, ki], "distance"), w], "in_window"),
                     "k>=q+w": lambda: node("GreaterOrEqual", [ki, node("Add", [qi, w], "window_start")], "in_window"),
-                    "k<=q+w": lambda: node("LessOrEqual", [ki, node("Add", [qi, w], "window_end")], "in_window"),
                     }[window_form]()
             causal = node("And", [causal, band], "keep_band")
         keep = causal if keep is None else node("And", [keep, causal], "keep")
@@ -830,6 +840,9 @@ ACCEPTED = [
     {"mask": "causal+padding", "fill": -math.inf, "window": 1, "window_form": "q-k<w"},
     {"mask": "causal+padding", "fill": -math.inf, "window": 2, "dtype": T.FLOAT16},
     {"mask": "causal+padding", "fill": -math.inf, "window": 9},  # wider than the sequence: causal in effect
+    # ModernBERT's local layers: |k - q| <= 1 with padding, no causal bound (a row may see only padding)
+    {"mask": "causal+padding", "fill": -math.inf, "window": 1, "window_form": "|k-q|<=w"},
+    {"mask": "causal+padding", "fill": FLOAT32_MIN, "window": 2, "window_form": "|k-q|<=w"},
 ]
 
 
@@ -873,14 +886,14 @@ def test_hand_built_forms_fuse_and_match(form, magnitude, rng):
 REFUSED = [
     ({"escape": True}, "graph output"),
     ({"axis": 2}, "Softmax over axis 2"),
-    ({"mask": "causal", "anti_causal": True}, "keeps keys k > q - 1 without the causal bound k <= q"),  # k >= q
+    ({"mask": "causal", "anti_causal": True}, "keeps the keys k >= q: neither causal nor a window"),
     ({"query_padding": True}, "neither padding nor causal"),  # mask[b, q]: rows, not keys
     ({"mask": "none", "literal_mask": True}, "literal mask is not modelled"),
     # a lower bound on k - q only within a causal mask (transformers' sliding window) and at most 0
-    ({"mask": "causal+padding", "window": 1, "window_form": "k>=q+w"}, "neither padding nor causal: ge(k, add(q, 1))"),
-    ({"mask": "causal+padding", "window": 1, "window_form": "k<=q+w"}, "neither padding nor causal: le(k, add(q, 1))"),
+    ({"mask": "causal+padding", "window": 1, "window_form": "k>=q+w"}, "keeps the keys k >= q + 1 and k <= q:"),
+    ({"mask": "causal+padding", "window": 1, "window_form": "k<=q+w"}, "keeps the keys k <= q + 1: neither causal"),
     # the band with no padding: MHA has no banded mode, and the -inf bias is not finite
-    ({"mask": "causal", "window": 2}, "sliding window of 2 keys with no padding mask"),
+    ({"mask": "causal", "window": 2}, "keeps the keys k >= q - 1 and k <= q with no padding mask"),
     ({"key_heads": 4}, "heads"),
     # the bias must be added to the scaled product: scaled after, it is scaled too
     ({"mask": "none", "bias": "table", "seq_len": 5, "post_scale": 0.5}, "scaled by 0.5 after the bias"),

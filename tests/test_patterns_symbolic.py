@@ -246,3 +246,43 @@ def test_reduce_without_axes_reduces_all_or_nothing():
     assert [ev.dim("r", a) for a in range(3)] == [Dim(1)] * 3
     ev = _after_contrib_norm([helper.make_node("ReduceSum", ["n"], ["r"], noop_with_empty_axes=1)], opset=18)
     assert [ev.dim("r", a) for a in range(3)] == [B, S, Dim(8)]
+
+
+@pytest.mark.parametrize("opset", [11, 13])  # axes an attribute, then an input
+def test_squeeze_with_its_axes_drops_them_and_keeps_the_others(opset):
+    # ModernBERT unbinds q, k and v from one [B, S, 3, N, H] split: Split on axis 2, then Squeeze it away
+    shape = numpy_helper.from_array(np.array([0, 0, 3, 2, -1], np.int64), "shape")
+    inits = [numpy_helper.from_array(np.ones((8, 24), np.float32), "w"), shape]
+    squeeze = (helper.make_node("Squeeze", ["q5"], ["q"], axes=[2]) if opset < 13 else
+               helper.make_node("Squeeze", ["q5", "axis2"], ["q"]))
+    if opset >= 13:
+        inits.append(numpy_helper.from_array(np.array([2], np.int64), "axis2"))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]),
+             helper.make_node("Reshape", ["p", "shape"], ["p5"]),
+             helper.make_node("Split", ["p5"], ["q5", "k5", "v5"], axis=2), squeeze]
+    ev = _evaluator(_model(nodes, inits, opset=opset))
+    assert [ev.dim("q", a) for a in range(4)] == [B, S, Dim(2), Dim(4)]
+
+
+def test_squeeze_without_axes_proves_nothing():
+    # it drops every axis that is 1 at run time, which a symbolic dimension does not tell
+    nodes = [helper.make_node("Unsqueeze", ["x", "axis0"], ["u"]), helper.make_node("Squeeze", ["u"], ["y"])]
+    ev = _evaluator(_model(nodes, [numpy_helper.from_array(np.array([0], np.int64), "axis0")], opset=13))
+    assert ev.rank("y") is None or ev.dim("y", 0) != B
+
+
+def test_abs_of_a_position_difference_is_a_formula():
+    # ModernBERT's local window: |rows - rowsᵀ| <= c over Range positions
+    inits = [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in (
+        ("zero", 0), ("one", 1), ("row_axis", [0]), ("column_axis", [1]), ("reach", 2), ("seq_axis", 1))]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "seq_axis"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
+             helper.make_node("Unsqueeze", ["pos", "row_axis"], ["keys"]),
+             helper.make_node("Unsqueeze", ["pos", "column_axis"], ["queries"]),
+             helper.make_node("Sub", ["keys", "queries"], ["offset"]),
+             helper.make_node("Abs", ["offset"], ["distance"]),
+             helper.make_node("LessOrEqual", ["distance", "reach"], ["near"])]
+    keep = _evaluator(_model(nodes, inits, opset=13)).index("near")
+    assert keep.extents == (S, S)
+    assert keep.expr == ("le", ("abs", ("sub", ("axis", 1), ("axis", 0))), ("const", 2))

@@ -65,13 +65,15 @@ builds ``keep`` from index arithmetic, not constants: ``Range`` over batch, quer
 and the padding lookup ``attention_mask[b, kv_idx]`` — a ``GatherND`` of (b, kv_idx) pairs (dynamo) or a
 ``Gather`` from ``Flatten(mask)`` at ``b·T + kv_idx`` (TorchScript). ``symbolic`` evaluates ``keep`` into
 a formula of the index positions; the rule accepts exactly the conjunctions of ``mask[b, k] != 0`` and
-``k <= q``, so causality and padding are *proved*, never assumed from names. A sliding window (Mistral:
-``kv_idx > q_idx - sliding_window``; any comparison of k with q plus an integer that bounds k - q from
-below by c <= 0 counts, window 1 - c) is taken beside the causal term and a padding one: the rebuilt keep
-carries the same bound, so MHA's bias and the row guard's flags are the graph's entry for entry. A window
-without the causal term, or without padding (MHA has no banded mode; the band alone would need a mask
-made from the lengths, which no export seen writes with a ``-inf`` fill) is refused; with a finite fill
-it still goes in as an additive bias (below). ViT's dynamo export adds a
+``k <= q``, so causality and padding are *proved*, never assumed from names. Windows are bounds on k - q
+too: every comparison of k with q plus an integer (and ``|k - q| <= c``, both at once) bounds it from above
+or below, and the bounds met make a band lo <= k - q <= hi. hi = 0 alone is causal; a band around the
+query's own position (lo <= 0 <= hi) is taken beside a padding term — Mistral's sliding window
+(``kv_idx > q_idx - sliding_window``: lo = 1 - window, hi = 0), ModernBERT's local attention
+(``|q - k| <= local_attention / 2``) — and the rebuilt keep carries the same bounds, so MHA's bias and the
+row guard's flags are the graph's entry for entry. Any other band, or one without padding (MHA has no
+banded mode; the band alone would need a mask made from the lengths, which no export seen writes with a
+``-inf`` fill), is refused; with a finite fill it still goes in as an additive bias (below). ViT's dynamo export adds a
 uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (dynamo), ``-inf``
 (TorchScript) or ``-65504`` (after ORT's float16 converter).
 
@@ -114,9 +116,9 @@ Why these are exact, row by row:
   kept keys from ``keep`` and writes that value there (``FillMaskedRows(y, row sees a key)`` with 0 or NaN: ``Where`` bit for bit), whatever
   the kernel makes of such a row. With a finite fill such a row is the softmax of equal scores, uniform
   in both (measured on ORT 1.31's CPU kernel, float32 and float16, fills ``finfo.min`` and ``-65504``);
-* a sliding window with padding: as padding with causality, the keep rebuilt with the window's bound
-  (``k > q - window``, integers compared exactly): the same bias entries and the same rows seeing no key
-  (those whose window holds only padding keys);
+* a window with padding: as padding with causality, the keep rebuilt with the band's bounds (integers
+  compared exactly): the same bias entries and the same rows seeing no key (those whose window holds only
+  padding keys);
 * causal without padding (GPT-2 fed no ``attention_mask``): MHA's ``unidirectional``, which drops future
   keys entirely, so the graph's fill must too: ``-inf`` or the dtype's lowest value (their exponentials
   underflow to exactly 0 unless one row's scores already span the dtype's whole range); other fills
@@ -215,7 +217,7 @@ class AttentionPlan(Plan):
     value: str
     biases: tuple | None  # three inline [D] constants (q, k, v) to pack into MHA's bias, or None
     mask_kind: str  # "" | "causal" | "key-padding" | "causal+key-padding" | "causal+sliding-window+key-padding"
-    # | "additive bias"
+    # | "local-window+key-padding" | "additive bias"
     padding: str | None  # the tensor the graph reads as attention_mask[b, k] (nonzero keeps key k), or None
     padding_is_bool: bool
     fill: float | None  # the graph's fill for dropped keys
@@ -238,13 +240,15 @@ class AttentionPlan(Plan):
     score_fill: float | None = None
     score_keep_rank: int = 4
     score_keep_rows: int = 0  # the literal's query-axis extent
-    window: int | None = None  # causal within a sliding window: keys q - window < k <= q (with padding)
+    band: tuple | None = None  # (lo, hi): only keys lo <= k - q <= hi (with padding): a sliding window (hi = 0)
+    # or a local one around the query's position
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
     def details(self) -> dict:
         found = {"num_heads": self.num_heads, "mask": self.mask_kind or "none", "scale": self.scale,
-                 **({"window": self.window} if self.window is not None else {}),
+                 **({"window": 1 - self.band[0]} if self.band and self.band[1] == 0 else
+                    {"band": list(self.band)} if self.band else {}),
                  "bias": "packed" if self.biases else "none",
                  "mask_input": "attention_bias" if self.padding or self.additive_bias or self.score_keep else
                  "unidirectional" if self.causal else "none", "qkv": "separate"}
@@ -352,13 +356,13 @@ class AttentionPlan(Plan):
         return nodes, [self.query, inputs["key"], inputs["value"], bias]
 
     # The mask is rebuilt from what the rule proved it to be, keep[b, 0, q, k] = padding[b, k] != 0
-    # (∧ k <= q, ∧ k > q - window), from the padding tensor and the query's length alone: every op of it
+    # (∧ k <= q, or ∧ lo <= k - q <= hi), from the padding tensor and the query's length alone: every op of it
     # runs on the model's provider, where the exporters' index arithmetic (Range, GatherND, Expand chains
     # over shapes) ran partly on the CPU, which cost a device-host copy per inference and kept ORT from
     # capturing the model in a CUDA graph. One rebuilt mask serves every layer with the same padding tensor and query length.
     def _mask_key(self, what: str) -> tuple:
         # Self-attention's mask depends on the padding tensor alone; otherwise also on this block's query.
-        return (what, self.padding, self.mask_kind, self.window, self.fill, self.dtype,
+        return (what, self.padding, self.mask_kind, self.band, self.fill, self.dtype,
                 None if self.self_attention else self.query)
 
     @property
@@ -368,8 +372,8 @@ class AttentionPlan(Plan):
         return self.padding if self.self_attention else self.query
 
     def _keep(self, out: Emitter, nodes: list) -> str:
-        """keep [B, 1, 1, T] (padding) or [B, 1, S, T] (padding ∧ causal), bool: appends the nodes that make
-        it to ``nodes`` unless an earlier block made it."""
+        """keep [B, 1, 1, T] (padding) or [B, 1, S, T] (padding ∧ causal or a window), bool: appends the nodes
+        that make it to ``nodes`` unless an earlier block made it."""
         made, keep = out.shared(self._mask_key("keep"), lambda: self._keep_nodes(out))
         nodes += made
         return keep
@@ -383,12 +387,11 @@ class AttentionPlan(Plan):
             nodes.append(onnx.helper.make_node("Cast", [self.padding], [source], name=out.name(source), to=T.BOOL))
         keep = out.name(hint + "_keep_padding")
         nodes.append(_with_axes(out, self.opset, "Unsqueeze", 13, source, keep, [1, 2], hint + "_padding_axes"))
-        if "causal" not in self.mask_kind:
+        if not self._positional:
             return nodes, keep
         names = [out.name(hint + s) for s in ("_query_shape", "_query_len", "_padding_shape", "_key_len",
-                                             "_key_positions", "_query_positions", "_query_column", "_future",
-                                             "_past_or_present", "_keep")]
-        q_shape, q_len, p_shape, k_len, k_pos, q_pos, q_col, future, past, both = names
+                                             "_key_positions", "_query_positions", "_query_column", "_keep")]
+        q_shape, q_len, p_shape, k_len, k_pos, q_pos, q_col, both = names
         zero, one = (out.initializer(hint + n, np.array(v, np.int64)) for n, v in (("_pos0", 0), ("_pos_step", 1)))
         seq_axis = out.initializer(hint + "_seq_axis", np.array(1, np.int64))
         nodes += [
@@ -404,23 +407,28 @@ class AttentionPlan(Plan):
                 onnx.helper.make_node("Gather", [q_shape, seq_axis], [q_len], name=out.name(q_len), axis=0),
                 onnx.helper.make_node("Range", [zero, q_len, one], [q_pos], name=out.name(q_pos)),
             ]
-        nodes += [
-            _with_axes(out, self.opset, "Unsqueeze", 13, q_pos, q_col, [1], hint + "_column_axes"),
-            onnx.helper.make_node("Greater", [k_pos, q_col], [future], name=out.name(future)),  # k > q
-            onnx.helper.make_node("Not", [future], [past], name=out.name(past)),  # k <= q: [S, T]
-        ]
-        if self.window is not None:
-            # transformers' sliding window, as the graph compares it: k > q - window
-            first, recent, band = (out.name(hint + s) for s in ("_window_start", "_in_window", "_band"))
-            window = out.initializer(hint + "_window", np.array(self.window, np.int64))
-            nodes += [
-                onnx.helper.make_node("Sub", [q_col, window], [first], name=out.name(first)),
-                onnx.helper.make_node("Greater", [k_pos, first], [recent], name=out.name(recent)),
-                onnx.helper.make_node("And", [past, recent], [band], name=out.name(band)),
-            ]
-            past = band
-        nodes.append(onnx.helper.make_node("And", [keep, past], [both], name=out.name(both)))
+        nodes.append(_with_axes(out, self.opset, "Unsqueeze", 13, q_pos, q_col, [1], hint + "_column_axes"))
+        if self.band is None:  # causal: k <= q
+            future, kept = out.name(hint + "_future"), out.name(hint + "_past_or_present")
+            nodes += [onnx.helper.make_node("Greater", [k_pos, q_col], [future], name=out.name(future)),
+                      onnx.helper.make_node("Not", [future], [kept], name=out.name(kept))]  # [S, T]
+        else:  # lo <= k - q <= hi, integers compared exactly as the graph's own bounds
+            offset, below, above, outside, kept = (out.name(hint + s) for s in (
+                "_key_offset", "_before_window", "_after_window", "_outside_window", "_in_window"))
+            lo, hi = (out.initializer(hint + n, np.array(v, np.int64)) for n, v in zip(("_lowest", "_highest"),
+                                                                                      self.band))
+            nodes += [onnx.helper.make_node("Sub", [k_pos, q_col], [offset], name=out.name(offset)),  # [S, T]
+                      onnx.helper.make_node("Less", [offset, lo], [below], name=out.name(below)),
+                      onnx.helper.make_node("Greater", [offset, hi], [above], name=out.name(above)),
+                      onnx.helper.make_node("Or", [below, above], [outside], name=out.name(outside)),
+                      onnx.helper.make_node("Not", [outside], [kept], name=out.name(kept))]
+        nodes.append(onnx.helper.make_node("And", [keep, kept], [both], name=out.name(both)))
         return nodes, both
+
+    @property
+    def _positional(self) -> bool:
+        """The keep depends on the query and key positions (causal, or a window): [B, 1, S, T]."""
+        return "causal" in self.mask_kind or self.band is not None
 
     def _attention_bias(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
         """MHA's 4-D ``attention_bias`` [B, 1, S, T]: 0 where the graph keeps a key, its fill elsewhere."""
@@ -432,7 +440,7 @@ class AttentionPlan(Plan):
         nodes.append(onnx.helper.make_node(
             "Where", [keep, out.initializer(hint + "_kept", np.array(0, np_dtype)),
                       out.initializer(hint + "_fill", np.array(self.fill, np_dtype))], [bias], name=out.name(bias)))
-        if "causal" in self.mask_kind:
+        if self._positional:
             return nodes, bias  # already [B, 1, S, T]
         # [B, 1, 1, T] → [B, 1, S, T]: MHA takes the query axis whole
         q_shape, q_len, target, expanded = (out.name(hint + s) for s in
@@ -1051,7 +1059,7 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         query=query, key=key, value=value, biases=biases,
         mask_kind=mask.kind, padding=mask.tensor,
         padding_is_bool=padded and view.dtype(mask.tensor) == T.BOOL, fill=mask.fill,
-        hidden_rows=hidden_rows, causal=mask.causal and not padded, window=mask.window, num_heads=q.heads,
+        hidden_rows=hidden_rows, causal=mask.causal and not padded, band=mask.band, num_heads=q.heads,
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
         self_attention=q.seq == k.seq, flat_shape=flat_shape,
         query_heads=q.tensor if q.computed else None, kv_heads=per_head, broadcast_heads=broadcast_heads,
@@ -1183,7 +1191,7 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
                         f"Transpose(Reshape(·), {list(perm)}) (rotary embedding or another layout)")
     ri = view.producer.get(view.nodes[ti].input[0])
     if ri is None or not is_op(view.nodes[ri], "Reshape"):
-        raise _Refused(f"the {what} heads are not a Reshape of a projection")
+        raise _NotSplit(f"the {what} heads are not a Reshape of a projection")
     xp = view.nodes[ri].input[0]
     if ev.rank(xp) != 3 or not ev.dim(xp, 2).is_int:
         raise _NotSplit(f"the {what} projection '{xp}' is not known to be [batch, sequence, hidden]")
@@ -1443,6 +1451,7 @@ def _shape_closure(view: GraphView, start: int, block: set) -> set | None:
 @dataclass(frozen=True)
 class _Mask:
     kind: str  # "" | "key-padding" | "causal" | "causal+key-padding" | "causal+sliding-window+key-padding"
+    # | "local-window+key-padding"
     tensor: str | None = None  # the padding tensor the graph reads as attention_mask[b, k]
     causal: bool = False
     fill: float | None = None
@@ -1451,7 +1460,7 @@ class _Mask:
     has_query_axis: bool = True  # the mask has a query axis of its own (not broadcast over the rows)
     bias: str | None = None  # an additive bias fed as it is (kind "additive bias")
     full: bool = False  # ... whose query and key axes are the scores' own (no Expand needed)
-    window: int | None = None  # causal within a sliding window: keys q - window < k <= q
+    band: tuple | None = None  # (lo, hi): only keys lo <= k - q <= hi (lo <= 0 <= hi), where not causal alone
 
 
 _NO_MASK = _Mask("")
@@ -1523,23 +1532,28 @@ def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: flo
     except NotSymbolic as e:
         raise _Refused(f"the mask is not provably padding or causal: {e}") from None
     batch, query_len, key_len = q.batch, q.seq, k.seq
-    causal, earliest, padding = False, None, None  # earliest: the lowest k - q a key may have (a window)
+    lo = hi = padding = None  # the key offsets kept, lo <= k - q <= hi (None: unbounded)
     for term in terms:
-        bound = _diagonal_bound(term)
-        if bound == ("upper", 0):
-            causal = True
-        elif bound is not None and bound[0] == "lower" and bound[1] <= 0:
-            earliest = bound[1] if earliest is None else max(earliest, bound[1])
+        bounds = _diagonal_bounds(term)
+        if bounds:
+            for side, c in bounds:
+                if side == "upper":
+                    hi = c if hi is None else min(hi, c)
+                else:
+                    lo = c if lo is None else max(lo, c)
         elif term[0] == "data" and term[2] == ("axis", 0) and term[3] == ("axis", 3) and padding in (None, term[1]):
             padding = term[1]
         else:
             raise _Refused(f"the mask has a term that is neither padding nor causal: {_show(term)}")
-    window = None if earliest is None else 1 - earliest  # keys q - window < k <= q: transformers' sliding_window
-    if window is not None and not causal:
-        raise _Refused(f"the mask keeps keys k > q - {window} without the causal bound k <= q")
-    if window is not None and padding is None:
+    causal = hi == 0 and lo is None
+    band = None if causal or (lo is None and hi is None) else (lo, hi)
+    if band is not None and not (lo is not None and hi is not None and lo <= 0 <= hi):
+        raise _Refused(f"the mask keeps the keys {_show_offsets(lo, hi)}: neither causal nor a window around "
+                       "the query's own position")
+    if band is not None and padding is None:
         # MHA has no banded mode; the band alone would be a bias of its own, made from the lengths
-        raise _Refused(f"the mask is a sliding window of {window} keys with no padding mask to build it on")
+        raise _Refused(f"the mask keeps the keys {_show_offsets(lo, hi)} with no padding mask to build it on")
+    positional = causal or band is not None
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
     if causal and padding is None and fill_value not in (-math.inf, lowest):
         raise _Refused(f"causal mask with fill {fill_value:g}: MultiHeadAttention drops the future keys "
@@ -1556,38 +1570,65 @@ def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: flo
             raise _Refused(f"the padding mask spans {extents[0]}×{extents[3]}, not shown to be batch × key length")
         if view.dtype(padding.name) not in (T.BOOL, T.INT64, T.INT32) and not padding.as_bool:
             raise _Refused("the padding mask is read as values, not as keep/drop")
-    if causal and (not _one_of(extents[2], (query_len, extents[3]))
-                   or not _one_of(extents[3], (key_len, query_len, cols))):
-        raise _Refused(f"the causal mask spans {extents[2]}×{extents[3]} positions, not shown to be "
-                       "the query and key lengths")
-    allowed = ({batch, rows}, {Dim(q.heads)}, {query_len, extents[3] if causal else query_len}, {key_len, cols})
+    if positional and (not _one_of(extents[2], (query_len, extents[3]))
+                       or not _one_of(extents[3], (key_len, query_len, cols))):
+        raise _Refused(f"the {'causal' if causal else 'banded'} mask spans {extents[2]}×{extents[3]} positions, "
+                       "not shown to be the query and key lengths")
+    allowed = ({batch, rows}, {Dim(q.heads)}, {query_len, extents[3] if positional else query_len}, {key_len, cols})
     for j, (e, ok) in enumerate(zip(extents, allowed)):
         if e != Dim(1) and not _one_of(e, ok):
             raise _Refused(f"the mask's dimension {j} ({e}) is not shown to match the scores'")
-    kind = "+".join(p for p, on in (("causal", causal), ("sliding-window", window is not None),
+    sliding = band is not None and band[1] == 0
+    kind = "+".join(p for p, on in (("causal", causal or sliding), ("sliding-window", sliding),
+                                     ("local-window", band is not None and not sliding),
                                      ("key-padding", padding is not None)) if on)
     if not kind:
         return _NO_MASK  # keeps every key: adding its zero bias changes nothing
     return _Mask(kind, padding.name if padding else None, causal, fill_value, keep=keep_name,
-                 rank=len(keep.extents), has_query_axis=extents[2] != Dim(1), window=window)
+                 rank=len(keep.extents), has_query_axis=extents[2] != Dim(1), band=band)
 
 
-def _diagonal_bound(term: tuple) -> tuple[str, int] | None:
-    """A comparison of the key position k with the query position q plus an integer, read as a bound on
+def _show_offsets(lo: int | None, hi: int | None) -> str:
+    """The kept keys lo <= k - q <= hi as comparisons of k with q."""
+    def at(c: int) -> str:
+        return "q" if c == 0 else f"q + {c}" if c > 0 else f"q - {-c}"
+    return " and ".join(b for b in (f"k >= {at(lo)}" if lo is not None else "",
+                                    f"k <= {at(hi)}" if hi is not None else "") if b)
+
+
+def _diagonal_bounds(term: tuple) -> list[tuple[str, int]]:
+    """A comparison of the key position k with the query position q plus an integer, read as bounds on
     k - q: ``("upper", c)`` for k - q <= c (causal: c = 0), ``("lower", c)`` for k - q >= c (a sliding
-    window of 1 - c keys: transformers writes ``k > q - window``); None for any other term. Positions are
-    integers, so the strict comparisons are the non-strict ones one step in."""
+    window of 1 - c keys: transformers writes ``k > q - window``); ``|k - q| <= c`` (ModernBERT's local
+    attention) is both. Empty for any other term. Positions are integers, so the strict comparisons are
+    the non-strict ones one step in."""
     flipped = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}
     if term[0] not in flipped:
-        return None
-    lhs, rhs = _affine(term[1]), _affine(term[2])
+        return []
+    op, lhs, rhs = term
+    if rhs[0] == "abs":  # c ⋈ |e|  ⇔  |e| ⋈' c
+        op, lhs, rhs = flipped[op], rhs, lhs
+    if lhs[0] == "abs":
+        inner, c = _affine(lhs[1]), _affine(rhs)
+        if op not in ("le", "lt") or c is None or c[:2] != (0, 0) or inner is None or inner[2] != 0 \
+                or inner[:2] not in ((1, -1), (-1, 1)):
+            return []
+        reach = c[2] - (op == "lt")  # |k - q| <= reach
+        return [("upper", reach), ("lower", -reach)] if reach >= 0 else []
+    bound = _diagonal_bound(op, _affine(lhs), _affine(rhs))
+    return [bound] if bound else []
+
+
+def _diagonal_bound(op: str, lhs: tuple | None, rhs: tuple | None) -> tuple[str, int] | None:
+    """``lhs ⋈ rhs`` (affine in k and q) as one bound on k - q, or None."""
+    flipped = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}
     if lhs is None or rhs is None:
         return None
     on_k, on_q, const = (a - b for a, b in zip(lhs, rhs))  # lhs - rhs = on_k·k + on_q·q + const, compared to 0
     if (on_k, on_q) == (1, -1):  # (k - q) + const ⋈ 0  ⇔  k - q ⋈ -const
-        op, c = term[0], -const
+        c = -const
     elif (on_k, on_q) == (-1, 1):  # -(k - q) + const ⋈ 0  ⇔  k - q ⋈' const
-        op, c = flipped[term[0]], const
+        op, c = flipped[op], const
     else:
         return None
     return {"le": ("upper", c), "lt": ("upper", c - 1), "ge": ("lower", c), "gt": ("lower", c + 1)}[op]

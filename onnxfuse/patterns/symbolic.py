@@ -344,6 +344,19 @@ class Evaluator:
             axes = {a % rank for a in axes}
             rest = iter(x0)
             return tuple(Dim(1) if a in axes else next(rest) for a in range(rank)) if len(axes) == len(set(axes)) else None
+        if op == "Squeeze" and x0 is not None:
+            # with its axes given (ModernBERT's unbind of q, k, v from [B, S, 3, N, H]); without them it drops
+            # every axis that is 1 at run time, which a symbolic dimension does not tell
+            axes = attr(node, "axes", None)
+            try:
+                axes = [int(a) for a in axes] if axes is not None else (
+                    [d.coef for d in self.vec(node.input[1]).items] if len(node.input) > 1 and node.input[1] else None)
+            except NotSymbolic:
+                return None
+            if not axes or not all(-len(x0) <= a < len(x0) for a in axes):
+                return None
+            axes = {a % len(x0) for a in axes}
+            return tuple(d for j, d in enumerate(x0) if j not in axes)
         if op in ("Expand", "ConstantOfShape", "Range"):
             try:
                 if op == "Range":  # Range(0, n, 1) has n elements
@@ -742,6 +755,12 @@ class Evaluator:
 
     def _op_Greater(self, node, _):
         return self._elementwise(node, "gt")
+
+    def _op_Abs(self, node, _):  # ModernBERT's local window: |q - k| <= window / 2
+        v = _as_index(self.value(node.input[0]))
+        if not isinstance(v, Index):
+            raise NotSymbolic("Abs of values it does not model")
+        return Index(v.extents, ("abs", v.expr))
 
     def _op_Add(self, node, _):
         return self._elementwise(node, "add")
