@@ -202,8 +202,8 @@ def test_manifest_covers_the_issue_matrix():
 def test_models_are_small():
     sizes = {str(p): p.stat().st_size for p in list(MODELS.rglob("*")) + list(SAMPLES.rglob("*")) if p.is_file()}
     assert all(s < 1_000_000 for s in sizes.values()), {k: v for k, v in sizes.items() if v >= 1_000_000}
-    assert sum(sizes.values()) < 10_800_000  # 10.72 MB with GPT-Neo's four layers, the static dynamo BERT, Mistral,
-    # GPTBigCode
+    assert sum(sizes.values()) < 11_000_000  # 10.94 MB with GPT-Neo's four layers, the static dynamo BERT, Mistral,
+    # GPTBigCode, ModernBERT
 
 
 @pytest.mark.parametrize("file", _params("opset"))
@@ -318,6 +318,7 @@ _FEEDERS = {"Identity", "Cast", "Reshape", "Shape", "Gather", "Concat", "Constan
             "Range", "Where", "And", "Mul", "Add", "Div", "Max", "ConstantOfShape", "Expand", "Flatten",
             "Equal", "GreaterOrEqual", "LessOrEqual", "GatherND", "GatherElements",
             "Greater",  # Mistral's sliding window: kv_idx > q_idx - window
+            "Abs",  # ModernBERT's local window: |q - k| <= window / 2
             # the scores' scale where the exporter did not fold it: 1/√(head size) from constants or the
             # query's shape (Falcon; do_constant_folding=False), folded into the op's scale
             "Sqrt", "CastLike",
