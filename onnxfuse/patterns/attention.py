@@ -73,8 +73,8 @@ query's own position (lo <= 0 <= hi) is taken beside a padding term — Mistral'
 (``|q - k| <= local_attention / 2``) — and the rebuilt keep carries the same bounds, so MHA's bias and the
 row guard's flags are the graph's entry for entry. Any other band, or one without padding (MHA has no
 banded mode; the band alone would need a mask made from the lengths, which no export seen writes with a
-``-inf`` fill), is refused; with a finite fill it still goes in as an additive bias (below). ViT's dynamo export adds a
-uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (dynamo), ``-inf``
+``-inf`` fill), is refused; with a finite fill it still goes in as an additive bias (below). ViT's dynamo
+export adds a uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (dynamo), ``-inf``
 (TorchScript) or ``-65504`` (after ORT's float16 converter).
 
 Additive bias: anything else added to the scores before the Softmax — the ``(1 - mask) · c`` padding bias
@@ -356,10 +356,11 @@ class AttentionPlan(Plan):
         return nodes, [self.query, inputs["key"], inputs["value"], bias]
 
     # The mask is rebuilt from what the rule proved it to be, keep[b, 0, q, k] = padding[b, k] != 0
-    # (∧ k <= q, or ∧ lo <= k - q <= hi), from the padding tensor and the query's length alone: every op of it
-    # runs on the model's provider, where the exporters' index arithmetic (Range, GatherND, Expand chains
+    # (∧ k <= q, or ∧ lo <= k - q <= hi), from the padding tensor and the query's length alone: every op of
+    # it runs on the model's provider, where the exporters' index arithmetic (Range, GatherND, Expand chains
     # over shapes) ran partly on the CPU, which cost a device-host copy per inference and kept ORT from
-    # capturing the model in a CUDA graph. One rebuilt mask serves every layer with the same padding tensor and query length.
+    # capturing the model in a CUDA graph. One rebuilt mask serves every layer with the same padding tensor
+    # and query length.
     def _mask_key(self, what: str) -> tuple:
         # Self-attention's mask depends on the padding tensor alone; otherwise also on this block's query.
         return (what, self.padding, self.mask_kind, self.band, self.fill, self.dtype,
@@ -1596,18 +1597,20 @@ def _show_offsets(lo: int | None, hi: int | None) -> str:
                                     f"k <= {at(hi)}" if hi is not None else "") if b)
 
 
+_MIRRORED = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}  # a ⋈ b  ⇔  b ⋈' a
+
+
 def _diagonal_bounds(term: tuple) -> list[tuple[str, int]]:
     """A comparison of the key position k with the query position q plus an integer, read as bounds on
     k - q: ``("upper", c)`` for k - q <= c (causal: c = 0), ``("lower", c)`` for k - q >= c (a sliding
     window of 1 - c keys: transformers writes ``k > q - window``); ``|k - q| <= c`` (ModernBERT's local
     attention) is both. Empty for any other term. Positions are integers, so the strict comparisons are
     the non-strict ones one step in."""
-    flipped = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}
-    if term[0] not in flipped:
+    if term[0] not in _MIRRORED:
         return []
     op, lhs, rhs = term
     if rhs[0] == "abs":  # c ⋈ |e|  ⇔  |e| ⋈' c
-        op, lhs, rhs = flipped[op], rhs, lhs
+        op, lhs, rhs = _MIRRORED[op], rhs, lhs
     if lhs[0] == "abs":
         inner, c = _affine(lhs[1]), _affine(rhs)
         if op not in ("le", "lt") or c is None or c[:2] != (0, 0) or inner is None or inner[2] != 0 \
@@ -1621,14 +1624,13 @@ def _diagonal_bounds(term: tuple) -> list[tuple[str, int]]:
 
 def _diagonal_bound(op: str, lhs: tuple | None, rhs: tuple | None) -> tuple[str, int] | None:
     """``lhs ⋈ rhs`` (affine in k and q) as one bound on k - q, or None."""
-    flipped = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}
     if lhs is None or rhs is None:
         return None
     on_k, on_q, const = (a - b for a, b in zip(lhs, rhs))  # lhs - rhs = on_k·k + on_q·q + const, compared to 0
     if (on_k, on_q) == (1, -1):  # (k - q) + const ⋈ 0  ⇔  k - q ⋈ -const
         c = -const
     elif (on_k, on_q) == (-1, 1):  # -(k - q) + const ⋈ 0  ⇔  k - q ⋈' const
-        op, c = flipped[op], const
+        op, c = _MIRRORED[op], const
     else:
         return None
     return {"le": ("upper", c), "lt": ("upper", c - 1), "ge": ("lower", c), "gt": ("lower", c + 1)}[op]
