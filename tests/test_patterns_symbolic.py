@@ -286,3 +286,18 @@ def test_abs_of_a_position_difference_is_a_formula():
     keep = _evaluator(_model(nodes, inits, opset=13)).index("near")
     assert keep.extents == (S, S)
     assert keep.expr == ("le", ("abs", ("sub", ("axis", 1), ("axis", 0))), ("const", 2))
+
+
+def test_tile_multiplies_the_dimensions_it_repeats():
+    # GPT-J's repeat_interleave of its rotary tables: [.., 2, 1] tiled by [.., 1, 2]; a symbolic dimension
+    # repeated is no dimension the pass can name
+    inits = [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in (
+        ("starts", [0]), ("ends", [2]), ("axes", [2]), ("new_axes", [2, 4]), ("pairs", [1, 1, 1, 1, 2]),
+        ("batches", [2, 1, 1, 1, 1]))]
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["half"]),  # [B, S, 2]
+             helper.make_node("Unsqueeze", ["half", "new_axes"], ["u5"]),  # [B, S, 1, 2, 1]
+             helper.make_node("Tile", ["u5", "pairs"], ["tiled"]),
+             helper.make_node("Tile", ["u5", "batches"], ["doubled"])]
+    ev = _evaluator(_model(nodes, inits, opset=13))
+    assert [ev.dim("tiled", a) for a in range(5)] == [B, S, Dim(1), Dim(2), Dim(2)]
+    assert ev.dim("doubled", 0) != B and [ev.dim("doubled", a) for a in range(1, 5)] == [S, Dim(1), Dim(2), Dim(1)]

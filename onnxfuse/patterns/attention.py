@@ -35,7 +35,9 @@ and v from one [B, N, S, 3H] split)::
 
 Heads split from something other than a [B, S, D] projection are taken the same way: GPTBigCode unsqueezes
 its c_attn output to [B, 1, S, D + 2H] and splits that, so its query heads are a head split of a 4-D tensor
-and its one key/value head is [B, 1, L, H] as split.
+and its one key/value head is [B, 1, L, H] as split. GPT-J and CodeGen rotate the split [B, S, N, H] before
+transposing the heads, so Kᵀ is ``Transpose(K4', 0231)`` of a computed [B, L, N, H] tensor: MHA reads
+``Transpose(K4', 0213)``, made in front of it.
 
 Nothing about ``f`` is proved or rewritten: it stays in the graph, and the op reads its results — the
 query merged back into [B, S, N·H] in front of it (Transpose 0213, Reshape [0, 0, -1]: what MHA splits
@@ -235,6 +237,8 @@ class AttentionPlan(Plan):
     query_heads: str | None = None  # the query as heads [B, N, S, H] the graph computed: merged in front of MHA
     kv_heads: bool = False  # key and value are heads [B, N, L, H] the graph has (MHA's 4-D key and value)
     key_shape: tuple = ()  # ints [B, N, L, H]: MHA's key is Reshape(key, key_shape), made in front of it
+    key_from_bsnh: bool = False  # the key is [B, L, N, H] (rotated before its heads are transposed: GPT-J):
+    # MHA's key is Transpose(key, 0213), made in front of it
     broadcast_heads: tuple = ()  # "key"/"value": one head the graph's product broadcasts (multi-query)
     score_keep: str | None = None  # the literal whose slice is the keep of Where(keep, Q·Kᵀ, fill) on the product
     score_fill: float | None = None
@@ -261,6 +265,8 @@ class AttentionPlan(Plan):
             found.update(query="heads merged" if self.query_heads else "projection", key_value="heads")
         if self.key_shape:
             found["key_heads"] = f"reshaped to {list(self.key_shape)} in front of the op"
+        if self.key_from_bsnh:
+            found["key_heads"] = "[batch, length, heads, head_size] transposed in front of the op"
         if self.broadcast_heads:
             found["broadcast_heads"] = f"one {'/'.join(self.broadcast_heads)} head expanded to {self.num_heads}"
         return found
@@ -272,6 +278,10 @@ class AttentionPlan(Plan):
         if self.key_shape:
             reshape, key = self._reshaped_key(out)
             return reshape + replace(self, key=key, key_shape=()).emit(out, name)
+        if self.key_from_bsnh:
+            heads = out.name(self.name_hint + "_key_bnlh")
+            transpose = onnx.helper.make_node("Transpose", [self.key], [heads], name=out.name(heads), perm=[0, 2, 1, 3])
+            return [transpose] + replace(self, key=heads, key_from_bsnh=False).emit(out, name)
         nodes, projections = self._projection_inputs(out)
         attention_bias = ""
         if self.padding is not None:
@@ -1064,7 +1074,7 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
         scale=float(np.float32(scale)), dtype=dtype, opset=view.opset or 0,
         self_attention=q.seq == k.seq, flat_shape=flat_shape,
         query_heads=q.tensor if q.computed else None, kv_heads=per_head, broadcast_heads=broadcast_heads,
-        key_shape=k.shape,
+        key_shape=k.shape, key_from_bsnh=k.from_bsnh,
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
         score_keep=score_keep.literal if score_keep else None, score_fill=score_keep.fill if score_keep else None,
         score_keep_rank=score_keep.rank if score_keep else 4, score_keep_rows=score_keep.rows if score_keep else 0,
@@ -1091,7 +1101,7 @@ def _heads_read_as_they_are(ev: Evaluator, q: _Heads, k: _Heads, v: _Heads) -> f
     if k.tensor is None:
         raise _Refused("the key is split into heads straight as Kᵀ while other heads are computed per head: "
                        "MultiHeadAttention would need the key heads as [batch, heads, length, head_size]")
-    kd, vd = ([Dim(n) for n in x.shape] if x.shape else [ev.dim(x.tensor, a) for a in range(4)] for x in (k, v))
+    kd, vd = (_head_dims(ev, x) for x in (k, v))
     broadcast = []
     for d, what in ((kd, "key"), (vd, "value")):
         if d[0] != q.batch:
@@ -1106,6 +1116,14 @@ def _heads_read_as_they_are(ev: Evaluator, q: _Heads, k: _Heads, v: _Heads) -> f
         raise _Refused(f"the key and value heads' sizes ({kd[3]}, {vd[3]}) are not shown to be equal: "
                        "MultiHeadAttention takes [batch, heads, length, head_size] key and value of one shape")
     return k.split_nodes | v.split_nodes, tuple(broadcast)
+
+
+def _head_dims(ev: Evaluator, x: _Heads) -> list[Dim]:
+    """[B, N, L, H] of heads MHA reads as they are (after the reshape or transpose made in front of it)."""
+    if x.shape:
+        return [Dim(n) for n in x.shape]
+    d = [ev.dim(x.tensor, a) for a in range(4)]
+    return [d[0], d[2], d[1], d[3]] if x.from_bsnh else d
 
 
 def _packed_projection(view: GraphView, ev: Evaluator, heads, dtype: int, nodes: set,
@@ -1142,6 +1160,7 @@ class _Heads:
     computed: bool = False  # `tensor` is computed from the split heads (a rotary embedding): MHA reads it
     split_nodes: frozenset = frozenset()  # the head split's Reshape and Transpose
     shape: tuple = ()  # ints [B, N, L, H]: the heads are Reshape(tensor, shape), made in front of MHA
+    from_bsnh: bool = False  # `tensor` is [B, L, N, H]: the heads are Transpose(tensor, 0213), made in front of MHA
 
     @property
     def typed(self) -> str:
@@ -1179,6 +1198,19 @@ def _computed_heads(ev: Evaluator, t: str, what: str, not_split: str) -> _Heads:
     if not n.is_int or n.coef <= 0:
         raise _Refused(f"{not_split}; as heads computed per head, '{t}' has {n} heads, not a known count")
     return _Heads(None, n.coef, h.coef if h.is_int else 0, b, s, tensor=t, computed=True)
+
+
+def _computed_bsnh_key(ev: Evaluator, t: str, not_split: str) -> _Heads:
+    """Kᵀ = Transpose(t, 0231) with ``t`` computed from the split [B, L, N, H] before the heads are transposed
+    (GPT-J's and CodeGen's rotary: ``apply_rotary_pos_emb`` on [B, L, N, H], then ``permute(0, 2, 1, 3)``,
+    which the exporter merges with ``transpose(-1, -2)``): taken as computed heads, like ``_computed_heads``,
+    read by MHA as Transpose(t, 0213) made in front of it. Only the dimensions are proved: N an int."""
+    if ev.rank(t) != 4:
+        raise _Refused(f"{not_split}; as heads computed per head, '{t}' is not known to be 4-D")
+    b, length, n, h = (ev.dim(t, a) for a in range(4))
+    if not n.is_int or n.coef <= 0:
+        raise _Refused(f"{not_split}; as heads computed per head, '{t}' has {n} heads, not a known count")
+    return _Heads(None, n.coef, h.coef if h.is_int else 0, b, length, tensor=t, computed=True, from_bsnh=True)
 
 
 def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set, what: str) -> _Heads:
@@ -1246,7 +1278,12 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
     if node is not None and is_op(node, "Transpose"):
         perm = tuple(attr(node, "perm", ()))
         if perm == (0, 2, 3, 1):
-            return _split_heads(view, ev, t, perm, nodes, "key")
+            try:
+                return _split_heads(view, ev, t, perm, nodes, "key")
+            except _NotSplit as why:
+                k = _computed_bsnh_key(ev, node.input[0], str(why))
+                nodes.add(ti)
+                return k
         if perm == (0, 1, 3, 2):
             k = _heads(view, ev, node.input[0], nodes, "key")
             nodes.add(ti)

@@ -357,6 +357,15 @@ class Evaluator:
                 return None
             axes = {a % len(x0) for a in axes}
             return tuple(d for j, d in enumerate(x0) if j not in axes)
+        if op == "Tile" and x0 is not None:  # GPT-J's repeat_interleave of its rotary tables
+            try:
+                repeats = self.vec(node.input[1]).items
+            except NotSymbolic:
+                return None
+            if len(repeats) != len(x0):
+                return None
+            return tuple(d if r == Dim(1) else Dim(d.coef * r.coef) if d is not None and d.is_int and r.is_int
+                         else None for d, r in zip(x0, repeats))
         if op in ("Expand", "ConstantOfShape", "Range"):
             try:
                 if op == "Range":  # Range(0, n, 1) has n elements
