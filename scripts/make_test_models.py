@@ -434,6 +434,24 @@ def gpt_bigcode() -> Family:
     )
 
 
+def gptj() -> Family:
+    """GPT-J (CodeGen's attention too): the rotary embedding (interleaved, on the first rotary_dim of each
+    head) applied to the query and key split [B, S, N, H] before their heads are transposed, so Kᵀ is one
+    Transpose 0231 of a computed tensor; each MLP's fc_in + gelu_new is a Linear+GELU block."""
+    cfg = dict(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=32, n_inner=64, rotary_dim=4,
+               activation_function="gelu_new", use_cache=False)
+    return Family(
+        "gptj", "GPTJModel", cfg, _hf("GPTJModel", "GPTJConfig", cfg, SEED + 20),
+        [_ids("input_ids", 64), _mask()], ["last_hidden_state"], {"input_ids": _SEQ, "attention_mask": _SEQ},
+        fused_blocks=2, blocks_why="2 layers x 1 fc_in + gelu_new",
+        approximate=TANH, gelu_form=GELU_NEW,
+        extra_kwargs={"use_cache": False},
+        ort=None, ort_unsupported="the transformers optimizer has no gptj model type",
+        dynamo_unsupported="one GPT-J export (TorchScript) covers its rotary before the head transpose (the test "
+                           "models are at their size budget); the dynamo export fuses the same way",
+    )
+
+
 def modernbert() -> Family:
     """ModernBERT: rotary heads unbound from one [B, S, 3, N, H] projection, global attention every third layer
     and a local window elsewhere (|k - q| <= local_attention / 2, beside the padding term: 2 at 8 tokens, so
@@ -505,7 +523,7 @@ _FRESH = tuple(_fresh(f) for f in (bert, gpt2, vit, clip_text, distilbert, bloom
 FAMILIES: dict[str, Callable[[], Family]] = {
     f.__name__: f for f in (bert, gpt2, vit, clip_text, bloom, convnext, t5, gpt_neox, gpt_neox_fast, gpt_neox_tanh,
                             distilbert, llama, gemma, phi, falcon, gpt_neo, mistral, gpt_bigcode, modernbert,
-                            *_FRESH)
+                            gptj, *_FRESH)
 }
 
 
@@ -571,6 +589,7 @@ EXPORTS: list[Export] = [
     Export("mistral", "dynamo", 18),
     Export("gpt_bigcode", "torchscript", 17),
     Export("modernbert", "torchscript", 17),
+    Export("gptj", "torchscript", 17),
     *(Export(f.__name__, "torchscript", 17, note="freshly initialised: layer 1 reads its FFN bias (equal to layer "
                                                   "0's) through an Identity") for f in _FRESH),
 ]

@@ -202,8 +202,8 @@ def test_manifest_covers_the_issue_matrix():
 def test_models_are_small():
     sizes = {str(p): p.stat().st_size for p in list(MODELS.rglob("*")) + list(SAMPLES.rglob("*")) if p.is_file()}
     assert all(s < 1_000_000 for s in sizes.values()), {k: v for k, v in sizes.items() if v >= 1_000_000}
-    assert sum(sizes.values()) < 11_000_000  # 10.94 MB with GPT-Neo's four layers, the static dynamo BERT, Mistral,
-    # GPTBigCode, ModernBERT
+    assert sum(sizes.values()) < 11_200_000  # 11.08 MB with GPT-Neo's four layers, the static dynamo BERT, Mistral,
+    # GPTBigCode, ModernBERT, GPT-J
 
 
 @pytest.mark.parametrize("file", _params("opset"))

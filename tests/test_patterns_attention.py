@@ -120,6 +120,9 @@ EXPECTED = {
     # ModernBERT: q, k, v unbound from one [B, S, 3, N, H] split, rotary; layer 0 global (padding), layers 1-2
     # local (|k - q| <= 2 beside the padding, rebuilt)
     "modernbert_torchscript_op17.onnx": (3, None),
+    # GPT-J: rotary on the [B, S, N, H] split before the heads are transposed; Kᵀ one Transpose 0231 of it
+    # (the key heads transposed in front of MHA)
+    "gptj_torchscript_op17.onnx": (2, None),
     # Falcon-7B's multi-query heads (one key/value head, expanded in front of MHA); its scale computed at run
     # time from the query's shape
     "falcon_torchscript_op17.onnx": (2, None),
@@ -166,7 +169,7 @@ SEPARATE_QKV = {
     "bert_torchscript_op16_nofold.onnx": (2, "is not a constant"),
     # the rotary embedding's heads, read as the graph computes them (no projection to pack)
     **{f: (2, "computed per head") for f in ENTRIES
-       if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_", "mistral_", "gpt_bigcode_"))},
+       if f.startswith(("gpt_neox_", "llama_", "gemma_", "phi_", "falcon_", "mistral_", "gpt_bigcode_", "gptj_"))},
     "modernbert_torchscript_op17.onnx": (3, "computed per head"),
 }
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3}  # relative to the output's largest magnitude
@@ -499,7 +502,7 @@ def test_scale_computed_from_the_data_is_refused():
 
 @pytest.mark.parametrize("file", ["llama_torchscript_op17.onnx", "gemma_torchscript_op17.onnx", "phi_torchscript_op17.onnx",
                                   "falcon_torchscript_op17.onnx", "mistral_torchscript_op17.onnx",
-                                  "gpt_bigcode_torchscript_op17.onnx"])
+                                  "gpt_bigcode_torchscript_op17.onnx", "gptj_torchscript_op17.onnx"])
 def test_llama_class_decoders_in_float16(file, rng):
     """ORT's transformers optimizer takes none of these exports, so the float16 form a user gets is its
     float16 converter on the export: still two fused attentions, outputs within float16's tolerance of the
