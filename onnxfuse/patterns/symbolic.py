@@ -349,11 +349,14 @@ class Evaluator:
             # every axis that is 1 at run time, which a symbolic dimension does not tell
             axes = attr(node, "axes", None)
             try:
-                axes = [int(a) for a in axes] if axes is not None else (
-                    [d.coef for d in self.vec(node.input[1]).items] if len(node.input) > 1 and node.input[1] else None)
+                axes = [Dim(int(a)) for a in axes] if axes is not None else (
+                    list(self.vec(node.input[1]).items) if len(node.input) > 1 and node.input[1] else None)
             except NotSymbolic:
                 return None
-            if not axes or not all(-len(x0) <= a < len(x0) for a in axes):
+            if not axes or not all(d.is_int for d in axes):
+                return None
+            axes = [d.coef for d in axes]
+            if not all(-len(x0) <= a < len(x0) for a in axes):
                 return None
             axes = {a % len(x0) for a in axes}
             return tuple(d for j, d in enumerate(x0) if j not in axes)
