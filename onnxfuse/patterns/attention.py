@@ -1185,32 +1185,24 @@ def _heads(view: GraphView, ev: Evaluator, t: str, nodes: set, what: str) -> _He
     try:
         return _split_heads(view, ev, t, (0, 2, 1, 3), nodes, what)
     except _NotSplit as why:
-        return _computed_heads(ev, t, what, str(why))
+        return _computed_heads(ev, t, str(why))
 
 
-def _computed_heads(ev: Evaluator, t: str, what: str, not_split: str) -> _Heads:
+def _computed_heads(ev: Evaluator, t: str, not_split: str, from_bsnh: bool = False) -> _Heads:
     """Heads the graph computes between the split and the product (rotary embeddings: Slices, Concats,
     Muls and Adds of the split heads with position tables), taken as they are: nothing about that
-    computation is proved but its result's dimensions, from ``symbolic`` — [B, N, S, H] with N an int."""
+    computation is proved but its result's dimensions, from ``symbolic`` — [B, N, S, H] with N an int.
+
+    ``from_bsnh``: ``t`` is [B, S, N, H], computed from the split before the heads are transposed (GPT-J's and
+    CodeGen's rotary: ``apply_rotary_pos_emb`` on [B, S, N, H], then ``permute(0, 2, 1, 3)``, which the exporter
+    merges with the key's ``transpose(-1, -2)`` into Kᵀ = Transpose(t, 0231)); MHA reads Transpose(t, 0213),
+    made in front of it."""
     if ev.rank(t) != 4:
         raise _Refused(f"{not_split}; as heads computed per head, '{t}' is not known to be 4-D")
-    b, n, s, h = (ev.dim(t, a) for a in range(4))
+    b, n, s, h = (ev.dim(t, a) for a in ((0, 2, 1, 3) if from_bsnh else (0, 1, 2, 3)))
     if not n.is_int or n.coef <= 0:
         raise _Refused(f"{not_split}; as heads computed per head, '{t}' has {n} heads, not a known count")
-    return _Heads(None, n.coef, h.coef if h.is_int else 0, b, s, tensor=t, computed=True)
-
-
-def _computed_bsnh_key(ev: Evaluator, t: str, not_split: str) -> _Heads:
-    """Kᵀ = Transpose(t, 0231) with ``t`` computed from the split [B, L, N, H] before the heads are transposed
-    (GPT-J's and CodeGen's rotary: ``apply_rotary_pos_emb`` on [B, L, N, H], then ``permute(0, 2, 1, 3)``,
-    which the exporter merges with ``transpose(-1, -2)``): taken as computed heads, like ``_computed_heads``,
-    read by MHA as Transpose(t, 0213) made in front of it. Only the dimensions are proved: N an int."""
-    if ev.rank(t) != 4:
-        raise _Refused(f"{not_split}; as heads computed per head, '{t}' is not known to be 4-D")
-    b, length, n, h = (ev.dim(t, a) for a in range(4))
-    if not n.is_int or n.coef <= 0:
-        raise _Refused(f"{not_split}; as heads computed per head, '{t}' has {n} heads, not a known count")
-    return _Heads(None, n.coef, h.coef if h.is_int else 0, b, length, tensor=t, computed=True, from_bsnh=True)
+    return _Heads(None, n.coef, h.coef if h.is_int else 0, b, s, tensor=t, computed=True, from_bsnh=from_bsnh)
 
 
 def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set, what: str) -> _Heads:
@@ -1281,7 +1273,7 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
             try:
                 return _split_heads(view, ev, t, perm, nodes, "key")
             except _NotSplit as why:
-                k = _computed_bsnh_key(ev, node.input[0], str(why))
+                k = _computed_heads(ev, node.input[0], str(why), from_bsnh=True)
                 nodes.add(ti)
                 return k
         if perm == (0, 1, 3, 2):
