@@ -114,7 +114,8 @@ def _approximation_budget_options(f):
 
 @main.command("optimize", context_settings={"max_content_width": 110})
 @click.argument("model")
-@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the optimized model.")
+@click.option("-o", "--output", metavar="OUT",
+              help="Where to write the optimized model (default: beside MODEL, model.onnx → model.fused.onnx).")
 @click.option("--json", "json_path", metavar="REPORT", help="Write the report as JSON ('-' for stdout).")
 @click.option("--approximate", type=click.Choice(["tanh", "sigmoid", "auto"]), default=None,
               help="tanh or sigmoid: make every fused node compute this GELU form, trading exactness on purpose "
@@ -145,7 +146,9 @@ def _approximation_budget_options(f):
 @_ort_fusions_option
 def optimize_command(model, output, json_path, approximate, budget, forms_text, batch_list, verify, keep_failed,
                      provider, samples, shape_options, rtol, atol, target, ort_fusions):
-    """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node and write OUT.
+    """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node, and every self-attention
+    it can prove into ONNX Runtime's fused attention ops, and write OUT (default: model.fused.onnx beside
+    MODEL).
 
     Everything else stays as it was; external-data models stay external (OUT.data beside OUT). The
     input is never modified; OUT is written atomically. With --verify the accuracy gate of
@@ -166,6 +169,7 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
     from .inputs import parse_shape_option
 
     get_target(target)  # a bad --target is said before anything else is looked at
+    output = _output_beside(model, output, "fused")
     auto = approximate == "auto"
     forms = parse_forms(forms_text) if forms_text is not None else None
     if auto:
@@ -355,7 +359,8 @@ def _render_rewrite(report, *, title: str, blocks: bool = False) -> None:
 
 @main.command("tune", context_settings={"max_content_width": 110})
 @click.argument("model")
-@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the tuned model.")
+@click.option("-o", "--output", metavar="OUT",
+              help="Where to write the tuned model (default: beside MODEL, model.onnx → model.tuned.onnx).")
 @click.option("--provider", type=click.Choice(["cuda"]), default="cuda", show_default=True,
               help="Execution provider to tune for (the CUDA kernel's paths are what is chosen).")
 @click.option("--batch", "batch_list", metavar="B1,B2,...",
@@ -404,6 +409,7 @@ def tune_command(model, output, provider, batch_list, shape_options, reps, appro
     from .report_paths import check_report_paths
     from .tune import check_approximation_options, tune_file
 
+    output = _output_beside(model, output, "tuned")
     forms = parse_forms(forms_text) if forms_text is not None else None
     check_approximation_options(approximate, budget, forms, samples)
     shapes = dict(parse_shape_option(text) for text in shape_options)
@@ -753,6 +759,16 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     if json_path != "-":
         render(report)
     sys.exit(report.exit_code)
+
+
+def _output_beside(model: str, output: str | None, kind: str) -> str:
+    """OUT as given, or else MODEL's own name with ``.KIND`` before its ``.onnx`` (model.onnx →
+    model.fused.onnx), in MODEL's folder: the terminal user's `onnxfuse optimize model.onnx` writes where the
+    model is, never over it (an output that is the input is refused, as with -o)."""
+    if output is not None:
+        return output
+    stem = model[:-len(".onnx")] if model.lower().endswith(".onnx") else model
+    return f"{stem}.{kind}.onnx"
 
 
 def _parse_batches(text: str) -> list[int]:

@@ -48,6 +48,42 @@ def test_optimize_writes_model_and_json(tmp_path, mixed):
     onnx.checker.check_model(str(tmp_path / "out.onnx"), full_check=True)
 
 
+def test_optimize_without_output_writes_beside_the_model(tmp_path, mixed):
+    """`onnxfuse optimize model.onnx` (no -o): model.fused.onnx in the model's folder, wherever it is run from;
+    external weights go external beside it; the input stays as it was."""
+    src, _ = mixed
+    before = hashlib.sha256(src.read_bytes()).hexdigest()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = cli("optimize", src, "--json", "-", cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["output"] == str(tmp_path / "in.fused.onnx")
+    assert os.listdir(elsewhere) == []
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+    onnx.checker.check_model(str(tmp_path / "in.fused.onnx"), full_check=True)
+    # a relative name, a name without .onnx, and weights in external data
+    model = onnx.load(str(src))
+    onnx.save(model, str(tmp_path / "weights"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    r = cli("optimize", "weights", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "→ weights.fused.onnx" in r.stdout
+    fused = onnx.load(str(tmp_path / "weights.fused.onnx"))
+    assert sum(n.op_type == "FusedLinearGelu" for n in fused.graph.node) == 2
+    assert os.path.isfile(tmp_path / "weights.fused.onnx.data")
+
+
+def test_tune_without_output_writes_model_tuned_beside_the_input(tmp_path, mixed):
+    """tune's default OUT is model.tuned.onnx beside MODEL (shown here, with no GPU needed, by a report path
+    that would overwrite it: refused before any tuning, nothing written)."""
+    src, _ = mixed
+    before = sorted(os.listdir(tmp_path))
+    r = cli("tune", src, "--json", tmp_path / "in.tuned.onnx", cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"is the output model {tmp_path / 'in.tuned.onnx'}" in r.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
 def test_optimize_json_to_stdout_and_approximate(tmp_path, mixed):
     src, _ = mixed
     r = cli("optimize", src, "-o", tmp_path / "out.onnx", "--json", "-", "--approximate", "tanh")
@@ -97,7 +133,7 @@ def test_bad_input_exit_2_one_line_nothing_written(tmp_path, mixed, case):
 
 @pytest.mark.parametrize("args, says", [
     (["optimize", "{src}", "-o", "{out}", "--bogus"], "No such option '--bogus'. See 'onnxfuse optimize --help'."),
-    (["optimize", "{src}"], "Missing option '-o' / '--output'."),
+    (["optimize"], "Missing argument 'MODEL'."),
     (["--bogus"], "No such option '--bogus'. See 'onnxfuse --help'."),
     (["nosuch"], "No such command 'nosuch'."),
     (["compare", "{src}"], "Missing argument 'OPTIMIZED'."),
