@@ -133,6 +133,30 @@ SPECS = (
          dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
               intermediate_size=256, hidden_activation="gelu_pytorch_tanh", vocab_size=512, max_position_embeddings=64),
          ("input_ids", "attention_mask"), "gpt2", ort_rotary=False),
+    # The attention forms the rule rebuilds (not in the default set): Mistral's sliding window beside the causal and
+    # padding terms (LLaMA-160M's shape, a window of 64 keys, shorter than the sequence); GPT-J's rotary on the
+    # [B, S, N, H] split before the heads are transposed (its only attention is eager); ModernBERT-base (its own
+    # published shape: 22 layers, a local window of 128 keys in two of every three, global in the third; its
+    # chunked GeGLU is no Linear+GELU block and stays).
+    Spec("mistral-160m", "MistralModel", "MistralConfig",
+         dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+              intermediate_size=3072, hidden_act="silu", sliding_window=64),
+         dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
+              hidden_act="silu", vocab_size=512, max_position_embeddings=64, sliding_window=4),
+         ("input_ids", "attention_mask"), "gpt2", ort_rotary=False),
+    Spec("gptj-160m", "GPTJModel", "GPTJConfig",
+         dict(n_embd=768, n_layer=12, n_head=12, rotary_dim=32, n_inner=3072, activation_function="gelu_new",
+              use_cache=False),
+         dict(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_inner=256, activation_function="gelu_new",
+              use_cache=False, vocab_size=512, n_positions=64),
+         ("input_ids", "attention_mask"), "gpt2", ort_rotary=False, sdpa=False),
+    Spec("modernbert-base", "ModernBertModel", "ModernBertConfig",
+         dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152,
+              local_attention=128, global_attn_every_n_layers=3),
+         dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96, local_attention=4,
+              global_attn_every_n_layers=3, vocab_size=512, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+              eos_token_id=2, cls_token_id=1, sep_token_id=2),
+         ("input_ids", "attention_mask"), "bert"),
     # GPT-Neo-125M: transformers has only its eager attention (masked by a slice of a literal causal buffer,
     # banded to 256 keys in every other layer); ORT's optimizer has no type for it: its gpt2 fusions run.
     Spec("gpt-neo-125m", "GPTNeoModel", "GPTNeoConfig",
