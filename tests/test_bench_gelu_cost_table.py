@@ -72,3 +72,14 @@ def test_main_reads_gzipped_results_and_refuses_unreadable_ones(tmp_path, capsys
     bad.write_text("{")
     assert gct.main([str(bad)]) == 2
     assert capsys.readouterr().err.startswith("gelu_cost_table: error: cannot read the results")
+
+
+def test_the_peer_epilogue_is_held_to_the_same_bar_and_counted():
+    shallow_met = _shape(4096, 384, 1536, 12.0, 12.0, 12.0, gemm=10.0, epilogue=10.5)   # 1.05x at K < 1024: met
+    shallow_missed = _shape(64, 768, 3072, 4.0, 4.0, 4.0, gemm=3.0, epilogue=3.2)       # 1.07x: missed
+    deep_missed = _shape(4096, 1024, 4096, 50.0, 50.0, 50.0, gemm=48.0, epilogue=48.5)  # 1.01x at K >= 1024: missed
+    rows = shallow_met + shallow_missed + deep_missed
+    rows.append(dict(rows[0], dtype="fp32"))  # fp32 rows are outside the 16-bit goal
+    assert gct.epilogue_within_goal(rows) == (1, 3)
+    table, _ = gct.build_table(shallow_met)
+    assert "| 10.5 | 1.05 | 1.14 |" in table  # epilogue µs, epilogue ÷ GEMM, erf ÷ epilogue
