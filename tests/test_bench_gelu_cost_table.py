@@ -83,3 +83,10 @@ def test_the_peer_epilogue_is_held_to_the_same_bar_and_counted():
     assert gct.epilogue_within_goal(rows) == (1, 3)
     table, _ = gct.build_table(shallow_met)
     assert "| 10.5 | 1.05 | 1.14 |" in table  # epilogue µs, epilogue ÷ GEMM, erf ÷ epilogue
+
+
+def test_erf_against_the_peer_epilogue_counts_from_unrounded_times():
+    rows = (_shape(8, 384, 1536, 12.0, 12.0, 12.0, epilogue=12.0)          # 1.00: at or below
+            + _shape(64, 384, 1536, 12.6, 12.6, 12.6, epilogue=12.0)       # 1.05: within
+            + _shape(128, 384, 1536, 12.61, 12.61, 12.61, epilogue=12.0))  # 1.0508: prints 1.05, but beyond
+    assert gct.erf_against_epilogue(rows) == (1, 2, 3)
