@@ -112,30 +112,26 @@ def build_table(rows: list[dict]) -> tuple[str, list[str]]:
     return "\n".join(lines), misses
 
 
+def _erf_rows_with_epilogue(rows: list[dict]) -> list[dict]:
+    """The 16-bit exact-erf rows that have both the fused node's time and cuBLASLt's tanh epilogue's: the cells the
+    peer comparisons count."""
+    return [r for r in rows if r.get("dtype") != "fp32" and r.get("approximate") == "none"
+            and "fused_gpu_us" in r and r.get("cublaslt_tanh_gpu_us") is not None]
+
+
 def epilogue_within_goal(rows: list[dict]) -> tuple[int, int]:
     """(cells where cuBLASLt's tanh epilogue is within the first goal's bar over the best plain GEMM, cells that
     have an epilogue time): what the peer's own fused GELU achieves against the bar the fused node is held to."""
-    met = total = 0
-    for r in rows:
-        if r.get("dtype") == "fp32" or r.get("approximate") != "none" or r.get("cublaslt_tanh_gpu_us") is None:
-            continue
-        total += 1
-        met += r["cublaslt_tanh_gpu_us"] / best_gemm_us(r) <= goal_for(r["K"])
-    return met, total
+    cells = _erf_rows_with_epilogue(rows)
+    met = sum(r["cublaslt_tanh_gpu_us"] / best_gemm_us(r) <= goal_for(r["K"]) for r in cells)
+    return met, len(cells)
 
 
 def erf_against_epilogue(rows: list[dict], slack: float = 1.05) -> tuple[int, int, int]:
     """(cells where exact erf is at or below cuBLASLt's tanh epilogue, cells within ``slack`` times it, cells that
     have both times), from the unrounded times."""
-    at_or_below = within = total = 0
-    for r in rows:
-        if r.get("dtype") == "fp32" or r.get("approximate") != "none" or r.get("cublaslt_tanh_gpu_us") is None:
-            continue
-        total += 1
-        ratio = r["fused_gpu_us"] / r["cublaslt_tanh_gpu_us"]
-        at_or_below += ratio <= 1.0
-        within += ratio <= slack
-    return at_or_below, within, total
+    ratios = [r["fused_gpu_us"] / r["cublaslt_tanh_gpu_us"] for r in _erf_rows_with_epilogue(rows)]
+    return sum(q <= 1.0 for q in ratios), sum(q <= slack for q in ratios), len(ratios)
 
 
 def main(argv: list[str] | None = None) -> int:
