@@ -69,6 +69,7 @@ def digests(configs: list[str], only: str | None = None) -> dict:
                 entry["files"] = {p.name: _sha(p) for p in files}
                 if report.exists():
                     scrubbed = json.dumps(_scrub(json.loads(report.read_text())), sort_keys=True)
+                    scrubbed = scrubbed.replace(str(ROOT), "<checkout>")  # load warnings name the model's path
                     entry["report"] = hashlib.sha256(scrubbed.encode()).hexdigest()
                 result[f"{rel} [{config}]"] = entry
                 print(f"{rel} [{config}]: exit {run.exit_code}", file=sys.stderr, flush=True)
