@@ -47,8 +47,9 @@ from .symbolic import Dim, Evaluator, NotSymbolic
 WHAT = ("query", "key", "value")
 
 
-class NotPacked(Exception):
-    """The projections cannot be packed into one GEMM; the message is the reason."""
+class NotPacked(Refused):
+    """The projections cannot be packed into one GEMM; the message is the reason. The attention catches it
+    and keeps the projections separate (``MultiHeadAttention``), saying why."""
 
 
 @dataclass(frozen=True)
