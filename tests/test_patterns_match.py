@@ -1,4 +1,4 @@
-"""The shared matching toolkit: parent paths and the one refusal exception."""
+"""The shared matching toolkit: parent paths and the one refusal exception (the Linear matcher: test_linear_match)."""
 
 from __future__ import annotations
 
@@ -63,3 +63,29 @@ def test_refused_carries_its_reason():
     e = Refused("the bias is not [N]")
     assert e.reason == "the bias is not [N]"
     assert e.as_refusal("linear", ["n1"]) == Refusal("linear", "the bias is not [N]", ("n1",))
+
+
+# The rule modules of the GELU fusion, the shared matchers and the rules beside them: every exception they define
+# is a Refused, so that a reason reaches the user one way whichever stage found it.
+_RULE_MODULES = ("match", "linear_match", "linear", "qkv", "linear_gelu", "rule", "erf", "tanh", "sigmoid",
+                 "gelu_ops", "casts", "skip_norm_bias", "embedding_norm", "guard_into_skip_norm")
+
+
+@pytest.mark.parametrize("module", _RULE_MODULES)
+def test_every_refusal_exception_is_a_refused(module):
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(f"onnxfuse.patterns.{module}")
+    own = [c for _, c in inspect.getmembers(mod, inspect.isclass)
+           if c.__module__ == mod.__name__ and issubclass(c, BaseException)]
+    assert all(issubclass(c, Refused) for c in own), [c.__name__ for c in own if not issubclass(c, Refused)]
+
+
+def test_not_packed_and_not_linear_are_refusals():
+    from onnxfuse.patterns.linear_match import NotLinear
+    from onnxfuse.patterns.qkv import NotPacked
+
+    for cls in (NotPacked, NotLinear):
+        e = cls("the reason")
+        assert isinstance(e, Refused) and e.as_refusal("attention").reason == "the reason"

@@ -6,7 +6,8 @@ It runs in three stages, each a module of its own:
 1. an activation normaliser (``gelu_ops`` for operators, ``erf``/``tanh``/``sigmoid`` for decompositions)
    recognises the GELU anchored on one node and returns the canonical :class:`~.rule.Activation`;
 2. ``casts.widen`` takes in the float32 Casts that fp16 graphs wrap around it;
-3. ``linear.absorb`` plans the MatMul/Gemm (+bias, +Reshape) in front of it.
+3. ``linear.absorb`` plans the MatMul/Gemm (+bias, +Reshape) in front of it, found by the Linear matcher every
+   rule shares (``linear_match.find_linear``).
 
 Each stage may refuse with its own reason; the plan writes the fused node (and, for GPT-2's
 ``Reshape→Gemm→Reshape``, moves the trailing Reshape after it: GELU is elementwise, so they commute).

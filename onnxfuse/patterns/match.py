@@ -9,6 +9,11 @@ cannot follow) subclass it, so every reason reaches the user the same way.
 :func:`parent_path` reads a chain of producers the way ONNX Runtime's fusions do
 (``match_parent_path(node, ["Add", "MatMul"], [0, None])``), so that a rule states the path it expects
 instead of walking it by hand.
+
+The Linear in front of a tensor, in every form exporters write it (MatMul [+ Add], Gemm, a trailing Reshape,
+the tensordot), is read by one matcher in the sibling module :mod:`.linear_match`
+(:func:`~.linear_match.find_linear`): the GELU rule and the packed attention projection use it, and a rule
+with more Linears calls it once for each.
 """
 
 from __future__ import annotations

@@ -18,8 +18,14 @@ The two forms the exporters write::
 For the first the packed weight is a new constant, the three stored ones concatenated (nothing is
 computed: every entry is one of theirs); a missing bias packs as zeros (adding 0 changes no value but the
 sign of a zero). Weights stored as external data (the dynamo exporter's default) are joined while the model
-is saved, one packed weight at a time (``Emitter.concatenation``): the rewrite never loads them. For the second the graph's own ``W`` and ``b`` are already ``[Wq | Wk | Wv]`` and
-``[bq | bk | bv]``: they are read as they are, wherever they are stored.
+is saved, one packed weight at a time (``Emitter.concatenation``): the rewrite never loads them. For the
+second the graph's own ``W`` and ``b`` are already ``[Wq | Wk | Wv]`` and ``[bq | bk | bv]``: they are read
+as they are, wherever they are stored.
+
+Each projection is read by the Linear matcher every rule shares (:func:`~.linear_match.find_linear`); what
+packing needs on top of it is checked here: a MatMul (or, for the split form, a Gemm that neither transposes
+nor scales), a constant [D_in, d] weight of the attention's type, a constant [d] bias, and a product that the
+bias Add alone reads.
 
 Not packed (the attention is still fused, into ``MultiHeadAttention`` with the separate projections;
 ``inspect`` says why): projections of different tensors, a weight that is not a constant 2-D tensor of
@@ -33,14 +39,17 @@ from dataclasses import dataclass
 import onnx
 
 from .graph import ConstantRef, GraphView, attr, is_op
+from .linear_match import find_linear
+from .match import Refused
 from .rule import dtype_name
 from .symbolic import Dim, Evaluator, NotSymbolic
 
 WHAT = ("query", "key", "value")
 
 
-class NotPacked(Exception):
-    """The projections cannot be packed into one GEMM; the message is the reason."""
+class NotPacked(Refused):
+    """The projections cannot be packed into one GEMM; the message is the reason. The attention catches it
+    and keeps the projections separate (``MultiHeadAttention``), saying why."""
 
 
 @dataclass(frozen=True)
@@ -99,39 +108,38 @@ def _from_three(view: GraphView, ev: Evaluator, projected, d: int, dtype: int) -
     return PackedQkv(input=x, nodes=nodes, hidden=d, weights=weights, biases=biases, form="three MatMuls")
 
 
-def _linear(view: GraphView, t: str, d: int, dtype: int, what: str) -> tuple[str, ConstantRef, ConstantRef | None, set]:
+def _linear(view: GraphView, t: str, d: int, dtype: int,
+            what: str) -> tuple[str, ConstantRef, ConstantRef | None, set]:
     """``t = MatMul(x, W) [+ b]`` with constants W [D_in, d] and b [d] of ``dtype``: (x, W, b, nodes)."""
-    nodes: set = set()
-    bias = None
-    i = view.producer.get(t)
-    if i is not None and is_op(view.nodes[i], "Add") and len(view.nodes[i].input) == 2:
-        a, b = view.nodes[i].input
-        for mm, c in ((a, b), (b, a)):
-            j = view.producer.get(mm)
-            if j is not None and is_op(view.nodes[j], "MatMul"):
-                bias = view.constant_ref(c)
-                if bias is None or bias.dims != (d,) or bias.data_type != dtype:
-                    raise NotPacked(f"the {what} projection's bias '{c}' is not a constant [{d}] of its type")
-                if view.single_consumer(mm) != i:
-                    raise NotPacked(f"the {what} projection '{mm}' is also read outside the attention")
-                nodes.add(i)
-                i = j
-                break
-        else:
-            i = None
-    node = view.nodes[i] if i is not None else None
-    if node is None or not is_op(node, "MatMul") or len(node.input) != 2:
-        producer = view.producer_of(t)
+    producer = view.producer_of(t)
+
+    def not_projection() -> NotPacked:
         got = "a graph input" if producer is None else producer.op_type
-        raise NotPacked(f"the {what} projection comes from {got}, not MatMul(x, W) [+ b]")
-    x, w = node.input
-    ref = view.constant_ref(w)
+        return NotPacked(f"the {what} projection comes from {got}, not MatMul(x, W) [+ b]")
+
+    try:
+        lin = find_linear(view, t, f"the {what} projection", bias_after=("MatMul",))
+    except Refused:
+        raise not_projection() from None
+    node = view.nodes[lin.node]
+    if lin.reshape is not None or lin.tensordot or not is_op(node, "MatMul"):
+        raise not_projection()
+    bias = None
+    if lin.add is not None:
+        ((c, _),) = lin.biases
+        bias = view.constant_ref(c)
+        if bias is None or bias.dims != (d,) or bias.data_type != dtype:
+            raise NotPacked(f"the {what} projection's bias '{c}' is not a constant [{d}] of its type")
+        if view.single_consumer(lin.output) != lin.add:
+            raise NotPacked(f"the {what} projection '{lin.output}' is also read outside the attention")
+    if len(node.input) != 2:
+        raise not_projection()
+    ref = view.constant_ref(lin.w)
     if ref is None:
-        raise NotPacked(f"the {what} weight '{w}' is not a constant")
+        raise NotPacked(f"the {what} weight '{lin.w}' is not a constant")
     if len(ref.dims) != 2 or ref.dims[1] != d or ref.data_type != dtype:
-        raise NotPacked(f"the {what} weight '{w}' is not a 2-D [D_in, {d}] constant of the attention's type")
-    nodes.add(i)
-    return x, ref, bias, nodes
+        raise NotPacked(f"the {what} weight '{lin.w}' is not a 2-D [D_in, {d}] constant of the attention's type")
+    return lin.x, ref, bias, set(lin.nodes)
 
 
 def _common_source(view: GraphView, sources: list[str]) -> str | None:
@@ -173,38 +181,32 @@ def _from_split(view: GraphView, ev: Evaluator, i: int, projected, d: int, dtype
                      form="one MatMul and a Split")
 
 
-def _packed_linear(view: GraphView, ev: Evaluator, t: str, n: int, dtype: int, nodes: set) -> tuple[str, str, str | None]:
+def _packed_linear(view: GraphView, ev: Evaluator, t: str, n: int, dtype: int,
+                   nodes: set) -> tuple[str, str, str | None]:
     """``t`` [B, S, n] = X·W (+ b): ``MatMul(X, W) [+ b]`` or dynamo's ``Reshape(Gemm(Reshape(X, [-1, D_in]),
     W, b), [B, S, n])``: (X, W, b) as the graph reads them, adding the nodes to ``nodes``."""
-    found: set = set()
-    bias = None
-    i = view.producer.get(t)
-    node = view.nodes[i] if i is not None else None
-    reshaped = node is not None and is_op(node, "Reshape")
-    if reshaped:
-        found.add(i)
-        t = node.input[0]
-        i = view.producer.get(t)
-        node = view.nodes[i] if i is not None else None
-    if node is not None and is_op(node, "Add") and len(node.input) == 2:
-        for mm, c in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
-            j = view.producer.get(mm)
-            if j is not None and is_op(view.nodes[j], "MatMul") and view.single_consumer(mm) == i:
-                found.add(i)
-                bias, i = c, j
-                node = view.nodes[j]
-                break
-    if node is not None and is_op(node, "Gemm") and len(node.input) >= 2:
-        if attr(node, "transA", 0) or attr(node, "transB", 0) or attr(node, "alpha", 1.0) != 1.0 or \
-                (len(node.input) > 2 and node.input[2] and attr(node, "beta", 1.0) != 1.0):
-            raise NotPacked("the c_attn Gemm transposes or scales its operands")
-        if len(node.input) > 2 and node.input[2]:
-            bias = node.input[2]
-    elif node is None or not is_op(node, "MatMul") or len(node.input) != 2:
-        got = "a graph input" if node is None else node.op_type
-        raise NotPacked(f"the split projection comes from {got}, not MatMul(x, W) [+ b]")
-    found.add(i)
-    x, w = node.input[0], node.input[1]
+    beneath = view.producer_of(t)  # the node making t, seen through the Reshape dynamo writes
+    if beneath is not None and is_op(beneath, "Reshape"):
+        beneath = view.producer_of(beneath.input[0])
+    if beneath is not None and is_op(beneath, "Gemm") and len(beneath.input) >= 2 and _transposes_or_scales(beneath):
+        raise NotPacked("the c_attn Gemm transposes or scales its operands")
+
+    def not_projection(got: onnx.NodeProto | None) -> NotPacked:
+        return NotPacked(f"the split projection comes from {'a graph input' if got is None else got.op_type}, "
+                         "not MatMul(x, W) [+ b]")
+
+    try:
+        lin = find_linear(view, t, "the split projection", bias_after=("MatMul",), sole_reader=True)
+    except Refused:
+        raise not_projection(beneath) from None
+    if lin.tensordot:  # an Add of a Reshape's output, not of a MatMul's
+        raise not_projection(beneath)
+    node = view.nodes[lin.node]
+    if is_op(node, "MatMul") and len(node.input) != 2:
+        raise not_projection(node)
+    found = set(lin.nodes)
+    x, w = lin.x, lin.w
+    bias = lin.biases[0][0] if lin.biases else None  # the Add's b, or C (beta 1, checked above)
     ref = view.constant_ref(w)
     if ref is None:
         raise NotPacked(f"the packed weight '{w}' is not a constant")
@@ -214,7 +216,7 @@ def _packed_linear(view: GraphView, ev: Evaluator, t: str, n: int, dtype: int, n
         b = view.constant_ref(bias)
         if b is None or b.dims != (n,) or view.dtype(bias) != dtype:
             raise NotPacked(f"the packed bias '{bias}' is not a constant [{n}] of the attention's type")
-    if reshaped or ev.rank(x) == 2:  # Conv1D as dynamo writes it: X flattened to [B·S, D_in] in front
+    if lin.reshape is not None or ev.rank(x) == 2:  # Conv1D as dynamo writes it: X flattened to [B·S, D_in]
         flat = view.producer_of(x)
         if flat is None or not is_op(flat, "Reshape") or ev.rank(flat.input[0]) != 3:
             raise NotPacked("the split projection's input is not a [batch, sequence, hidden] tensor flattened")
@@ -228,6 +230,13 @@ def _packed_linear(view: GraphView, ev: Evaluator, t: str, n: int, dtype: int, n
         x = flat.input[0]
     nodes |= found
     return x, w, bias
+
+
+def _transposes_or_scales(gemm: onnx.NodeProto) -> bool:
+    """The Gemm reads A or B transposed, or scales A·B or C: Attention reads the weight and bias as stored."""
+    c = len(gemm.input) > 2 and gemm.input[2]
+    return bool(attr(gemm, "transA", 0) or attr(gemm, "transB", 0) or attr(gemm, "alpha", 1.0) != 1.0
+                or (c and attr(gemm, "beta", 1.0) != 1.0))
 
 
 def _check_rows(ev: Evaluator, x: str, projected: str) -> None:
