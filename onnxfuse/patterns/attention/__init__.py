@@ -189,12 +189,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from . import qkv
-from ..domain import DOMAIN, FILL_MASKED_ROWS
-from .graph import GraphView, attr, is_op
-from .rule import Emitter, Plan, Refusal, T, dtype_name
-from .symbolic import Dim, Evaluator, NotSymbolic, clamped_to, conjuncts, shift_axes
-from .value_range import is_finite
+from .. import qkv
+from ...domain import DOMAIN, FILL_MASKED_ROWS
+from ..graph import GraphView, attr, is_op
+from ..rule import Emitter, Plan, Refusal, T, dtype_name
+from ..symbolic import Dim, Evaluator, NotSymbolic, clamped_to, conjuncts, shift_axes
+from ..value_range import is_finite
 
 RULE = "attention"
 MS_DOMAIN = "com.microsoft"
