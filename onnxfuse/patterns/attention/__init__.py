@@ -192,6 +192,7 @@ import onnx
 from .. import qkv
 from ...domain import DOMAIN, FILL_MASKED_ROWS
 from ..graph import GraphView, attr, is_op
+from ..match import Refused
 from ..rule import Emitter, Plan, Refusal, T, dtype_name
 from ..symbolic import Dim, Evaluator, NotSymbolic, clamped_to, conjuncts, shift_axes
 from ..value_range import is_finite
@@ -205,10 +206,6 @@ _SUPPORTED = (T.FLOAT, T.FLOAT16)
 # (1/√Shape(q)[-1], _shape_scalar) included: a closure is taken only where every path ends inside the block.
 _SHAPE_OPS = ("Shape", "Slice", "Concat", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape", "CastLike", "Sqrt",
               "Reciprocal", "Div", "Mul", "Sub")  # Sub: GPT-Neo's key_length - query_length
-
-
-class _Refused(Exception):
-    """A candidate attention that cannot be rewritten exactly; the message is the reason."""
 
 
 # --- the plan ----------------------------------------------------------------------------------------
@@ -621,8 +618,8 @@ class Attention:
             return Refusal(RULE, why, (view.node_name(i),)) if why else None
         try:
             plan = _plan(view, i, scores)
-        except _Refused as why:
-            return Refusal(RULE, str(why), (view.node_name(i),))
+        except Refused as why:
+            return why.as_refusal(RULE, (view.node_name(i),))
         return _unless_escaping(view, i, plan)
 
 
@@ -662,8 +659,8 @@ class OnnxAttention:
     def match(self, view: GraphView, i: int):
         try:
             plan = _plan_onnx(view, i)
-        except _Refused as why:
-            return Refusal(RULE, str(why), (view.node_name(i),))
+        except Refused as why:
+            return why.as_refusal(RULE, (view.node_name(i),))
         return _unless_escaping(view, i, plan)
 
 
@@ -672,36 +669,36 @@ def _plan_onnx(view: GraphView, i: int) -> AttentionPlan:
     ev = Evaluator(view)
     ins = list(node.input) + [""] * (7 - len(node.input))
     if any(ins[4:7]):
-        raise _Refused("ONNX Attention with a KV cache (past_key/past_value or nonpad_kv_seqlen): not a "
+        raise Refused("ONNX Attention with a KV cache (past_key/past_value or nonpad_kv_seqlen): not a "
                        "self-attention over the inputs alone")
     read = [o for o in node.output[1:] if o and (view.consumers_of(o) or o in view.graph_outputs)]
     if read:
-        raise _Refused(f"ONNX Attention's present key/value or qk_matmul_output ('{read[0]}') is read")
+        raise Refused(f"ONNX Attention's present key/value or qk_matmul_output ('{read[0]}') is read")
     if attr(node, "softcap", 0.0) != 0.0:
-        raise _Refused(f"ONNX Attention with softcap {attr(node, 'softcap', 0.0):g}: the contrib ops have none")
+        raise Refused(f"ONNX Attention with softcap {attr(node, 'softcap', 0.0):g}: the contrib ops have none")
     nodes = {i}
     rank = ev.rank(ins[0])
     if rank == 4:
         q, k, v = (_heads(view, ev, t, nodes, what) for t, what in zip(ins[:3], ("query", "key", "value")))
         if q.computed or k.computed or v.computed:
-            raise _Refused("ONNX Attention whose heads the graph computes per head (a rotary embedding): "
+            raise Refused("ONNX Attention whose heads the graph computes per head (a rotary embedding): "
                            "not taken from this op")
     elif rank == 3:
         q_heads, kv_heads = attr(node, "q_num_heads", 0), attr(node, "kv_num_heads", 0)
         if q_heads <= 0 or kv_heads != q_heads:
-            raise _Refused(f"ONNX Attention with 3-D inputs and {q_heads} query / {kv_heads} key-value heads "
+            raise Refused(f"ONNX Attention with 3-D inputs and {q_heads} query / {kv_heads} key-value heads "
                            "(grouped key/value heads, or none given)")
         q, k, v = (_projection_heads(view, ev, t, q_heads, what) for t, what in zip(ins[:3], ("query", "key", "value")))
     else:
-        raise _Refused(f"ONNX Attention's query is not known to be 3-D or 4-D (rank {rank})")
+        raise Refused(f"ONNX Attention's query is not known to be 3-D or 4-D (rank {rank})")
     if not (q.heads == k.heads == v.heads):
-        raise _Refused(f"ONNX Attention with {q.heads} query and {k.heads}/{v.heads} key/value heads (grouped "
+        raise Refused(f"ONNX Attention with {q.heads} query and {k.heads}/{v.heads} key/value heads (grouped "
                        "key/value heads)")
     dtype = ev.dtype(q.typed)
     if dtype is None:
-        raise _Refused("the attention's dtype is not known (no projection's type can be derived)")
+        raise Refused("the attention's dtype is not known (no projection's type can be derived)")
     if dtype not in _SUPPORTED or ev.dtype(k.typed) != dtype:
-        raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
+        raise Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
     mask = _NO_MASK
     if ins[3]:
         if ev.dtype(ins[3]) == T.BOOL:
@@ -710,9 +707,9 @@ def _plan_onnx(view: GraphView, i: int) -> AttentionPlan:
             mask = _additive_bias(view, ev, ins[3], q, k, dtype, "the float attn_mask is added to the scores")
     if attr(node, "is_causal", 0):
         if ins[3]:
-            raise _Refused("ONNX Attention with is_causal and an attn_mask: not taken")
+            raise Refused("ONNX Attention with is_causal and an attn_mask: not taken")
         if q.seq != k.seq:
-            raise _Refused("ONNX Attention with is_causal where the query and key lengths are not shown equal "
+            raise Refused("ONNX Attention with is_causal where the query and key lengths are not shown equal "
                            "(its causal mask is aligned to the top left, MultiHeadAttention's to the bottom right)")
         mask = _Mask("causal", causal=True)
     head_size = q.head_size
@@ -730,7 +727,7 @@ def _plan_onnx(view: GraphView, i: int) -> AttentionPlan:
 def _projection_heads(view: GraphView, ev: Evaluator, t: str, heads: int, what: str) -> _Heads:
     """A 3-D [B, S, N·H] input of ONNX Attention: the projection itself, as MultiHeadAttention reads it."""
     if not ev.dim(t, 2).is_int or ev.dim(t, 2).coef % heads:
-        raise _Refused(f"the {what} '{t}' is not known to be [batch, sequence, {heads} × head_size]")
+        raise Refused(f"the {what} '{t}' is not known to be [batch, sequence, {heads} × head_size]")
     hidden = ev.dim(t, 2).coef
     return _with_bias_add(view, _Heads(t, heads, hidden // heads, ev.dim(t, 0), ev.dim(t, 1)), t, hidden)
 
@@ -952,9 +949,9 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     rank = ev.rank(node.input[0]) or 4
     axis = attr(node, "axis", -1)
     if axis not in (-1, rank - 1):
-        raise _Refused(f"Softmax over axis {axis}: attention normalises over the key axis (the last)")
+        raise Refused(f"Softmax over axis {axis}: attention normalises over the key axis (the last)")
     if sc.post_scale != 1.0:
-        raise _Refused(f"the scores are scaled by {sc.post_scale:g} after the bias is added: MultiHeadAttention "
+        raise Refused(f"the scores are scaled by {sc.post_scale:g} after the bias is added: MultiHeadAttention "
                        "adds attention_bias to the scaled product, unscaled")
     nodes = set(sc.nodes) | {softmax}
     qk = view.nodes[sc.matmul]
@@ -968,9 +965,9 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
 
     dtype = ev.dtype(q.typed)
     if dtype is None:
-        raise _Refused("the attention's dtype is not known (no projection's type can be derived)")
+        raise Refused("the attention's dtype is not known (no projection's type can be derived)")
     if dtype not in _SUPPORTED or ev.dtype(k.typed) != dtype:
-        raise _Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
+        raise Refused(f"attention in {dtype_name(dtype)}: MultiHeadAttention is fused here for float32/float16")
     mask = _classify_mask(view, ev, sc.bias, q, k, dtype) if sc.bias is not None else _NO_MASK
     score_keep = None if sc.keep is None else _prove_score_keep(view, ev, sc.keep, q, k, dtype, mask)
     if score_keep is not None and all(r in nodes | score_keep.slices for i in score_keep.slices
@@ -985,11 +982,11 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
     ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
     readers = view.consumers_of(probs)
     if probs in view.graph_outputs:
-        raise _Refused("the attention probabilities are a graph output (output_attentions)")
+        raise Refused("the attention probabilities are a graph output (output_attentions)")
     if len(readers) == 2:
         guard = _nan_guard(view, probs, readers)
         if guard is None:
-            raise _Refused("the attention probabilities are read outside the attention (output_attentions?)")
+            raise Refused("the attention probabilities are read outside the attention (output_attentions?)")
         nodes |= set(guard[0])
         probs, guarded = guard[1], True
     ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
@@ -1001,7 +998,7 @@ def _plan(view: GraphView, softmax: int, sc: _Scores) -> AttentionPlan:
         ev.seed(probs, tuple(ev.dim(qk.output[0], j) for j in range(4)))
     pv = view.single_consumer(probs)
     if pv is None or not is_op(view.nodes[pv], "MatMul") or view.nodes[pv].input[0] != probs:
-        raise _Refused("the attention probabilities are read outside the attention (output_attentions?)")
+        raise Refused("the attention probabilities are read outside the attention (output_attentions?)")
     nodes.add(pv)
     v = _heads(view, ev, view.nodes[pv].input[1], nodes, "value")
     per_head = q.computed or k.computed or v.computed
@@ -1026,13 +1023,13 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
     see no key. ``no_key_row`` is the graph's value for such a row where the fill is -inf (0 or NaN)."""
     per_head = q.computed or k.computed or v.computed
     if ev.dtype(v.typed) != dtype:
-        raise _Refused(f"the value is {dtype_name(ev.dtype(v.typed))}, the query {dtype_name(dtype)}")
+        raise Refused(f"the value is {dtype_name(ev.dtype(v.typed))}, the query {dtype_name(dtype)}")
     broadcast_heads: tuple = ()
     if per_head:
         kept, broadcast_heads = _heads_read_as_they_are(ev, q, k, v)
         nodes -= kept
     elif not (q.heads == k.heads == v.heads and q.head_size == k.head_size):
-        raise _Refused(f"query/key/value split into {q.heads}/{k.heads}/{v.heads} heads of "
+        raise Refused(f"query/key/value split into {q.heads}/{k.heads}/{v.heads} heads of "
                        f"{q.head_size}/{k.head_size}/{v.head_size}")
 
     if per_head:  # the projections' bias Adds stay before the rotary; MHA gets no bias (module docstring)
@@ -1056,9 +1053,9 @@ def _finish(view: GraphView, ev: Evaluator, nodes: set, q: _Heads, k: _Heads, v:
     padded = mask.tensor is not None
     hidden_rows = no_key_row if padded and mask.fill == -math.inf else None
     if padded and view.opset is None:
-        raise _Refused("the model imports no ONNX opset: the mask's ops cannot be written")
+        raise Refused("the model imports no ONNX opset: the mask's ops cannot be written")
     if scale == 0.0:  # MHA reads scale 0 as "the default 1/√head_size"
-        raise _Refused("the scores are scaled by 0")
+        raise Refused("the scores are scaled by 0")
     scaling, guard_note = form_notes
     form = ", ".join(p for p in ("heads computed per head" if per_head else "", scaling,
                                  "Where(keep, Q·Kᵀ, fill)" if score_keep else "", mask.kind or "no mask",
@@ -1099,21 +1096,21 @@ def _heads_read_as_they_are(ev: Evaluator, q: _Heads, k: _Heads, v: _Heads) -> f
     Returns the head splits of key and value, which stay in the graph (MHA reads their output), and which
     of "key"/"value" is such a broadcast head."""
     if k.tensor is None:
-        raise _Refused("the key is split into heads straight as Kᵀ while other heads are computed per head: "
+        raise Refused("the key is split into heads straight as Kᵀ while other heads are computed per head: "
                        "MultiHeadAttention would need the key heads as [batch, heads, length, head_size]")
     kd, vd = (_head_dims(ev, x) for x in (k, v))
     broadcast = []
     for d, what in ((kd, "key"), (vd, "value")):
         if d[0] != q.batch:
-            raise _Refused(f"the {what} heads' batch ({d[0]}) is not shown to be the query's ({q.batch})")
+            raise Refused(f"the {what} heads' batch ({d[0]}) is not shown to be the query's ({q.batch})")
         if d[1] == Dim(1) and q.heads > 1:
             broadcast.append(what)
         elif d[1] != Dim(q.heads):
-            raise _Refused(f"query/{what} split into {q.heads}/{d[1]} heads")
+            raise Refused(f"query/{what} split into {q.heads}/{d[1]} heads")
     if vd[2] != kd[2]:
-        raise _Refused(f"the value heads' length ({vd[2]}) is not shown to be the key heads' ({kd[2]})")
+        raise Refused(f"the value heads' length ({vd[2]}) is not shown to be the key heads' ({kd[2]})")
     if vd[3] != kd[3]:
-        raise _Refused(f"the key and value heads' sizes ({kd[3]}, {vd[3]}) are not shown to be equal: "
+        raise Refused(f"the key and value heads' sizes ({kd[3]}, {vd[3]}) are not shown to be equal: "
                        "MultiHeadAttention takes [batch, heads, length, head_size] key and value of one shape")
     return k.split_nodes | v.split_nodes, tuple(broadcast)
 
@@ -1168,7 +1165,7 @@ class _Heads:
         return self.tensor if self.computed else self.projected
 
 
-class _NotSplit(_Refused):
+class _NotSplit(Refused):
     """The heads do not come straight from a head split Transpose(Reshape(·)); the message is the reason."""
 
 
@@ -1198,10 +1195,10 @@ def _computed_heads(ev: Evaluator, t: str, not_split: str, from_bsnh: bool = Fal
     merges with the key's ``transpose(-1, -2)`` into Kᵀ = Transpose(t, 0231)); MHA reads Transpose(t, 0213),
     made in front of it."""
     if ev.rank(t) != 4:
-        raise _Refused(f"{not_split}; as heads computed per head, '{t}' is not known to be 4-D")
+        raise Refused(f"{not_split}; as heads computed per head, '{t}' is not known to be 4-D")
     b, n, s, h = (ev.dim(t, a) for a in ((0, 2, 1, 3) if from_bsnh else (0, 1, 2, 3)))
     if not n.is_int or n.coef <= 0:
-        raise _Refused(f"{not_split}; as heads computed per head, '{t}' has {n} heads, not a known count")
+        raise Refused(f"{not_split}; as heads computed per head, '{t}' has {n} heads, not a known count")
     return _Heads(None, n.coef, h.coef if h.is_int else 0, b, s, tensor=t, computed=True, from_bsnh=from_bsnh)
 
 
@@ -1209,7 +1206,7 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
     """``t = Transpose(Reshape(Xp, [B, S, N, H]), perm)`` with Xp's own B and S: the heads of Xp."""
     ti = view.producer.get(t)
     if ti is not None and view.nodes[ti].op_type in ("Mul", "Div"):
-        raise _Refused(f"the {what} is scaled by a factor computed at run time, not a constant")
+        raise Refused(f"the {what} is scaled by a factor computed at run time, not a constant")
     if ti is None or not is_op(view.nodes[ti], "Transpose") or tuple(attr(view.nodes[ti], "perm", ())) != perm:
         got = "a graph input" if ti is None else view.nodes[ti].op_type
         raise _NotSplit(f"the {what} reaches the attention product through {got}, not the head split "
@@ -1224,10 +1221,10 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
     try:
         target = ev.vec(view.nodes[ri].input[1]).items
     except NotSymbolic as e:
-        raise _Refused(f"the {what} head split's shape cannot be followed: {e}") from None
+        raise Refused(f"the {what} head split's shape cannot be followed: {e}") from None
     allow_zero = not attr(view.nodes[ri], "allowzero", 0)
     if len(target) != 4:
-        raise _Refused(f"the {what} head split {list(target)} is not 4-D")
+        raise Refused(f"the {what} head split {list(target)} is not 4-D")
     n, h = target[2], target[3]
     # position j keeps dimension j of Xp: the same int or symbol, or 0 ("copy", unless allowzero)
     kept = [target[j] == ev.dim(xp, j) or (allow_zero and target[j] == Dim(0)) for j in (0, 1)]
@@ -1236,13 +1233,13 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
     implied = sorted(kept) == [False, True] and _forced(target[kept.index(False)]) and \
         n.is_int and h.is_int and n.coef * h.coef == hidden
     if not (all(kept) or implied):
-        raise _Refused(f"the {what} head split {list(target)} does not keep the projection's batch and sequence")
+        raise Refused(f"the {what} head split {list(target)} does not keep the projection's batch and sequence")
     if n == Dim(-1) and h.is_int and h.coef > 0 and hidden % h.coef == 0:
         n = Dim(hidden // h.coef)
     elif h == Dim(-1) and n.is_int and n.coef > 0 and hidden % n.coef == 0:
         h = Dim(hidden // n.coef)
     if not (n.is_int and h.is_int and n.coef * h.coef == hidden and n.coef > 0):
-        raise _Refused(f"the {what} head split {list(target)} is not [B, S, heads, head_size] of {hidden}")
+        raise Refused(f"the {what} head split {list(target)} is not [B, S, heads, head_size] of {hidden}")
     nodes |= {ti, ri}
     heads = _Heads(xp, n.coef, h.coef, ev.dim(xp, 0), ev.dim(xp, 1), tensor=t if perm == (0, 2, 1, 3) else None,
                    split_nodes=frozenset({ti, ri}))
@@ -1290,7 +1287,7 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
                     merge = ev.vec(view.nodes[r3].input[1]).items
                     split = ev.vec(node.input[1]).items
                 except NotSymbolic as e:
-                    raise _Refused(f"the key transpose's shapes cannot be followed: {e}") from None
+                    raise Refused(f"the key transpose's shapes cannot be followed: {e}") from None
                 d = [ev.dim(kh, a) for a in range(4)] if ev.rank(kh) == 4 else None
                 if d is not None and merge == (Dim(-1), d[2], d[3]) and split == (d[0], d[1], d[3], d[2]):
                     k = _heads(view, ev, kh, nodes, "key")
@@ -1300,10 +1297,10 @@ def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> _Head
                 if k is not None:
                     nodes |= {ti, t3, r3}
                     return k
-                raise _Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: "
+                raise Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: "
                                "not shown to be Kᵀ")
     got = "a graph input" if node is None else node.op_type
-    raise _Refused(f"the key reaches the attention product through {got}, not Kᵀ: a transposed head split "
+    raise Refused(f"the key reaches the attention product through {got}, not Kᵀ: a transposed head split "
                    "or transposed [batch, heads, length, head_size] heads (another layout)")
 
 
@@ -1344,7 +1341,7 @@ def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, hidden: int 
     while True:
         i = _sole_reader(view, cur)
         if i is None:
-            raise _Refused("the attention output is read before its heads are merged")
+            raise Refused("the attention output is read before its heads are merged")
         node = view.nodes[i]
         if is_op(node, "Reshape") and node.input[0] == cur and _identity_reshape(view, ev, node, cur):
             nodes.add(i)
@@ -1352,16 +1349,16 @@ def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, hidden: int 
             continue
         break
     if not (is_op(node, "Transpose") and tuple(attr(node, "perm", ())) == (0, 2, 1, 3)):
-        raise _Refused(f"the attention output goes to {node.op_type}, not the head merge Transpose [0, 2, 1, 3]")
+        raise Refused(f"the attention output goes to {node.op_type}, not the head merge Transpose [0, 2, 1, 3]")
     nodes.add(i)
     tm = node.output[0]
     ri = _sole_reader(view, tm)
     if ri is None or not is_op(view.nodes[ri], "Reshape"):
-        raise _Refused("the merged heads are not reshaped back to [batch, sequence, hidden]")
+        raise Refused("the merged heads are not reshaped back to [batch, sequence, hidden]")
     try:
         target = ev.vec(view.nodes[ri].input[1]).items
     except NotSymbolic as e:
-        raise _Refused(f"the head merge's shape cannot be followed: {e}") from None
+        raise Refused(f"the head merge's shape cannot be followed: {e}") from None
     batch = {ev.dim(tm, 0), q.batch}
     seq = {ev.dim(tm, 1), q.seq}
     if not attr(view.nodes[ri], "allowzero", 0):
@@ -1377,7 +1374,7 @@ def _merge_heads(view: GraphView, ev: Evaluator, t: str, q: _Heads, hidden: int 
         or (hidden is not None and target[2] == Dim(hidden) and ((_forced(target[0]) and target[1] in seq)
                                                                  or (target[0] in batch and _forced(target[1])))))
     if not flat and not kept:
-        raise _Refused(f"the heads are merged into {list(target)}, not [batch, sequence, {hidden or 'hidden'}]")
+        raise Refused(f"the heads are merged into {list(target)}, not [batch, sequence, {hidden or 'hidden'}]")
     nodes.add(ri)
     return view.nodes[ri].output[0], (-1, hidden) if flat else None
 
@@ -1502,7 +1499,7 @@ def _classify_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Hea
     onto them."""
     try:
         return _proved_mask(view, ev, bias, q, k, dtype)
-    except _Refused as why:
+    except Refused as why:
         return _additive_bias(view, ev, bias, q, k, dtype, str(why))
 
 
@@ -1512,7 +1509,7 @@ def _additive_bias(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Hea
     the same place), given the scores' type, a shape that broadcasts onto [B, N, S, T] without
     broadcasting the scores up, and finite values (module docstring)."""
     def refuse(reason: str):
-        raise _Refused(f"{unproved}; as attention_bias, {reason}")
+        raise Refused(f"{unproved}; as attention_bias, {reason}")
 
     if ev.dtype(bias) != dtype:
         refuse(f"the bias is {dtype_name(ev.dtype(bias))}, the scores {dtype_name(dtype)}")
@@ -1536,11 +1533,11 @@ def _proved_mask(view: GraphView, ev: Evaluator, bias: str, q: _Heads, k: _Heads
     w = view.nodes[wi] if wi is not None else None
     if w is None or not is_op(w, "Where") or len(w.input) != 3:
         got = w.op_type if w is not None else "a constant" if view.constant_ref(bias) is not None else "a graph input"
-        raise _Refused(f"the scores get an additive bias from {got}, not a mask Where(keep, 0, fill) "
+        raise Refused(f"the scores get an additive bias from {got}, not a mask Where(keep, 0, fill) "
                        "(ALiBi, relative position bias or an unrecognised mask)")
     zero, fill = view.scalar(w.input[1]), view.scalar(w.input[2])
     if zero is None or zero[0] != 0.0 or fill is None or not fill[0] < 0.0:
-        raise _Refused("the mask is a Where whose kept value is not 0 or whose fill is not a negative constant")
+        raise Refused("the mask is a Where whose kept value is not 0 or whose fill is not a negative constant")
     return _proved_keep(view, ev, w.input[0], fill[0], q, k, dtype)
 
 
@@ -1551,16 +1548,16 @@ def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: flo
     try:
         keep = ev.index(keep_name)
     except NotSymbolic as e:
-        raise _Refused(f"the mask is not provably padding or causal: {e}") from None
+        raise Refused(f"the mask is not provably padding or causal: {e}") from None
     if len(keep.extents) > 4:
-        raise _Refused("the mask has more than 4 dimensions")
+        raise Refused("the mask has more than 4 dimensions")
     pad = 4 - len(keep.extents)
     extents = (Dim(1),) * pad + keep.extents
     expr = shift_axes(keep.expr, lambda a: a + pad)  # the formula's axes, aligned to [B, N, S, L]
     try:
         terms = conjuncts(expr, extents)
     except NotSymbolic as e:
-        raise _Refused(f"the mask is not provably padding or causal: {e}") from None
+        raise Refused(f"the mask is not provably padding or causal: {e}") from None
     batch, query_len, key_len = q.batch, q.seq, k.seq
     lo = hi = padding = None  # the key offsets kept, lo <= k - q <= hi (None: unbounded)
     for term in terms:
@@ -1574,19 +1571,19 @@ def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: flo
         elif term[0] == "data" and term[2] == ("axis", 0) and term[3] == ("axis", 3) and padding in (None, term[1]):
             padding = term[1]
         else:
-            raise _Refused(f"the mask has a term that is neither padding nor causal: {_show(term)}")
+            raise Refused(f"the mask has a term that is neither padding nor causal: {_show(term)}")
     causal = hi == 0 and lo is None
     band = None if causal or (lo is None and hi is None) else (lo, hi)
     if band is not None and not (lo is not None and hi is not None and lo <= 0 <= hi):
-        raise _Refused(f"the mask keeps the keys {_show_offsets(lo, hi)}: neither causal nor a window around "
+        raise Refused(f"the mask keeps the keys {_show_offsets(lo, hi)}: neither causal nor a window around "
                        "the query's own position")
     if band is not None and padding is None:
         # MHA has no banded mode; the band alone would be a bias of its own, made from the lengths
-        raise _Refused(f"the mask keeps the keys {_show_offsets(lo, hi)} with no padding mask to build it on")
+        raise Refused(f"the mask keeps the keys {_show_offsets(lo, hi)} with no padding mask to build it on")
     positional = causal or band is not None
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
     if causal and padding is None and fill_value not in (-math.inf, lowest):
-        raise _Refused(f"causal mask with fill {fill_value:g}: MultiHeadAttention drops the future keys "
+        raise Refused(f"causal mask with fill {fill_value:g}: MultiHeadAttention drops the future keys "
                        f"entirely, which a fill above the dtype's lowest ({lowest:g}) does not")
     # The formula's positions must be the real ones: an index axis of another length would broadcast
     # (length 1) where MHA reads every position. The padding tensor's own extents count as proof: the
@@ -1594,20 +1591,20 @@ def _proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: flo
     rows = cols = None
     if padding is not None:
         if padding.rank != 2:
-            raise _Refused(f"the padding mask '{padding.name}' has rank {padding.rank}, not [batch, key length]")
+            raise Refused(f"the padding mask '{padding.name}' has rank {padding.rank}, not [batch, key length]")
         rows, cols = ev.dim(padding.name, 0), ev.dim(padding.name, 1)
         if extents[0] not in (batch, rows) or extents[3] not in (key_len, cols):
-            raise _Refused(f"the padding mask spans {extents[0]}×{extents[3]}, not shown to be batch × key length")
+            raise Refused(f"the padding mask spans {extents[0]}×{extents[3]}, not shown to be batch × key length")
         if view.dtype(padding.name) not in (T.BOOL, T.INT64, T.INT32) and not padding.as_bool:
-            raise _Refused("the padding mask is read as values, not as keep/drop")
+            raise Refused("the padding mask is read as values, not as keep/drop")
     if positional and (not _one_of(extents[2], (query_len, extents[3]))
                        or not _one_of(extents[3], (key_len, query_len, cols))):
-        raise _Refused(f"the {'causal' if causal else 'banded'} mask spans {extents[2]}×{extents[3]} positions, "
+        raise Refused(f"the {'causal' if causal else 'banded'} mask spans {extents[2]}×{extents[3]} positions, "
                        "not shown to be the query and key lengths")
     allowed = ({batch, rows}, {Dim(q.heads)}, {query_len, extents[3] if positional else query_len}, {key_len, cols})
     for j, (e, ok) in enumerate(zip(extents, allowed)):
         if e != Dim(1) and not _one_of(e, ok):
-            raise _Refused(f"the mask's dimension {j} ({e}) is not shown to match the scores'")
+            raise Refused(f"the mask's dimension {j} ({e}) is not shown to match the scores'")
     sliding = band is not None and band[1] == 0
     kind = "+".join(p for p, on in (("causal", causal or sliding), ("sliding-window", sliding),
                                      ("local-window", band is not None and not sliding),
@@ -1707,16 +1704,16 @@ def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads,
     what = "the product is masked as Where(keep, Q·Kᵀ, fill)"
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
     if sk.fill not in (-math.inf, lowest):
-        raise _Refused(f"{what} with fill {sk.fill:g}: only -inf or the dtype's lowest ({lowest:g}) drops a key "
+        raise Refused(f"{what} with fill {sk.fill:g}: only -inf or the dtype's lowest ({lowest:g}) drops a key "
                        "the way an attention_bias entry does")
     if q.seq != k.seq:
-        raise _Refused(f"{what} where the query and key lengths are not shown equal")
+        raise Refused(f"{what} where the query and key lengths are not shown equal")
     t, ends, slices = sk.keep, {}, set()  # ends: axis -> (the Slice's ends input, position in it)
     while view.constant(t) is None:
         i = view.producer.get(t)
         node = view.nodes[i] if i is not None else None
         if node is None or not is_op(node, "Slice") or len(node.input) < 3 or len(ends) > 8:
-            raise _Refused(f"{what} where keep is not a literal or a Slice of one (a mask computed at run time)")
+            raise Refused(f"{what} where keep is not a literal or a Slice of one (a mask computed at run time)")
         rank = ev.rank(node.input[0])
         try:
             starts = ev.vec(node.input[1]).items
@@ -1724,36 +1721,36 @@ def _prove_score_keep(view: GraphView, ev: Evaluator, sk: _ScoreKeep, q: _Heads,
                 tuple(Dim(a) for a in range(len(starts)))
             steps = ev.vec(node.input[4]).items if len(node.input) > 4 and node.input[4] else (Dim(1),) * len(starts)
         except NotSymbolic as e:
-            raise _Refused(f"{what} where keep's Slice cannot be followed: {e}") from None
+            raise Refused(f"{what} where keep's Slice cannot be followed: {e}") from None
         if rank is None or len(axes) != len(starts) or not all(a.is_int and -rank <= a.coef < rank for a in axes):
-            raise _Refused(f"{what} where keep's Slice axes are not known")
+            raise Refused(f"{what} where keep's Slice axes are not known")
         for n, (a, start, step) in enumerate(zip(axes, starts, steps)):
             j = a.coef % rank
             if start != Dim(0) or step != Dim(1) or j in ends:
-                raise _Refused(f"{what} where keep is sliced from {start} by {step} on axis {j}: only one slice "
+                raise Refused(f"{what} where keep is sliced from {start} by {step} on axis {j}: only one slice "
                                "from 0, step 1, per axis is proved")
             ends[j] = (node.input[2], n)
         slices.add(i)
         t = node.input[0]
     c = view.small_value(t, max_elements=_SCORE_KEEP_MAX_ELEMENTS)
     if c is None or c.dtype != np.bool_ or not 2 <= c.ndim <= 4:
-        raise _Refused(f"{what} where keep's literal is not a 2-D to 4-D boolean tensor of at most "
+        raise Refused(f"{what} where keep's literal is not a 2-D to 4-D boolean tensor of at most "
                        f"{_SCORE_KEEP_MAX_ELEMENTS} elements")
     rank, (rows, cols) = c.ndim, c.shape[-2:]
     if any(d != 1 for d in c.shape[:-2]) or any(j < rank - 2 for j in ends):
-        raise _Refused(f"{what} where keep's literal {list(c.shape)} has batch or head axes of its own")
+        raise Refused(f"{what} where keep's literal {list(c.shape)} has batch or head axes of its own")
     if cols == 1 or (rank - 1 in ends and not _end_reaches(view, ev, *ends[rank - 1], k.seq, cols)):
-        raise _Refused(f"{what} where keep's key axis is not shown to span the key length")
+        raise Refused(f"{what} where keep's key axis is not shown to span the key length")
     if rank - 2 in ends and not _end_reaches(view, ev, *ends[rank - 2], q.seq, rows):
-        raise _Refused(f"{what} where keep's query axis is not shown to span the query length")
+        raise Refused(f"{what} where keep's query axis is not shown to span the query length")
     matrix = c.reshape(rows, cols)
     blind = np.flatnonzero(~np.tril(matrix).any(axis=1))
     if blind.size:
-        raise _Refused(f"{what} where keep's row {int(blind[0])} keeps no key at or before its own position "
+        raise Refused(f"{what} where keep's row {int(blind[0])} keeps no key at or before its own position "
                        "(such a row is NaN in the graph and the kernel's own choice in the fused op)")
     keeps_the_triangle = bool(matrix[np.tril_indices(rows, 0, cols)].all())
     if dtype == T.FLOAT16 and sk.fill != -math.inf and not (mask.causal and keeps_the_triangle):
-        raise _Refused(f"{what} in float16 with a finite fill, where keep drops keys the mask keeps (a banded "
+        raise Refused(f"{what} in float16 with a finite fill, where keep drops keys the mask keeps (a banded "
                        "literal): MultiHeadAttention adds the product to the fill in float32, which float16's "
                        "lowest does not absorb")
     return replace(sk, literal=t, rank=rank, rows=rows, slices=frozenset(slices))

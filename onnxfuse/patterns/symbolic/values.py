@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..match import Refused
 from .dims import Dim, clamp_dim
 
 
-class NotSymbolic(Exception):
-    """The value cannot be followed symbolically; the message says where and why."""
+class NotSymbolic(Refused):
+    """The value cannot be followed symbolically; the message says where and why. A :class:`~..match.Refused`:
+    where a rule lets it reach the user, it is the reason the candidate stays."""
 
 
 @dataclass(frozen=True)
