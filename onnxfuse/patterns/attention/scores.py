@@ -50,7 +50,7 @@ class ScoreKeep:
     keep: str  # the boolean condition, as the graph computes it
     fill: float
     node: int  # the Where
-    # proved by _prove_score_keep: the literal the keep is sliced from, its rank and rows, the Slices
+    # proved by prove_score_keep: the literal the keep is sliced from, its rank and rows, the Slices
     literal: str = ""
     rank: int = 4
     rows: int = 0
