@@ -1,15 +1,14 @@
 """From the parts a rule matched to the plan, for either anchor: the projections packed or fed as they are,
 the nodes the block takes, and what the plan records of the mask and of the rows that see no key.
 
-Where Q, K and V are constant-weight projections of one tensor X (three MatMuls, or GPT-2's
-one MatMul and a Split; qkv.py), the block takes them in and becomes ``Attention(X, [Wq | Wk | Wv],
-[bq | bk | bv])``: ORT runs one GEMM and one kernel that adds the bias and splits the heads, where MHA
-was fed three GEMMs' outputs (BERT) or a Split's (GPT-2: a Split kernel and a bias broadcast of their
-own). Weights in external data are packed too, joined while the model is saved. Otherwise (a
-cross-attention, a run-time weight, a projection also read elsewhere: ``inspect`` gives the reason as
-``qkv_separate_because``) the projections are fed to MHA as they are; when each is ``MatMul +
-Add(const [D])``, the three Adds are folded into MHA's ``bias`` input (one new [3D] constant), else the Adds
-stay in front of the op.
+Where Q, K and V are constant-weight projections of one tensor X (three MatMuls, or GPT-2's one MatMul and a
+Split; qkv.py), the block takes them in and becomes ``Attention(X, [Wq | Wk | Wv], [bq | bk | bv])``: ORT runs
+one GEMM and one kernel that adds the bias and splits the heads, where MHA was fed three GEMMs' outputs (BERT)
+or a Split's (GPT-2: a Split kernel and a bias broadcast of their own). Weights in external data are packed
+too, joined while the model is saved. Otherwise (a cross-attention, a run-time weight, a projection also read
+elsewhere: ``inspect`` gives the reason as ``qkv_separate_because``) the projections are fed to MHA as they
+are; when each is ``MatMul + Add(const [D])``, the three Adds are folded into MHA's ``bias`` input (one new
+[3D] constant), else the Adds stay in front of the op.
 
 The block takes the nodes the rule matched, and the shape-only nodes that read its tensors and are read
 only inside it (the exporters' Shape/Slice/Concat arithmetic over the heads: they die with it). A plan whose
@@ -64,7 +63,7 @@ def finish(view: GraphView, ev: Evaluator, nodes: set, q: Heads, k: Heads, v: He
         nodes -= kept
     elif not (q.heads == k.heads == v.heads and q.head_size == k.head_size):
         raise Refused(f"query/key/value split into {q.heads}/{k.heads}/{v.heads} heads of "
-                       f"{q.head_size}/{k.head_size}/{v.head_size}")
+                      f"{q.head_size}/{k.head_size}/{v.head_size}")
 
     if per_head:  # the projections' bias Adds stay before the rotary; MHA gets no bias (heads.py)
         packed, separate_because = None, ("the heads are computed per head (a rotary embedding, or heads not "

@@ -172,7 +172,8 @@ def _with_bias_add(view: GraphView, heads: Heads, xp: str, hidden: int) -> Heads
     inline [hidden] constant."""
     ai = view.producer.get(xp)
     if ai is not None and is_op(view.nodes[ai], "Add") and len(view.nodes[ai].input) == 2:
-        for a, b in ((view.nodes[ai].input[0], view.nodes[ai].input[1]), (view.nodes[ai].input[1], view.nodes[ai].input[0])):
+        operands = view.nodes[ai].input
+        for a, b in ((operands[0], operands[1]), (operands[1], operands[0])):
             mi = view.producer.get(a)
             bt = view.constant(b)
             if mi is not None and is_op(view.nodes[mi], "MatMul") and bt is not None and list(bt.dims) == [hidden]:
@@ -227,10 +228,10 @@ def key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> Heads:
                     nodes |= {ti, t3, r3}
                     return k
                 raise Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: "
-                               "not shown to be Kᵀ")
+                              "not shown to be Kᵀ")
     got = "a graph input" if node is None else node.op_type
     raise Refused(f"the key reaches the attention product through {got}, not Kᵀ: a transposed head split "
-                   "or transposed [batch, heads, length, head_size] heads (another layout)")
+                  "or transposed [batch, heads, length, head_size] heads (another layout)")
 
 
 def _folded_key_heads(view: GraphView, ev: Evaluator, merge, split: tuple, nodes: set) -> Heads | None:
@@ -273,7 +274,7 @@ def heads_read_as_they_are(ev: Evaluator, q: Heads, k: Heads, v: Heads) -> froze
     of "key"/"value" is such a broadcast head."""
     if k.tensor is None:
         raise Refused("the key is split into heads straight as Kᵀ while other heads are computed per head: "
-                       "MultiHeadAttention would need the key heads as [batch, heads, length, head_size]")
+                      "MultiHeadAttention would need the key heads as [batch, heads, length, head_size]")
     kd, vd = (_head_dims(ev, x) for x in (k, v))
     broadcast = []
     for d, what in ((kd, "key"), (vd, "value")):
@@ -287,7 +288,7 @@ def heads_read_as_they_are(ev: Evaluator, q: Heads, k: Heads, v: Heads) -> froze
         raise Refused(f"the value heads' length ({vd[2]}) is not shown to be the key heads' ({kd[2]})")
     if vd[3] != kd[3]:
         raise Refused(f"the key and value heads' sizes ({kd[3]}, {vd[3]}) are not shown to be equal: "
-                       "MultiHeadAttention takes [batch, heads, length, head_size] key and value of one shape")
+                      "MultiHeadAttention takes [batch, heads, length, head_size] key and value of one shape")
     return k.split_nodes | v.split_nodes, tuple(broadcast)
 
 

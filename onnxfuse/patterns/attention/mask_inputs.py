@@ -1,13 +1,13 @@
 """The tensors a plan writes in front of the fused op for its mask: the rebuilt keep and its bias, the
 graph's own bias expanded to the scores' lengths, and the bias of a literal keep on the product.
 
-Kernel choice (ORT's contrib_ops/cuda/bert/multihead_attention.cc and attention.cc): no mask and
-causal-only reach cuDNN SDPA (sm90), flash attention (float16) or memory-efficient attention, and the
-TensorRT fused kernel without a mask; a ``key_padding_mask``/``mask_index`` of shape [B, T] rules out
-every fused kernel (only the unfused softmax path takes it: BERT-base fp16 at batch 32 spent 524 µs in
-its ``SoftmaxWithRawMaskSmallKernel``), while an ``attention_bias`` reaches memory-efficient attention
-when S is a multiple of 4·sizeof(T). So padding goes in as ``attention_bias``; which kernel ran is read
-by ``bench/e2e_kernels.py``.
+Kernel choice (ORT's contrib_ops/cuda/bert/multihead_attention.cc and attention.cc): no mask and causal-only
+reach cuDNN SDPA (sm90), flash attention (float16) or memory-efficient attention, and the TensorRT fused
+kernel without a mask; a ``key_padding_mask``/``mask_index`` of shape [B, T] rules out every fused kernel
+(only the unfused softmax path takes it, ``SoftmaxWithRawMaskSmallKernel``: its cost in BERT-base is in
+bench/results/e2e_h200.md), while an ``attention_bias`` reaches memory-efficient attention when S is a
+multiple of 4·sizeof(T). So padding goes in as ``attention_bias``; which kernel ran is read by
+``bench/e2e_kernels.py``.
 
 The mask is rebuilt from what the rule proved it to be, keep[b, 0, q, k] = padding[b, k] != 0
 (∧ k <= q, or ∧ lo <= k - q <= hi), from the padding tensor and the query's length alone: every op of

@@ -1,6 +1,6 @@
 """The mask: what the bias added to the scores is proved to be, so that the fused op adds the same.
 
-The mask form proved: ``Add(scores, Where(keep, 0, fill))`` (either operand order). transformers' ``sdpa_mask``
+The mask proved: ``Add(scores, Where(keep, 0, fill))`` (either operand order). transformers' ``sdpa_mask``
 builds ``keep`` from index arithmetic, not constants: ``Range`` over batch, query and key positions,
 ``Unsqueeze``/``Expand`` onto [B, 1, S, L], ``kv_idx <= q_idx`` (causal), ``kv_idx >= 0`` (always true),
 and the padding lookup ``attention_mask[b, kv_idx]`` — a ``GatherND`` of (b, kv_idx) pairs (dynamo) or a
@@ -18,24 +18,25 @@ banded mode; the band alone would need a mask made from the lengths, which no ex
 export adds a uniform all-keep mask (zero bias): no mask. ``fill`` is ``finfo(float32).min`` (dynamo), ``-inf``
 (TorchScript) or ``-65504`` (after ORT's float16 converter).
 
-Any other bias — anything else added to the scores before the Softmax — the ``(1 - mask) · c`` padding bias
-of eager and older exports, T5's ``Where(keep, position_bias, finfo.min)``, BEiT/Swin relative position
-tables, a causal ``Where`` with a finite fill, or the sum of a mask and such a term — is fed to MHA as it
-is (:func:`additive_bias`): the graph's own tensor (its arithmetic stays in front of the op), expanded to [B|1, N|1, S, T] where
-it broadcasts over the query or key axis (MHA takes those whole). It must have the scores' element type,
-a shape that broadcasts onto [B, N, S, T] without broadcasting the scores up (each axis proved 1 or the
-scores' own, ``symbolic``), and values proved finite (``value_range``).
+Any other bias added to the scores before the Softmax — the ``(1 - mask) · c`` padding bias of eager and older
+exports, T5's ``Where(keep, position_bias, finfo.min)``, BEiT/Swin relative position tables, a causal
+``Where`` with a finite fill, or the sum of a mask and such a term — is fed to MHA as it is
+(:func:`additive_bias`): the graph's own tensor (its arithmetic stays in front of the op), expanded to
+[B|1, N|1, S, T] where it broadcasts over the query or key axis (MHA takes those whole). It must have the
+scores' element type, a shape that broadcasts onto [B, N, S, T] without broadcasting the scores up (each axis
+proved 1 or the scores' own, ``symbolic``), and values proved finite (``value_range``).
 
 Why these are exact, row by row:
 
 * padding, with or without causality: the graph's own mask tensor ``Where(keep, 0, fill)`` becomes MHA's
-  ``attention_bias`` (expanded over the query positions when the graph lets the Add broadcast it), so MHA
-  adds to the scaled scores exactly what the graph adds, for every padding pattern, left or right, and
-  every fill. A row that sees no key (an all-padding batch row; left padding under causality makes them
-  common) is NaN in the graph with the ``-inf`` fill, 0 after its guard: the rewrite counts each row's
-  kept keys from ``keep`` and writes that value there (``FillMaskedRows(y, row sees a key)`` with 0 or NaN: ``Where`` bit for bit), whatever
-  the kernel makes of such a row. With a finite fill such a row is the softmax of equal scores, uniform
-  in both (measured on ORT 1.31's CPU kernel, float32 and float16, fills ``finfo.min`` and ``-65504``);
+  ``attention_bias`` (expanded over the query positions when the graph lets the Add broadcast it), so MHA adds
+  to the scaled scores exactly what the graph adds, for every padding pattern, left or right, and every fill.
+  A row that sees no key (an all-padding batch row; left padding under causality makes them common) is NaN in
+  the graph with the ``-inf`` fill, 0 after its guard: the rewrite counts each row's kept keys from ``keep``
+  and writes that value there (``FillMaskedRows(y, row sees a key)`` with 0 or NaN: ``Where`` bit for bit),
+  whatever the kernel makes of such a row. With a finite fill such a row is the softmax of equal scores,
+  uniform in both (measured on ORT 1.31's CPU kernel, float32 and float16, fills ``finfo.min`` and
+  ``-65504``);
 * a window with padding: as padding with causality, the keep rebuilt with the band's bounds (integers
   compared exactly): the same bias entries and the same rows seeing no key (those whose window holds only
   padding keys);
@@ -215,7 +216,7 @@ def proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: floa
     band = None if causal or (lo is None and hi is None) else (lo, hi)
     if band is not None and not (lo is not None and hi is not None and lo <= 0 <= hi):
         raise Refused(f"the mask keeps the keys {_show_offsets(lo, hi)}: neither causal nor a window around "
-                       "the query's own position")
+                      "the query's own position")
     if band is not None and padding is None:
         # MHA has no banded mode; the band alone would be a bias of its own, made from the lengths
         raise Refused(f"the mask keeps the keys {_show_offsets(lo, hi)} with no padding mask to build it on")
@@ -223,7 +224,7 @@ def proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: floa
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
     if causal and padding is None and fill_value not in (-math.inf, lowest):
         raise Refused(f"causal mask with fill {fill_value:g}: MultiHeadAttention drops the future keys "
-                       f"entirely, which a fill above the dtype's lowest ({lowest:g}) does not")
+                      f"entirely, which a fill above the dtype's lowest ({lowest:g}) does not")
     # The formula's positions must be the real ones: an index axis of another length would broadcast
     # (length 1) where MHA reads every position. The padding tensor's own extents count as proof: the
     # mask built from it is fed to MHA, which requires [batch or 1, heads or 1, S, T] at run time.
@@ -239,7 +240,7 @@ def proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: floa
     if positional and (not _one_of(extents[2], (query_len, extents[3]))
                        or not _one_of(extents[3], (key_len, query_len, cols))):
         raise Refused(f"the {'causal' if causal else 'banded'} mask spans {extents[2]}×{extents[3]} positions, "
-                       "not shown to be the query and key lengths")
+                      "not shown to be the query and key lengths")
     allowed = ({batch, rows}, {Dim(q.heads)}, {query_len, extents[3] if positional else query_len}, {key_len, cols})
     for j, (e, ok) in enumerate(zip(extents, allowed)):
         if e != Dim(1) and not _one_of(e, ok):

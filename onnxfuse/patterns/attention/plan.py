@@ -132,8 +132,7 @@ class AttentionPlan(Plan):
             # The guard is ai.onnxfuse's FillMaskedRows on the mask itself (keep [B, 1, S|1, T]: a query row is
             # kept when any of its keys is), writing into MHA's output where ORT lets it: it touches the mask
             # and the rows it fills, where ONNX's Where(ReduceMax(keep), y, value) takes four more nodes and
-            # reads and writes all of y (H200, float16, batch 32: BERT-base's and GPT-2's twelve guards took
-            # 90 µs as Where, 31 and 27 µs as this op in place, bench/results/e2e_h200.md).
+            # reads and writes all of y (both timed in BERT-base and GPT-2: bench/results/e2e_h200.md).
             rows = mask_inputs.keep_mask(self, out, nodes)
             # ORT's planner lets the guard write into MHA's output only where it can prove the two the same
             # size, from shapes; its inference of MHA's output loses the sequence length in today's exports

@@ -4,16 +4,16 @@ From the Softmax, the rule reads the scores (``scores``), the query and key head
 value heads behind P·V (``heads``), the mask (``masks``, ``score_keep``), the row guard after the Softmax and
 the head merge after P·V; ``assemble`` turns those into the plan.
 
-Guard: sdpa's math path writes ``Where(IsNaN(P), 0, P)`` after the Softmax: it turns rows with no visible
-key (−inf everywhere: NaN) into zeros.
+The row guard: sdpa's math path writes ``Where(IsNaN(P), 0, P)`` after the Softmax: it turns rows with no
+visible key (−inf everywhere: NaN) into zeros. The block takes it in and the plan writes what it computes
+(``masks``: why that is exact).
 
 Refused, with the reason shown by ``inspect``: probabilities read anywhere else (``output_attentions``),
-Softmax over another axis, a bias that is neither a proved padding/causal mask nor a finite tensor of
-the scores' type and shape (``-inf`` fills of masks it cannot prove, such as an anti-causal compare;
-``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or
-one that broadcasts the scores up), scores scaled after the bias is added, a query/key that reaches the
-product through other ops without proved [B, N, S, H] dimensions (above), key and value heads of
-different sizes, inconsistent head counts.
+Softmax over another axis, a bias that is neither a proved padding/causal mask nor a finite tensor of the
+scores' type and shape (``-inf`` fills of masks it cannot prove, such as an anti-causal compare;
+``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or one that broadcasts the scores up), scores scaled
+after the bias is added, a query/key that reaches the product through other ops without proved [B, N, S, H]
+dimensions (``heads``), key and value heads of different sizes, inconsistent head counts.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _plan(view: GraphView, softmax: int, sc: Scores) -> AttentionPlan:
         raise Refused(f"Softmax over axis {axis}: attention normalises over the key axis (the last)")
     if sc.post_scale != 1.0:
         raise Refused(f"the scores are scaled by {sc.post_scale:g} after the bias is added: MultiHeadAttention "
-                       "adds attention_bias to the scaled product, unscaled")
+                      "adds attention_bias to the scaled product, unscaled")
     nodes = set(sc.nodes) | {softmax}
     qk = view.nodes[sc.matmul]
 

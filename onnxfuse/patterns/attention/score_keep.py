@@ -61,7 +61,7 @@ def prove_score_keep(view: GraphView, ev: Evaluator, sk: ScoreKeep, q: Heads, k:
     lowest = float(np.finfo(onnx.helper.tensor_dtype_to_np_dtype(dtype)).min)
     if sk.fill not in (-math.inf, lowest):
         raise Refused(f"{what} with fill {sk.fill:g}: only -inf or the dtype's lowest ({lowest:g}) drops a key "
-                       "the way an attention_bias entry does")
+                      "the way an attention_bias entry does")
     if q.seq != k.seq:
         raise Refused(f"{what} where the query and key lengths are not shown equal")
     t, ends, slices = sk.keep, {}, set()  # ends: axis -> (the Slice's ends input, position in it)
@@ -84,14 +84,14 @@ def prove_score_keep(view: GraphView, ev: Evaluator, sk: ScoreKeep, q: Heads, k:
             j = a.coef % rank
             if start != Dim(0) or step != Dim(1) or j in ends:
                 raise Refused(f"{what} where keep is sliced from {start} by {step} on axis {j}: only one slice "
-                               "from 0, step 1, per axis is proved")
+                              "from 0, step 1, per axis is proved")
             ends[j] = (node.input[2], n)
         slices.add(i)
         t = node.input[0]
     c = view.small_value(t, max_elements=_SCORE_KEEP_MAX_ELEMENTS)
     if c is None or c.dtype != np.bool_ or not 2 <= c.ndim <= 4:
         raise Refused(f"{what} where keep's literal is not a 2-D to 4-D boolean tensor of at most "
-                       f"{_SCORE_KEEP_MAX_ELEMENTS} elements")
+                      f"{_SCORE_KEEP_MAX_ELEMENTS} elements")
     rank, (rows, cols) = c.ndim, c.shape[-2:]
     if any(d != 1 for d in c.shape[:-2]) or any(j < rank - 2 for j in ends):
         raise Refused(f"{what} where keep's literal {list(c.shape)} has batch or head axes of its own")
@@ -103,12 +103,12 @@ def prove_score_keep(view: GraphView, ev: Evaluator, sk: ScoreKeep, q: Heads, k:
     blind = np.flatnonzero(~np.tril(matrix).any(axis=1))
     if blind.size:
         raise Refused(f"{what} where keep's row {int(blind[0])} keeps no key at or before its own position "
-                       "(such a row is NaN in the graph and the kernel's own choice in the fused op)")
+                      "(such a row is NaN in the graph and the kernel's own choice in the fused op)")
     keeps_the_triangle = bool(matrix[np.tril_indices(rows, 0, cols)].all())
     if dtype == T.FLOAT16 and sk.fill != -math.inf and not (mask.causal and keeps_the_triangle):
         raise Refused(f"{what} in float16 with a finite fill, where keep drops keys the mask keeps (a banded "
-                       "literal): MultiHeadAttention adds the product to the fill in float32, which float16's "
-                       "lowest does not absorb")
+                      "literal): MultiHeadAttention adds the product to the fill in float32, which float16's "
+                      "lowest does not absorb")
     return replace(sk, literal=t, rank=rank, rows=rows, slices=frozenset(slices))
 
 

@@ -159,7 +159,8 @@ def find_scores(view: GraphView, t: str) -> Scores | None:
     keep = None
     i = view.producer.get(added)
     if i is not None and is_op(view.nodes[i], "Add") and len(view.nodes[i].input) == 2:
-        for a, b in ((view.nodes[i].input[0], view.nodes[i].input[1]), (view.nodes[i].input[1], view.nodes[i].input[0])):
+        operands = view.nodes[i].input
+        for a, b in ((operands[0], operands[1]), (operands[1], operands[0])):
             unmasked, keep = _score_where(view, a)
             inner, _ = strip_scale(view, unmasked, set())
             j = view.producer.get(inner)
