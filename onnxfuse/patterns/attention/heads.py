@@ -60,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..graph import GraphView, attr, is_op
-from ..match import Refused
+from ..match import Refused, parent_path
 from ..symbolic import Dim, Evaluator, NotSymbolic
 
 
@@ -207,28 +207,26 @@ def key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> Heads:
             k = read_heads(view, ev, node.input[0], nodes, "key")
             nodes.add(ti)
             return k
-    if node is not None and is_op(node, "Reshape"):  # dynamo: Reshape(Transpose(Reshape(Kh, [-1, L, H]), 021), [B, N, H, L])
-        t3 = view.producer.get(node.input[0])
-        if t3 is not None and is_op(view.nodes[t3], "Transpose") and tuple(attr(view.nodes[t3], "perm", ())) == (0, 2, 1):
-            r3 = view.producer.get(view.nodes[t3].input[0])
-            if r3 is not None and is_op(view.nodes[r3], "Reshape"):
-                kh = view.nodes[r3].input[0]
-                try:
-                    merge = ev.vec(view.nodes[r3].input[1]).items
-                    split = ev.vec(node.input[1]).items
-                except NotSymbolic as e:
-                    raise Refused(f"the key transpose's shapes cannot be followed: {e}") from None
-                d = [ev.dim(kh, a) for a in range(4)] if ev.rank(kh) == 4 else None
-                if d is not None and merge == (Dim(-1), d[2], d[3]) and split == (d[0], d[1], d[3], d[2]):
-                    k = read_heads(view, ev, kh, nodes, "key")
-                    nodes |= {ti, t3, r3}
-                    return k
-                k = _folded_key_heads(view, ev, view.nodes[r3], split, nodes)
-                if k is not None:
-                    nodes |= {ti, t3, r3}
-                    return k
-                raise Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: "
-                              "not shown to be Kᵀ")
+    # dynamo: Reshape(Transpose(Reshape(Kh, [-1, L, H]), 021), [B, N, H, L])
+    path = parent_path(view, t, ["Reshape", "Transpose", "Reshape"], [0, 0])
+    if path is not None and tuple(attr(view.nodes[path[1]], "perm", ())) == (0, 2, 1):
+        split_node, merge_node = view.nodes[path[0]], view.nodes[path[2]]
+        kh = merge_node.input[0]
+        try:
+            merge = ev.vec(merge_node.input[1]).items
+            split = ev.vec(split_node.input[1]).items
+        except NotSymbolic as e:
+            raise Refused(f"the key transpose's shapes cannot be followed: {e}") from None
+        d = [ev.dim(kh, a) for a in range(4)] if ev.rank(kh) == 4 else None
+        if d is not None and merge == (Dim(-1), d[2], d[3]) and split == (d[0], d[1], d[3], d[2]):
+            k = read_heads(view, ev, kh, nodes, "key")
+            nodes |= set(path)
+            return k
+        k = _folded_key_heads(view, ev, merge_node, split, nodes)
+        if k is not None:
+            nodes |= set(path)
+            return k
+        raise Refused(f"the key is reshaped {list(merge)} → transposed → {list(split)}: not shown to be Kᵀ")
     got = "a graph input" if node is None else node.op_type
     raise Refused(f"the key reaches the attention product through {got}, not Kᵀ: a transposed head split "
                   "or transposed [batch, heads, length, head_size] heads (another layout)")
