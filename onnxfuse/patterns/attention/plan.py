@@ -157,7 +157,7 @@ class AttentionPlan(Plan):
                 onnx.helper.make_node("Reshape", [bsnh, shape], [merged], name=out.name(merged))], merged
 
     def _reshaped_key(self, out: Emitter) -> tuple[list[onnx.NodeProto], str]:
-        """The key heads [B, N, L, H] that the graph only has merged with another reshape (_folded_key_heads):
+        """The key heads [B, N, L, H] that the graph only has merged with another reshape (heads._folded_key_heads):
         its input reshaped to them, which every later step (the key's length included) reads as the key."""
         heads = out.name(self.name_hint + "_key_bnlh")
         shape = out.initializer(self.name_hint + "_key_bnlh_shape", np.array(self.key_shape, dtype=np.int64))
