@@ -61,7 +61,7 @@ Why these are exact, row by row:
 Adding a mask form. :func:`classify` is the one entry point for a bias added to the scores: it tries the
 forms of :data:`FORMS` in order, then falls back to :func:`additive_bias`. A new spelling of a mask is one
 function ``prove(view, ev, bias, q, k, dtype) -> Mask | None`` — None where ``bias`` is not written that way,
-the :class:`Mask` it is proved to be, or :class:`~..match.Refused` with the reason where it is written that
+the :class:`Mask` it is proved to be, or ``match.Refused`` with the reason where it is written that
 way but cannot be proved — listed in :data:`FORMS` as a :class:`MaskForm` with its spelling (named in the
 reason when no form recognises a bias). A boolean keep proved by :func:`proved_keep` is rebuilt in front of
 the op (``mask_inputs``); a form whose keep is something else must say how it is rebuilt there too.

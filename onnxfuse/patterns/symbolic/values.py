@@ -28,7 +28,7 @@ from .dims import Dim, clamp_dim
 
 
 class NotSymbolic(Refused):
-    """The value cannot be followed symbolically; the message says where and why. A :class:`~..match.Refused`:
+    """The value cannot be followed symbolically; the message says where and why. A ``match.Refused``:
     where a rule lets it reach the user, it is the reason the candidate stays."""
 
 
