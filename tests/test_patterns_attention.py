@@ -1223,7 +1223,7 @@ def test_default_rules_include_attention():
 def test_row_guard_ops_are_written_for_the_models_opset(opset):
     """Unsqueeze and ReduceSum take their axes as an attribute before opset 13 and as an input from it on:
     the row guard's ops run in a model of either kind."""
-    from onnxfuse.patterns.attention import _with_axes
+    from onnxfuse.patterns.attention.mask_inputs import _with_axes
 
     class Names:
         def __init__(self):

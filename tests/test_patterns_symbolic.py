@@ -10,6 +10,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from onnxfuse.patterns.graph import GraphView, infer_types
+from onnxfuse.patterns.match import Refused
 from onnxfuse.patterns.symbolic import Dim, Evaluator, NotSymbolic
 
 B, S = Dim(1, ("batch",)), Dim(1, ("seq",))
@@ -198,6 +199,21 @@ def test_shape_sums_of_one_symbol_are_exact_and_a_zero_sum_is_zero():
     assert ev.vec("nothing").items == (Dim(0),)  # (a Reshape reads 0 as "copy": it must be the int)
     with pytest.raises(NotSymbolic):
         ev.vec("seq_minus_one")  # seq - 1 is no monomial
+
+
+def test_a_value_it_cannot_follow_is_a_refusal_with_the_reason():
+    """NotSymbolic is the rules' one refusal exception: a rule that lets it through reports its message."""
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq_len"], axis=0),
+             helper.make_node("Add", ["seq_len", "minus_one"], ["seq_minus_one"])]
+    ev = _evaluator(_model(nodes, [c("one", [1]), c("minus_one", [-1])]))
+    with pytest.raises(Refused) as caught:
+        ev.vec("seq_minus_one")
+    assert isinstance(caught.value, NotSymbolic)
+    refusal = caught.value.as_refusal("attention", ("softmax",))
+    assert (refusal.rule, refusal.reason, refusal.nodes) == (
+        "attention", "'seq_minus_one' is not a small integer vector", ("softmax",))
 
 
 def _after_contrib_norm(tail, extra_inputs=(), opset=14, inits=()):

@@ -7,9 +7,13 @@ adding a rule to :func:`default_rules`.
 
 - ``linear_gelu``: Linear(+bias)+GELU → ``ai.onnxfuse.FusedLinearGelu``. Its stages live beside it: the
   activation normalisers (``gelu_ops``, ``erf``, ``tanh``, ``sigmoid``), ``casts`` and ``linear``.
-- ``attention``: self-attention (Q·Kᵀ, mask, Softmax, P·V, head split/merge) → ``com.microsoft.Attention``
-  with Q, K and V packed into one projection (``qkv``), else ``com.microsoft.MultiHeadAttention``;
-  ``symbolic`` evaluates the shape and mask arithmetic it proves its forms with.
+- ``attention`` (a package): self-attention (Q·Kᵀ, mask, Softmax, P·V, head split/merge) →
+  ``com.microsoft.Attention`` with Q, K and V packed into one projection (``qkv``), else
+  ``com.microsoft.MultiHeadAttention``. One module per stage: the two anchors (``rules``: Softmax;
+  ``onnx_attention``: ONNX's ``Attention`` op), ``scores``, ``heads``, ``masks`` (where a new mask form plugs
+  in), ``score_keep``, ``assemble``, and the plan with what it writes (``plan``, ``mask_inputs``). ``symbolic``
+  (a package: ``dims``, ``values``, ``shapes``, ``evaluator``) evaluates the shape and mask arithmetic the forms
+  are proved with; ``value_range`` proves a bias finite.
 - ``embedding_norm``: BERT-class embedding lookups, their sum and its LayerNormalization →
   ``SkipLayerNormalization`` (a table row of uniform indices, the token types of today's exports, as its bias).
 - ``skip_norm_bias``: a Gemm's bias (C) moved into the ``SkipLayerNormalization`` that reads the Gemm,
@@ -17,7 +21,8 @@ adding a rule to :func:`default_rules`.
 - ``guard_into_skip_norm``: the attention's row guard, behind the output projection, folded into the
   ``SkipLayerNormalization`` there (``ai.onnxfuse.MaskedSkipLayerNormalization``); it matches what the
   attention rule writes, so the driver runs it in a second pass (``after_rewrites``).
-- ``graph``: the read-only view every rule matches on; ``rule``: what rules return and the algebra they share.
+- ``graph``: the read-only view every rule matches on; ``rule``: what rules return and the algebra they share;
+  ``match``: the matching toolkit (one refusal exception, ``Refused``, and ``parent_path``).
 """
 
 from __future__ import annotations
