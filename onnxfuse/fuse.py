@@ -24,7 +24,6 @@ depends on; the second pass runs only where the first one wrote such an anchor.
 
 from __future__ import annotations
 
-import heapq
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,8 +35,9 @@ from onnx import helper, numpy_helper
 from . import cost_model, domain, model_io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
 from .domain import EMITTED_DOMAIN_VERSIONS
 from .errors import BadInputError
+from .graph_order import node_reads, stable_order
 from .patterns import APPROXIMATIONS, FusionRule, NewTensor, Plan, Refusal, default_rules
-from .patterns.graph import SMALL_CONSTANT_ELEMENTS, ConstantRef, GraphView, base_dir_of, infer_types, node_reads
+from .patterns.graph import SMALL_CONSTANT_ELEMENTS, ConstantRef, GraphView, base_dir_of, infer_types
 from .patterns.rule import after_rewrites, op_key
 from .report import FusedBlock, MathChange, RefusedBlock, Report
 from .tuning import read_tuning
@@ -407,27 +407,13 @@ def _in_dependency_order(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
     A block's replacement takes the place of its last node; a reader of one of the block's outputs that
     stood between its first and last node would then come before its producer (GPT-Neo: the Shape of the
     embeddings' sum, read for the mask before the LayerNorm that the sum's SkipLayerNormalization
-    replaces). Kahn's order with the list position as priority: a list already in order comes out as it
-    went in, and a node that must move waits only until what it reads exists."""
+    replaces). ``graph_order.stable_order``: a list already in order comes out as it went in, and a node
+    that must move waits only until what it reads exists."""
     produced_by = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     waits_on = [{produced_by[r] for r in node_reads(n) if r in produced_by} - {i} for i, n in enumerate(nodes)]
     if all(j < i for i, deps in enumerate(waits_on) for j in deps):
         return nodes
-    readers: dict[int, list[int]] = {}
-    for i, deps in enumerate(waits_on):
-        for j in deps:
-            readers.setdefault(j, []).append(i)
-    pending = [len(d) for d in waits_on]
-    ready = [i for i, n in enumerate(pending) if n == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for r in readers.get(i, ()):
-            pending[r] -= 1
-            if pending[r] == 0:
-                heapq.heappush(ready, r)
+    order = stable_order(waits_on)
     if len(order) != len(nodes):
         raise AssertionError("the rewritten graph has a cycle")
     return [nodes[i] for i in order]

@@ -10,7 +10,6 @@ this: it needs every tensor loaded to write external data.
 
 from __future__ import annotations
 
-import heapq
 import os
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from onnx.external_data_helper import ExternalDataInfo
 from . import domain
 from .atomic import create_temp_file, fsync_dir, remove_stale_temps, temp_prefix
 from .errors import BadInputError
+from .graph_order import node_reads, stable_order
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
 # The external location of a tensor that exists only once ``save_model`` computes it (a transposed
@@ -213,12 +213,9 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
 
     ONNX Runtime sorts a graph itself, so exporters and converters write models whose node list is out of
     order (ORT's ``float16.convert_float_to_float16`` appends the input Casts at the end) and ORT runs
-    them. The sort is stable: each step takes the first node in the original order whose inputs exist,
-    so nodes already in order keep their places relative to each other. A tensor read that no node
-    computes (undefined, or a cycle), or one computed twice, is garbage and refused."""
-    # (patterns.graph holds the one definition of what a node reads, outer-scope names in bodies included)
-    from .patterns.graph import node_reads
-
+    them. The sort is ``graph_order.stable_order``: nodes already in order keep their places relative to
+    each other. A tensor read that no node computes (undefined, or a cycle), or one computed twice, is
+    garbage and refused."""
     moved = False
     scope = None  # what a subgraph may read from here: everything this graph and its enclosing ones define
     for node in graph.node:
@@ -239,8 +236,7 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
                 raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
                                     f"(node '{node.name or node.op_type}')")
             producer[name] = k
-    waiting: list[set[int]] = []  # per node: the producers it still waits for
-    readers: dict[int, list[int]] = {}
+    waits_on: list[set[int]] = []  # per node: the producers it waits for
     for k, node in enumerate(graph.node):
         deps = set()
         for name in sorted(node_reads(node)):
@@ -249,22 +245,13 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
             elif name not in defined and name not in outer and name in node.input:
                 raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads "
                                     f"'{name}' before any node computes it (undefined)")
-        waiting.append(deps)
-        for d in deps:
-            readers.setdefault(d, []).append(k)
-    order, ready = [], [k for k, deps in enumerate(waiting) if not deps]
-    heapq.heapify(ready)
-    while ready:
-        k = heapq.heappop(ready)
-        order.append(k)
-        for r in readers.get(k, ()):
-            waiting[r].discard(k)
-            if not waiting[r]:
-                heapq.heappush(ready, r)
+        waits_on.append(deps)
+    order = stable_order(waits_on)
     if len(order) < len(graph.node):
-        stuck = next(k for k in range(len(graph.node)) if waiting[k])
+        placed = set(order)
+        stuck = min(k for k in range(len(graph.node)) if k not in placed)
         node = graph.node[stuck]
-        name = next(n for n in sorted(node_reads(node)) if producer.get(n) in waiting[stuck])
+        name = next(n for n in sorted(node_reads(node)) if n in producer and producer[n] not in placed)
         raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads '{name}' "
                             "before any node computes it (a cycle)")
     if order == sorted(order):
