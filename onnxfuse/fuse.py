@@ -32,7 +32,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import cost_model, domain, model_io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
+from . import cost_model, deferred, domain, model_io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
+from .deferred import Deferred
 from .domain import EMITTED_DOMAIN_VERSIONS
 from .errors import BadInputError
 from .graph_order import node_reads, stable_order
@@ -43,75 +44,12 @@ from .report import FusedBlock, MathChange, RefusedBlock, Report
 from .tuning import read_tuning
 
 
-@dataclass(frozen=True, eq=False)
-class Derived:
-    """How a new constant's bytes come from its source's: applied by ``model_io.save_model`` for external
-    sources, one tensor at a time. ``source`` is the source tensor's external reference (no data)."""
-
-    source: onnx.TensorProto
-    source_dims: tuple[int, ...]
-    transpose: bool = False
-    scale: float | None = None
-    data_type: int | None = None  # the new tensor's type, when it differs from the source's
-
-    @property
-    def sources(self) -> tuple[onnx.TensorProto, ...]:
-        """The external tensors read to compute it, in the order ``__call__`` takes their flat arrays."""
-        return (self.source,)
-
-    def __call__(self, flat: np.ndarray) -> np.ndarray:
-        a = flat.reshape(self.source_dims)
-        to = flat.dtype if self.data_type is None else helper.tensor_dtype_to_np_dtype(self.data_type)
-        if self.scale is not None:
-            # In float64, rounded once to the tensor's type: the correctly rounded alpha·W.
-            a = (a.astype(np.float64) * self.scale).astype(to)
-        elif to != flat.dtype:
-            a = a.astype(to)  # round to nearest even, once
-        return transposed(a) if self.transpose else np.ascontiguousarray(a)
-
-
-@dataclass(frozen=True, eq=False)
-class Concatenation:
-    """A new constant made of stored ones side by side along ``axis`` (Q, K and V's weights as one [D_in, 3D]):
-    each part is an external source's reference (``onnx.TensorProto``, no data), read while saving, or inline
-    values (``np.ndarray``: an inline tensor, the zeros of a missing bias). Every entry is one of the parts':
-    nothing is computed, so the values are the stored ones bit for bit."""
-
-    parts: tuple  # of onnx.TensorProto (external) or np.ndarray (inline)
-    part_dims: tuple[tuple[int, ...], ...]
-    axis: int | None  # None: each part flattened, end to end (numpy's axis=None)
-
-    @property
-    def sources(self) -> tuple[onnx.TensorProto, ...]:
-        return tuple(p for p in self.parts if isinstance(p, onnx.TensorProto))
-
-    def __call__(self, *flats: np.ndarray) -> np.ndarray:
-        read = iter(flats)
-        arrays = [next(read).reshape(dims) if isinstance(part, onnx.TensorProto) else part
-                  for part, dims in zip(self.parts, self.part_dims)]
-        return np.ascontiguousarray(np.concatenate(arrays, axis=self.axis))
-
-
-_TILE = 512  # elements per side: a tile pair fits in L2, so neither side is walked with a cache-line stride
-
-
-def transposed(a: np.ndarray) -> np.ndarray:
-    """``a.T`` as a contiguous array, copied tile by tile (about twice as fast as numpy's strided copy on
-    the [K, N] weights of large models)."""
-    rows, cols = a.shape
-    out = np.empty((cols, rows), dtype=a.dtype)
-    for i in range(0, rows, _TILE):
-        for j in range(0, cols, _TILE):
-            out[j:j + _TILE, i:i + _TILE] = a[i:i + _TILE, j:j + _TILE].T
-    return out
-
-
 @dataclass
 class FuseResult:
     model: onnx.ModelProto
     report: Report
-    # New external tensors: name → how to compute their bytes from their sources' (Derived, Concatenation).
-    derived: dict[str, Derived | Concatenation] = field(default_factory=dict)
+    # New external tensors: name → how to compute their bytes from their sources' (deferred.py).
+    derived: dict[str, Deferred] = field(default_factory=dict)
     # The folder the model's external data lives in (None for inline models).
     source_dir: str | None = None
 
@@ -193,35 +131,11 @@ class _Names:
         return name
 
 
-def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.TensorProto, Derived | None]:
-    """The TensorProto of a new constant. Inline sources are transformed now. External ones are never
-    loaded here: the tensor is a placeholder whose external location is ``model_io.PENDING`` (so a writer that
-    does not know about it fails loudly instead of writing the untransformed bytes), and the Derived
-    tells ``model_io.save_model`` how to compute it while streaming."""
-    src = view.constant(nt.source)
-    if src.data_location == onnx.TensorProto.EXTERNAL:
-        return (_pending(name, nt.data_type, nt.dims),
-                Derived(_external_reference(src), tuple(src.dims), nt.transpose, nt.scale, nt.data_type))
-    derived = Derived(onnx.TensorProto(), tuple(src.dims), nt.transpose, nt.scale, nt.data_type)
-    value = derived(numpy_helper.to_array(src).reshape(-1))
-    t = numpy_helper.from_array(value.reshape(nt.dims), name)
-    return t, None
-
-
-def _external_reference(t: onnx.TensorProto) -> onnx.TensorProto:
-    """An external tensor's reference without its data: where ``model_io.save_model`` reads it from."""
-    ref = onnx.TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims))
-    ref.data_location = onnx.TensorProto.EXTERNAL
-    ref.external_data.extend(t.external_data)
-    return ref
-
-
-def _pending(name: str, data_type: int, dims) -> onnx.TensorProto:
-    """The placeholder of a tensor computed while saving: external, at ``model_io.PENDING``."""
-    t = onnx.TensorProto(name=name, data_type=data_type, dims=list(dims))
-    t.data_location = onnx.TensorProto.EXTERNAL
-    t.external_data.add(key="location", value=model_io.PENDING)
-    return t
+def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.TensorProto, Deferred | None]:
+    """The TensorProto of a new constant, and its recipe where its source is external (``deferred.derived``:
+    inline sources are transformed now; external ones are never loaded here)."""
+    return deferred.derived(view.constant(nt.source), name, nt.dims, nt.data_type, transpose=nt.transpose,
+                            scale=nt.scale)
 
 
 def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start: list[str],
@@ -266,7 +180,7 @@ class _Rewrite:
     base_dir: str | None
     names: _Names
     report: Report = field(default_factory=Report)
-    derived: dict[str, Derived | Concatenation] = field(default_factory=dict)
+    derived: dict[str, Deferred] = field(default_factory=dict)
     created: dict[NewTensor, str] = field(default_factory=dict)  # one derived copy per source+transform
     targets: dict[int, onnx.GraphProto] = field(default_factory=dict)  # id(view) -> its output graph
     outer_sources: list[tuple[onnx.GraphProto, str]] = field(default_factory=list)
@@ -328,30 +242,12 @@ class _GraphEmitter:
         return name
 
     def concatenation(self, proposal: str, parts, axis: int | None) -> str:
-        inline = [p if isinstance(p, np.ndarray) else None for p in parts]
-        refs = [p.tensor if isinstance(p, ConstantRef) else None for p in parts]
-        if not any(t is not None and t.data_location == onnx.TensorProto.EXTERNAL for t in refs):
-            values = [v if v is not None else numpy_helper.to_array(t) for v, t in zip(inline, refs)]
-            return self.initializer(proposal, np.concatenate(values, axis=axis))
-        # Some part is external: a placeholder now, its bytes read and joined while the model is saved.
-        stored = []
-        for v, t in zip(inline, refs):
-            if v is not None:
-                stored.append(v)
-            elif t.data_location == onnx.TensorProto.EXTERNAL:
-                stored.append(_external_reference(t))
-            else:
-                stored.append(numpy_helper.to_array(t))
-        part_dims = tuple(tuple(v.shape) if v is not None else tuple(t.dims) for v, t in zip(inline, refs))
-        if axis is None:
-            dims = [sum(int(np.prod(d, dtype=np.int64)) for d in part_dims)]
-        else:
-            dims = list(part_dims[0])
-            dims[axis] = sum(d[axis] for d in part_dims)
-        data_type = next(t.data_type for t in refs if t is not None)
         name = self.ctx.names.claim(proposal)
-        self.new_tensors.append(_pending(name, data_type, dims))
-        self.ctx.derived[name] = Concatenation(tuple(stored), part_dims, axis)
+        # an external part is not read now: a placeholder, its bytes read and joined while the model is saved
+        tensor, how = deferred.concatenated(name, [p.tensor if isinstance(p, ConstantRef) else p for p in parts], axis)
+        self.new_tensors.append(tensor)
+        if how is not None:
+            self.ctx.derived[name] = how
         return name
 
 

@@ -25,13 +25,11 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from . import domain
 from .atomic import create_temp_file, fsync_dir, remove_stale_temps, temp_prefix
+from .deferred import Deferred, is_pending
 from .errors import BadInputError
 from .graph_order import node_reads, stable_order
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
-# The external location of a tensor that exists only once ``save_model`` computes it (a transposed
-# weight): any other reader fails on it rather than reading the wrong bytes.
-PENDING = "onnxfuse-pending-until-saved"
 # Offsets of tensors in the data file are page-aligned, so runtimes can memory-map them.
 ALIGNMENT = 4096
 _COPY_CHUNK = 64 << 20
@@ -520,7 +518,7 @@ def _copy_range(src: str, offset: int, length: int, dst) -> None:
             done += len(chunk)
 
 
-def _derive(spans: list[tuple[str, int, int]], t: onnx.TensorProto, how: Callable[..., np.ndarray]) -> np.ndarray:
+def _derive(spans: list[tuple[str, int, int]], t: onnx.TensorProto, how: Deferred) -> np.ndarray:
     """Read the source tensors (one per span, in ``how.sources``' order) and compute the derived tensor's
     bytes (transpose, scale, convert; or the sources side by side)."""
     flats = [np.fromfile(src, dtype=np.uint8, count=length, offset=offset).view(
@@ -571,17 +569,16 @@ def _write_data_file(out, ext, spans, derived, data_name: str, saved: list) -> N
 
 
 def save_model(model: onnx.ModelProto, path, *, source_dir=None,
-               derived: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
+               derived: Mapping[str, Deferred] | None = None,
                check: bool = True, before_publish: Callable[[str], None] | None = None,
                input_checker_error: str | None = None) -> None:
     """Write ``model`` to ``path`` atomically; external tensors go to a fresh ``<name>.data`` beside it.
 
     ``source_dir`` is where the external data the model points at lives (the input model's folder).
-    ``derived`` maps the name of a tensor whose location is ``PENDING`` to how its bytes are computed:
-    a callable on the flat source arrays, with ``sources``, the sources' external references
-    (``fuse.Derived``, ``fuse.Concatenation``). Files are written into a temporary folder beside ``path``, fsynced, checked with
-    ``onnx.checker`` (full check), then renamed into place — data file first; on any failure nothing is
-    left behind. ``model`` is left as it was. ``before_publish`` is called with the written and checked
+    ``derived`` maps the name of a deferred tensor (a placeholder at ``deferred.PENDING``) to its recipe
+    (``deferred.Deferred``: a callable on the flat arrays of its ``sources``, their external references).
+    Files are written into a temporary folder beside ``path``, fsynced, checked with ``onnx.checker`` (full
+    check), then renamed into place — data file first; on any failure nothing is left behind. ``model`` is left as it was. ``before_publish`` is called with the written and checked
     temporary model (its data file beside it) just before the rename: an exception it raises publishes
     nothing (``optimize --verify`` runs the accuracy gate there). ``input_checker_error``: the checker's
     error on the input (:class:`LoadNotes`), which the output may repeat but not replace by another."""
@@ -598,7 +595,7 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
         for t in ext:
             if t.name in derived:
                 spans.append([_external_span(source, os.fspath(source_dir)) for source in derived[t.name].sources])
-            elif ExternalDataInfo(t).location == PENDING:
+            elif is_pending(t):
                 raise ValueError(f"tensor '{t.name}' is computed while saving: pass the FuseResult's derived map")
             else:
                 spans.append([_external_span(t, os.fspath(source_dir))])
