@@ -57,7 +57,7 @@ from onnxfuse.bench.model_bench import bench_models
 from onnxfuse.bench.timing import TimingPolicy
 from onnxfuse.compare import compare_models
 from onnxfuse.errors import one_line
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.plots import plot_model_bench
 from onnxfuse.runtime import preload_cuda_libraries
 

@@ -165,8 +165,8 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
     from .approximation import parse_forms
     from .cost_model import get_target
     from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
-    from .fuse import optimize_file
     from .inputs import parse_shape_option
+    from .pipeline import optimize_file
 
     get_target(target)  # a bad --target is said before anything else is looked at
     output = _output_beside(model, output, "fused")
@@ -244,8 +244,8 @@ def _optimize_then_tune(model, output, shapes, batches, budget, forms, samples, 
 
     from .domain import DOMAIN, OP_TYPE
     from .errors import BadInputError
-    from .fuse import optimize_file
-    from .model_io import check_output_path
+    from .model_save import check_output_path
+    from .pipeline import optimize_file
     from .tune import tune_file
 
     check_output_path(model, output)
@@ -277,7 +277,7 @@ def _optimize_then_tune(model, output, shapes, batches, budget, forms, samples, 
 def inspect_command(model, json_out, target, ort_fusions):
     """List every candidate block of MODEL (each fusion rule's): what would be fused into which op, and for
     every refusal the rule and its reason (the cost model's, for a block --target leaves alone). Writes nothing."""
-    from .fuse import inspect_file
+    from .pipeline import inspect_file
 
     report = inspect_file(model, target=target, ort_fusions=ort_fusions)
     _echo_warnings(report)

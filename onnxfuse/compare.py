@@ -373,9 +373,10 @@ def _load(model: str | Path | onnx.ModelProto, role: str) -> _Loaded:
         return _Loaded(model, f"<{role} model in memory>", model.SerializeToString())
     path = Path(model)
     from . import model_io
+    from .runtime import onnxruntime_load_error
 
     try:  # every way a file can be bad (empty, truncated, a folder, an LFS pointer, external data), one line
-        proto = model_io.load_model(path)
+        proto = model_io.load_model(path, runtime_load_error=onnxruntime_load_error)
     except BadInputError as e:
         raise BadInputError(f"{role} model {e}") from None
     return _Loaded(proto, str(path), str(path))

@@ -36,7 +36,7 @@ _LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1}
 
 def check_plot_path(path: str | Path) -> None:
     """Refuse a plot path we cannot write, before any work is done."""
-    from .model_io import check_output_path
+    from .model_save import check_output_path
 
     if Path(path).suffix.lower() != ".png":
         raise BadInputError(f"--plot '{path}': the plot is a PNG, give a file name ending in .png")

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import onnx
 
-from . import model_io
+from . import model_io, model_save
 from .accuracy import ErrorChecker, reference_checker
 from .approximation import (DEFAULT_FORMS, FORMS, FormChoice, NodeForms, approximation_record, choose_forms,
                             node_forms, restore_forms, variants, with_forms)
@@ -31,6 +31,7 @@ from .domain import GEMV_MAX_ROWS
 from .errors import BadInputError
 from .inputs import input_specs
 from .patterns.graph import base_dir_of
+from .runtime import onnxruntime_load_error
 from .tuning import (Device, Measure, Measured, NodeTuning, apply_tuning, measure_each, nested_count,
                      node_tunings, row_counts, tunable_nodes, tuning_record, wanted)
 
@@ -152,9 +153,9 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
     check_approximation_options(approximate, budget, forms, samples)
     auto = approximate == "auto"
     start = time.perf_counter()
-    model_io.check_output_path(input_path, output_path)
+    model_save.check_output_path(input_path, output_path)
     notes = model_io.LoadNotes()
-    model = model_io.load_model(input_path, notes=notes)
+    model = model_io.load_model(input_path, notes=notes, runtime_load_error=onnxruntime_load_error)
     model, restored, restore_warnings = restore_forms(model)
     base_dir = base_dir_of(input_path)
     nodes = tunable_nodes(model, base_dir)
@@ -185,8 +186,8 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
                                                            "input_shapes": {k: list(v) for k, v in largest.items()}})
     record = tuning_record(tunings, device, plan, settings, approximation=section)
     tuned = apply_tuning(with_forms(model, choice.forms) if choice else model, tunings, record)
-    model_io.save_model(tuned, output_path, source_dir=base_dir, check=model_io.checkable(model),
-                        input_checker_error=notes.checker_error, before_publish=before_publish)
+    model_save.save_model(tuned, output_path, source_dir=base_dir, check=model_io.checkable(model),
+                          input_checker_error=notes.checker_error, before_publish=before_publish)
     step()
     warnings = list(notes.warnings) + restore_warnings
     if nested_count(model):

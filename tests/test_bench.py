@@ -55,7 +55,7 @@ def linear_gelu_model(batch="batch") -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """(original, fused) paths: the fused one made by onnxfuse's own optimizer."""
-    from onnxfuse.fuse import optimize_file
+    from onnxfuse.pipeline import optimize_file
 
     folder = tmp_path_factory.mktemp("bench_models")
     original, fused = folder / "original.onnx", folder / "fused.onnx"

@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from onnxfuse.compare import DEFAULT_TOLERANCES, verify_optimized
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.inputs import gather_bounds, random_inputs
 
 MODELS = sorted((Path(__file__).parent / "models").glob("*.onnx"))

@@ -21,7 +21,7 @@ from onnxfuse import model_io, tuning
 from onnxfuse.cli import main
 from onnxfuse.domain import GEMV_MAX_ROWS, OP_TYPE
 from onnxfuse.errors import BadInputError
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.patterns.graph import base_dir_of
 from onnxfuse.runtime import create_session, cuda_device_signature, cuda_usable
 from onnxfuse.tune import tune_plan

@@ -21,7 +21,7 @@ from onnxfuse.approximation import FormOption, NodeForms, choose_forms, node_for
 from onnxfuse.cli import main
 from onnxfuse.compare import output_errors
 from onnxfuse.domain import OP_TYPE
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.runtime import create_session, cuda_usable
 from onnxfuse.tuning import NodeShape, NodeTuning, PathTimes, TunableNode
 from tests.test_cli_optimize import cli
