@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from . import __version__
+from .version import __version__
 from .errors import EXIT_INTERNAL, OnnxfuseError
 
 
@@ -166,7 +166,7 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
     from .cost_model import get_target
     from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
     from .inputs import parse_shape_option
-    from .pipeline import optimize_file
+    from .pipeline import AutoApproximation, Verify, write_optimized
 
     get_target(target)  # a bad --target is said before anything else is looked at
     output = _output_beside(model, output, "fused")
@@ -196,34 +196,20 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
     # before writing the model: a report path that cannot be written, or that is a model file of this run
     check_report_paths({"--json": json_path}, models_read=[model], models_written=[output])
 
-    gate = []  # the compare report, once the gate has run
-
-    def run_gate(written_model: str) -> None:
-        from .compare import verify_optimized
-
-        verdict = verify_optimized(model, written_model, published_as=output, provider=provider,
-                                   samples=samples or 2, shapes=shapes, rtol=rtol, atol=atol, progress=False)
-        gate.append(verdict)
-        if json_path != "-":
-            _render_compare(verdict)
-        if not verdict.passed and not keep_failed:
-            raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
-
-    gate_hook = run_gate if verify else None
-    tuned = None
-    if auto:
-        report, tuned = _optimize_then_tune(model, output, shapes, batches, budget, forms, samples, gate_hook,
-                                            target, ort_fusions)
-    else:
-        report = optimize_file(model, output, approximate=approximate, before_publish=gate_hook, target=target,
-                               ort_fusions=ort_fusions)
+    verify_with = Verify(provider, samples or 2, shapes, rtol, atol, keep_failed) if verify else None
+    auto_with = AutoApproximation(budget, forms, shapes, batches, samples) if auto else None
+    written = write_optimized(model, output, target=target, ort_fusions=ort_fusions,
+                              approximate=None if auto else approximate, auto=auto_with, verify=verify_with,
+                              on_verdict=_render_compare if json_path != "-" else None,
+                              tune_progress=lambda: _bench_progress(True, "tune:"))
+    report, tuned, verdict = written.report, written.tuned, written.verdict
     _echo_warnings(report)
     if json_path != "-":
         _render_rewrite(report, title=f"{report.model} → {report.output}")
         if tuned is not None:
             _render_tune(tuned)
-    failed = bool(gate) and not gate[0].passed
-    extra = {"verify": gate[0].to_dict()} if gate else {}
+    failed = verdict is not None and not verdict.passed
+    extra = {"verify": verdict.to_dict()} if verdict is not None else {}
     if tuned is not None:
         extra["tune"] = tuned.to_dict()
     # The report's exit_code is the one this process ends with: 3 when --keep-failed wrote a model outside
@@ -231,42 +217,7 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
     _emit_json(report, json_path, extra={**extra, "exit_code": EXIT_ACCURACY if failed else EXIT_OK},
                after_writing=output)
     if failed:
-        raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {gate[0].summary()}")
-
-
-def _optimize_then_tune(model, output, shapes, batches, budget, forms, samples, before_publish, target, ort_fusions):
-    """optimize --approximate auto: the exact rewrite into a temporary folder beside OUT (external data
-    included), then tune's --approximate auto from there into OUT, whose save runs ``before_publish`` (the
-    --verify gate) on the tuned model. Where tune cannot run (no CUDA provider or GPU: exit 2) nothing is
-    written; the folder goes whatever happens. A model with no FusedLinearGelu node has no form to choose:
-    OUT is then the exact rewrite, with a warning. Returns (the rewrite's report, OUT its output; tune's or None)."""
-    import tempfile
-
-    from .domain import DOMAIN, OP_TYPE
-    from .errors import BadInputError
-    from .model_save import check_output_path
-    from .pipeline import optimize_file
-    from .tune import tune_file
-
-    check_output_path(model, output)
-    folder = os.path.dirname(os.path.abspath(os.fspath(output)))
-    with tempfile.TemporaryDirectory(prefix=".onnxfuse-optimize-", dir=folder) as staging:
-        exact = os.path.join(staging, os.path.basename(os.fspath(output)))
-        report = optimize_file(model, exact, target=target, ort_fusions=ort_fusions)
-        if not report.fused_by_op.get(f"{DOMAIN}.{OP_TYPE}"):
-            report = optimize_file(model, output, before_publish=before_publish, target=target, ort_fusions=ort_fusions)
-            report.warnings.append(f"--approximate auto: no {OP_TYPE} node in the rewrite, so no GELU form to "
-                                   "choose: OUT is the exact rewrite")
-            return report, None
-        try:
-            with _bench_progress(True, "tune:") as bar:
-                tuned = tune_file(exact, output, shapes=shapes, batches=batches, approximate="auto", budget=budget,
-                                  forms=forms, samples=samples, progress=bar, before_publish=before_publish)
-        except BadInputError as e:
-            raise BadInputError(f"--approximate auto: {e}") from e
-    report.output = os.fspath(output)
-    tuned.model = os.fspath(model)  # the exact rewrite it tuned was this run's, and is gone
-    return report, tuned
+        raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {verdict.summary()}")
 
 
 @main.command("inspect", context_settings={"max_content_width": 110})

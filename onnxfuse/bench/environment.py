@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .. import __version__
+from ..version import __version__
 
 SCHEMA = "onnxfuse.bench/1"
 
