@@ -455,7 +455,7 @@ def test_tune_says_why_gemv_has_no_time(tmp_path, fused_models, monkeypatch):
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())  # (the why column wraps)
     assert text.count("gemv unavailable") == 1 and "is not known" in text  # at M=1 only, not at M=32
-    from onnxfuse.cli import _why
+    from onnxfuse.cli.render import _why
 
     assert _why(PathTimes(10.0, 12.0, 20.0, gemv_note="cuda_path='gemv' is not known"), 1) == (
         "1.20× faster than fallback; gemv unavailable (cuda_path='gemv' is not known); 2.00× over ORT unfused")
