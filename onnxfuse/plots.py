@@ -26,7 +26,7 @@ from .errors import BadInputError
 from .runtime import PROVIDERS, short_name
 
 if TYPE_CHECKING:
-    from .bench.model_bench import ModelBenchReport
+    from .measure.model_bench import ModelBenchReport
     from .compare import CompareReport, OutputStats
 
 MAX_PANELS = 12

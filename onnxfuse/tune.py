@@ -7,7 +7,7 @@ forms that pay are kept as far as the model's error against the exact model stay
 (``approximation``: the choosing; ``accuracy``: the error, measured on the GPU).
 
 The choosing and writing are ``tuning``'s and ``approximation``'s pure functions; the measuring is
-``bench.path_bench``'s and ``accuracy``'s.
+``measure.path_bench``'s and ``accuracy``'s.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from . import model_io, model_save
 from .accuracy import ErrorChecker, reference_checker
 from .approximation import (DEFAULT_FORMS, FORMS, FormChoice, NodeForms, approximation_record, choose_forms,
                             node_forms, restore_forms, variants, with_forms)
-from .bench import path_bench
-from .bench.model_bench import batch_shapes
-from .bench.progress import Steps
+from .measure import path_bench
+from .measure.model_bench import batch_shapes
+from .measure.progress import Steps
 from .domain import GEMV_MAX_ROWS
 from .errors import BadInputError
 from .inputs import input_specs

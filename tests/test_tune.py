@@ -345,7 +345,7 @@ def test_read_tuning_is_what_inspect_shows(fused_models):
 
 # --- the command ----------------------------------------------------------------------------------------
 def _run(args, monkeypatch, calls=None, fake=_fake_measure):
-    import onnxfuse.bench.path_bench as path_bench
+    import onnxfuse.measure.path_bench as path_bench
 
     monkeypatch.setattr(path_bench, "gpu_measurer", _measurer([] if calls is None else calls, fake))
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
@@ -565,7 +565,7 @@ def test_signature_is_the_librarys_string_or_a_clear_no_device(tmp_path):
 
 def test_path_models_compute_the_same_block(rng):
     """The models tune times are one computation (on the CPU kernel, which ignores cuda_path)."""
-    from onnxfuse.bench.path_bench import path_models
+    from onnxfuse.measure.path_bench import path_models
 
     for shape in (NodeShape(48, 80, F32, 1, "none"), NodeShape(48, 80, F32, 0, "tanh"),
                   NodeShape(48, 80, F32, 1, "sigmoid", 1.702)):
@@ -588,8 +588,8 @@ def _cuda_paths(model: bytes) -> list:
 
 def test_path_times_measures_each_model():
     """The sessions, IO binding and interleaved timing tune uses, run on the CPU provider (one path there)."""
-    from onnxfuse.bench.path_bench import path_times
-    from onnxfuse.bench.timing import TimingPolicy
+    from onnxfuse.measure.path_bench import path_times
+    from onnxfuse.measure.timing import TimingPolicy
 
     policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_reps=3, budget_s=0.2, block_s=0.005)
     times = path_times(NodeShape(64, 96, F32, 1, "tanh"), 16, policy, provider="cpu")

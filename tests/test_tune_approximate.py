@@ -294,7 +294,7 @@ def _checkers(per_node: dict[str, float], seen: list):
 
 
 def _tune(args, monkeypatch, factors, per_node, seen=None):
-    import onnxfuse.bench.path_bench as path_bench
+    import onnxfuse.measure.path_bench as path_bench
     import onnxfuse.tune as tune
 
     monkeypatch.setattr(path_bench, "gpu_measurer", lambda reps: (DEVICE, _measure(factors)))

@@ -51,9 +51,9 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     Exit codes: 0 ok · 2 bad input (unreadable model, bad option, provider not usable here) ·
     4 a FusedLinearGelu node ran on another provider than --provider.
     """
-    from ..bench.model_bench import bench_models
-    from ..bench.op_bench import bench_op, parse_op
-    from ..bench.timing import TimingPolicy
+    from ..measure.model_bench import bench_models
+    from ..measure.op_bench import bench_op, parse_op
+    from ..measure.timing import TimingPolicy
     from ..errors import BadInputError
     from ..inputs import parse_shape_option
 

@@ -10,6 +10,7 @@ import onnxruntime as ort
 
 from ..version import __version__
 
+# The reports' format: a name their readers match on, kept as it was when the package was called bench.
 SCHEMA = "onnxfuse.bench/1"
 
 
