@@ -27,7 +27,8 @@ from .runtime import PROVIDERS, short_name
 
 if TYPE_CHECKING:
     from .measure.model_bench import ModelBenchReport
-    from .compare import CompareReport, OutputStats
+    from .compare import CompareReport
+    from .error_statistics import OutputStats
 
 MAX_PANELS = 12
 DECADES = 8

@@ -19,7 +19,7 @@ from onnxfuse import approximation, tuning
 from onnxfuse.accuracy import ModelError, ReferenceRun, model_error
 from onnxfuse.approximation import FormOption, NodeForms, choose_forms, node_forms, restore_forms, with_forms
 from onnxfuse.cli import main
-from onnxfuse.compare import output_errors
+from onnxfuse.error_statistics import output_errors
 from onnxfuse.domain import OP_TYPE
 from onnxfuse.pipeline import optimize_file
 from onnxfuse.runtime import create_session, cuda_usable
