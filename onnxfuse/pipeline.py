@@ -12,7 +12,7 @@ Each step is another module's (``ort_fusions``, ``fuse``, ``tune``, ``compare``,
 chains them, reads the input (``model_io``, with ONNX Runtime judging what ``onnx.checker`` rejects) and fills
 in the report. The steps run in memory where they can: the rewrite is made once, and tuned from memory unless
 it has deferred weights (``deferred``: computed only while the model is written), which tune then reads
-from a staged copy. The model is written once, by the last step, and checked before it takes its place.
+from a staged copy. The output is written once, by the last step, and checked before it takes its place.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ class Optimized(tuple):
 
     def save(self, path, *, before_publish: Callable[[str], None] | None = None) -> None:
         """Write the model to ``path`` atomically, external data streamed into ``path``.data beside it, and set
-        the report's ``output``. The written model passes ``onnx.checker`` wherever the input did, with no
-        error the input did not have, before it takes ``path``'s place; so does ``before_publish(temp_path)``
-        when given (an exception it raises leaves ``path`` as it was)."""
+        the report's ``output``. Before the written model takes ``path``'s place it must pass ``onnx.checker``
+        wherever the input did, with no error the input did not have, and ``before_publish(temp_path)`` runs
+        on it when given (an exception it raises leaves ``path`` as it was)."""
         self._result.save(path, check=self._check, before_publish=before_publish,
                           input_checker_error=self._input_checker_error)
         self.report.output = os.fspath(path)
