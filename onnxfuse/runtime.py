@@ -133,6 +133,30 @@ def register_library(so: ort.SessionOptions, library_path: str | None = None) ->
         raise BadInputError(f"cannot load the op library {path}: {one_line(e)}") from e
 
 
+def onnxruntime_load_error(model: onnx.ModelProto, source: str | None = None, *,
+                           base_dir: str | None = None) -> str | None:
+    """Why ONNX Runtime cannot load ``model`` (None if it can): the judge of inputs ``onnx.checker`` rejects,
+    since what ORT runs is what users run (``model_io.load_model`` asks it through its
+    ``runtime_load_error``). ``source`` is the model's file, where ORT reads the weights from; without one the
+    serialized ``model`` is loaded, its external data looked for in ``base_dir``. Graph optimizations are
+    off: only whether the model is loadable is asked; a model importing the FusedLinearGelu domain is loaded
+    with the op library registered. (ORT reads the weights to load a model: this runs only for the rare
+    input the checker rejects.)"""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    try:
+        if any(o.domain == DOMAIN for o in model.opset_import):
+            register_library(so)
+        if source is None and base_dir is not None:
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path", base_dir)
+        ort.InferenceSession(model.SerializeToString() if source is None else source, so,
+                             providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - every way ORT refuses a model is an answer here
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return None
+
+
 # --- providers -----------------------------------------------------------------------------------------
 
 

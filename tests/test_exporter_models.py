@@ -72,9 +72,9 @@ def _original(file: str) -> onnx.ModelProto:
 @functools.lru_cache(maxsize=None)
 def _loaded(file: str) -> onnx.ModelProto:
     """The model as optimize reads it: nodes put in topological order where the file has them out of it."""
-    from onnxfuse import model_io
+    from onnxfuse.pipeline import load_input
 
-    return model_io.load_model(MODELS / file, load_external_data=True)
+    return load_input(MODELS / file, load_external_data=True)
 
 
 @functools.lru_cache(maxsize=None)
@@ -385,7 +385,7 @@ EXTERNAL = sorted(f for f, m in ENTRIES.items() if m["external_data"])
 
 @pytest.mark.parametrize("file", _params("external", EXTERNAL))
 def test_external_data_model_optimizes_to_external_data(file, tmp_path):
-    from onnxfuse.fuse import optimize_file
+    from onnxfuse.pipeline import optimize_file
 
     entry = ENTRIES[file]
     src = MODELS / file

@@ -17,6 +17,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+# (what a node reads is defined once, beside the node order built on it; rules import it from here)
+from ..graph_order import node_reads, subgraph_references  # noqa: F401
+
 # A constant larger than this is never read by a rule (weights are reasoned about by dims and dtype only).
 SMALL_CONSTANT_ELEMENTS = 64
 
@@ -76,29 +79,6 @@ def attr(node: onnx.NodeProto, name: str, default=None):
         if a.name == name:
             return onnx.helper.get_attribute_value(a)
     return default
-
-
-def node_reads(node: onnx.NodeProto) -> set[str]:
-    """Every tensor ``node`` reads, including outer-scope names read inside its subgraphs."""
-    names = {i for i in node.input if i}
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            names |= subgraph_references(a.g)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            for g in a.graphs:
-                names |= subgraph_references(g)
-    return names
-
-
-def subgraph_references(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor name a subgraph reads (over-approximate: also names it defines itself).
-
-    Outer-scope tensors read inside an If/Loop/Scan body are consumers the flat node list does not show;
-    counting them keeps a tensor used inside a body from being treated as single-use."""
-    names: set[str] = set()
-    for node in graph.node:
-        names |= node_reads(node)
-    return names
 
 
 def _constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:

@@ -97,10 +97,11 @@ def batch_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], bat
 def _load_for_specs(path: str) -> onnx.ModelProto:
     """The graph without external weights: enough for input specs and embedding-table sizes. Read and
     checked by ``model_io.load_model`` (empty, truncated, a folder, a git-LFS pointer, missing external data:
-    each one line)."""
+    each one line; a model onnx.checker rejects and ONNX Runtime loads is timed as ORT runs it)."""
     from .. import model_io
+    from ..runtime import onnxruntime_load_error
 
-    return model_io.load_model(path)
+    return model_io.load_model(path, runtime_load_error=onnxruntime_load_error)
 
 
 def bench_models(

@@ -1,5 +1,6 @@
-"""Latency and throughput of an optimized model against its baseline, and of one FusedLinearGelu op
-against the hardware's ceilings.
+"""Measuring: latency and throughput of an optimized model against its baseline (``onnxfuse bench``), of one
+FusedLinearGelu op against the hardware's ceilings, and of each CUDA path ``tune`` chooses between. (The
+repository's top-level ``bench/`` holds the device benchmark scripts and their results; this is the package's.)
 
 How a number is made (the same for every model, provider and mode):
 
@@ -26,6 +27,7 @@ The modules, one step each (sessions come from ``onnxfuse.runtime.create_session
     placement     Placement, read_placement, profile_placement: which provider ran which node
     model_bench   bench_models and its report: optimized vs baseline over batch sizes
     op_bench      bench_op and its report: one FusedLinearGelu against the unfused ops and the roofline
+    path_bench    gpu_measurer, path_times: each CUDA path of one node shape timed, what ``tune`` chooses from
     environment   SCHEMA and environment(): what every report says about where it was made
     progress      Steps: a progress bar through named steps
 """

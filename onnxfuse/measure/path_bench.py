@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from .. import __version__
+from ..version import __version__
 from ..domain import DOMAIN, DOMAIN_VERSION, GEMV_MAX_ROWS, OP_TYPE
 from ..errors import BadInputError, one_line
 from ..runtime import (CUDA, create_session, cuda_device_signature, cuda_devices, cuda_driver_version, cuda_usable,
