@@ -119,7 +119,15 @@ def _external_span(t: onnx.TensorProto, base_dir: str) -> tuple[str, int, int]:
 
 
 # --- loading ---------------------------------------------------------------------------------------
-def _check_opsets(model: onnx.ModelProto, path: str) -> None:
+def _check_opsets(model: onnx.ModelProto, path: str, notes: LoadNotes | None = None) -> None:
+    """Every domain a node uses is imported, at a version this onnx (and onnxfuse) reads. A domain the model
+    uses without importing it that ONNX Runtime imports by itself (``com.microsoft``, ``ai.onnx.ml``) is
+    declared in ``model`` at the version ORT assumes (``implied_opsets``), and recorded in ``notes``."""
+    from .implied_opsets import declare_implied
+
+    declared = declare_implied(model, list(all_nodes(model.graph)))
+    if notes is not None:
+        notes.declared_opsets = tuple(declared.items())
     imported = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     if "" in imported and not 1 <= imported[""] <= onnx.defs.onnx_opset_version():
         raise BadInputError(f"{path}: ONNX opset {imported['']} is not supported (this onnx knows up to "
@@ -208,16 +216,23 @@ def _check_well_formed(model: onnx.ModelProto, path: str) -> None:
                                     "shape says") from None
 
 
-def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = frozenset()) -> bool:
+def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = frozenset(),
+                duplicates: dict[str, int] | None = None) -> bool:
     """Put ``graph``'s nodes (and its subgraphs') in topological order if they are not; True if any moved.
 
     ONNX Runtime sorts a graph itself, so exporters and converters write models whose node list is out of
     order (ORT's ``float16.convert_float_to_float16`` appends the input Casts at the end) and ORT runs
     them. The sort is stable: each step takes the first node in the original order whose inputs exist,
     so nodes already in order keep their places relative to each other. A tensor read that no node
-    computes (undefined, or a cycle), or one computed twice, is garbage and refused."""
+    computes (undefined, or a cycle) is garbage and refused, and so is one computed twice, except as ORT
+    takes it: ORT turns every ``Constant`` node into an initializer, appended after the model's own, and of
+    initializers of one name uses the last (``onnxruntime/core/graph/graph.cc``). So a tensor that
+    ``Constant`` nodes define more than once, or that one defines beside an initializer or graph input of its
+    name, is the last such node's value; each is counted in ``duplicates`` (tensor: definitions). A node of
+    another op writing a defined name ORT refuses too. (Constant nodes read nothing: the stable sort keeps
+    their order, so the last one stays last, which is where ``patterns.graph.GraphView`` reads it.)"""
     # (patterns.graph holds the one definition of what a node reads, outer-scope names in bodies included)
-    from .patterns.graph import node_reads
+    from .patterns.graph import is_op, node_reads
 
     moved = False
     scope = None  # what a subgraph may read from here: everything this graph and its enclosing ones define
@@ -227,25 +242,29 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
                 if scope is None:
                     scope = outer | {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
                         o for n in graph.node for o in n.output if o}
-                moved |= _sort_nodes(g, path, scope)
+                moved |= _sort_nodes(g, path, scope, duplicates)
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer if t.values.name}
-    producer: dict[str, int] = {}
+    producers: dict[str, list[int]] = {}
     for k, node in enumerate(graph.node):
         for name in node.output:
             if not name:
                 continue
-            if name in defined or name in producer:
-                raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
-                                    f"(node '{node.name or node.op_type}')")
-            producer[name] = k
+            earlier = producers.setdefault(name, [])
+            if earlier or name in defined:
+                if not (is_op(node, "Constant") and all(is_op(graph.node[j], "Constant") for j in earlier)):
+                    raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
+                                        f"(node '{node.name or node.op_type}')")
+                if duplicates is not None:
+                    duplicates[name] = len(earlier) + (name in defined) + 1
+            earlier.append(k)
     waiting: list[set[int]] = []  # per node: the producers it still waits for
     readers: dict[int, list[int]] = {}
     for k, node in enumerate(graph.node):
         deps = set()
         for name in sorted(node_reads(node)):
-            if name in producer:
-                deps.add(producer[name])
+            if name in producers:
+                deps.update(producers[name])
             elif name not in defined and name not in outer and name in node.input:
                 raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads "
                                     f"'{name}' before any node computes it (undefined)")
@@ -264,7 +283,7 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
     if len(order) < len(graph.node):
         stuck = next(k for k in range(len(graph.node)) if waiting[k])
         node = graph.node[stuck]
-        name = next(n for n in sorted(node_reads(node)) if producer.get(n) in waiting[stuck])
+        name = next(n for n in sorted(node_reads(node)) if waiting[stuck] & set(producers.get(n, ())))
         raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads '{name}' "
                             "before any node computes it (a cycle)")
     if order == sorted(order):
@@ -337,9 +356,9 @@ def _onnxruntime_error(path: str, model: onnx.ModelProto) -> str | None:
 
 
 def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
-    """The checker's verdict on the sorted model, which exists in memory only. The checker looks for
-    external data relative to a model *file*, so external initializers are judged by their type and
-    dims: as graph inputs of a copy (their data files were checked by ``_external_span`` already)."""
+    """The checker's verdict on the model as loaded (sorted, opsets declared), which exists in memory only. The
+    checker looks for external data relative to a model *file*, so external initializers are judged by their
+    type and dims: as graph inputs of a copy (their data files were checked by ``_external_span`` already)."""
     if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
         return checker_error(model)
     light = onnx.ModelProto()
@@ -362,6 +381,15 @@ class LoadNotes:
     reordered: bool = False  # the nodes were not in topological order; the model returned is sorted
     checker_error: str | None = None  # onnx.checker's first error on the (sorted) input; None: it passes
     path: str = ""
+    # (domain, version) of each domain the nodes use unimported that ORT imports by itself: declared in the model
+    declared_opsets: tuple[tuple[str, int], ...] = ()
+    # (tensor, definitions) of each tensor several Constant nodes (and maybe an initializer) define
+    duplicate_constants: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def normalized(self) -> bool:
+        """The model returned differs from the file: sorted, or with opsets declared."""
+        return self.reordered or bool(self.declared_opsets)
 
     @property
     def warnings(self) -> list[str]:
@@ -369,6 +397,14 @@ class LoadNotes:
         if self.reordered:
             out.append(f"{self.path}: the nodes are not in topological order (ONNX Runtime sorts them when it "
                        "loads the model); they were re-ordered, and the output lists them sorted")
+        for d, version in self.declared_opsets:
+            out.append(f"{self.path}: nodes use domain '{d or 'ai.onnx'}', which the model does not import; ONNX "
+                       f"Runtime reads it at version {version} (its latest), and so does onnxfuse: the output "
+                       "declares it")
+        for name, count in self.duplicate_constants:
+            out.append(f"{self.path}: tensor '{name}' is defined {count} times, by Constant nodes (and maybe an "
+                       "initializer); ONNX Runtime reads the last Constant node's value, and so does onnxfuse "
+                       "(the output keeps every definition)")
         if self.checker_error is not None:
             out.append(f"{self.path}: onnx.checker rejects the input ({self.checker_error}); ONNX Runtime loads "
                        "it, so it is optimized, and its output is held to add no checker error")
@@ -412,14 +448,16 @@ def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | Non
         raise BadInputError(f"{path}: IR version {model.ir_version} is newer than this onnx supports "
                             f"({onnx.IR_VERSION})")
     _check_well_formed(model, path)
-    notes.reordered = _sort_nodes(model.graph, path)
-    _check_opsets(model, path)
+    duplicates: dict[str, int] = {}
+    notes.reordered = _sort_nodes(model.graph, path, duplicates=duplicates)
+    notes.duplicate_constants = tuple(sorted(duplicates.items()))
+    _check_opsets(model, path, notes)
     base_dir = os.path.dirname(os.path.abspath(path))
     for t in external_tensors(model):
         _external_span(t, base_dir)
     if checkable(model):
-        # full (shape inference) as the output will be; the sorted model is what gets rewritten
-        error = _sorted_checker_error(model) if notes.reordered else checker_error(path)
+        # full (shape inference) as the output will be; the sorted model, opsets declared, is what gets rewritten
+        error = _sorted_checker_error(model) if notes.normalized else checker_error(path)
         if error is not None:
             if _onnxruntime_error(path, model) is not None:
                 raise BadInputError(f"{path}: not a valid ONNX model: {error}")
