@@ -1,9 +1,10 @@
 """GELU constants the graph computes or casts before it uses them, as exporters write them:
 
 * keras2onnx divides by ``Sqrt(2.0)`` of a constant;
-* ONNX's own ``Gelu`` function body (and every onnxscript function: the torch dynamo exporter's Whisper)
-  casts each literal to the input's type with ``CastLike(c, X)`` and takes ``Sqrt`` of the cast 2;
-* onnxscript also reads the Linear's weight and bias through ``CastLike``.
+* ONNX's own ``Gelu`` function body (what a Gelu expanded by its schema becomes) casts each literal to the
+  input's type with ``CastLike(c, X)``, takes ``Sqrt`` of the cast 2 (of 2/π for tanh) and adds with ``Sum``;
+* onnxscript's torchlib functions (the torch dynamo exporter's Whisper, inlined) cast each literal with
+  ``CastLike`` too, and read the Linear's weight and bias through ``CastLike``.
 
 Each fuses where the values are GELU's (the fold computes what the graph computes, its roundings included)
 and computes what the unfused model computes on ONNX Runtime; each near miss stays bit-identical with its
@@ -15,9 +16,10 @@ import math
 
 import numpy as np
 import onnx
+import onnx.backend.test.case.node as onnx_node_cases
 import pytest
 from onnx import TensorProto as T
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from onnxfuse.fuse import fuse_model
 from onnxfuse.patterns.graph import GraphView, infer_types
@@ -49,28 +51,37 @@ def keras_sqrt(divisor_of: float = 2.0) -> onnx.ModelProto:
     return b.model([("x", ["b", "s", K])], [(out, ["b", "s", N])])
 
 
-def gelu_function_body(dtype: str = "float32", castlike_weights: bool = False, shared_half: bool = False,
-                       two: float = 2.0) -> tuple[onnx.ModelProto, Builder]:
-    """ONNX's Gelu function body (onnx/defs/math/defs.cc) behind a Linear: every literal a float32 Constant
-    cast to X's type."""
+def onnx_gelu_body(approximate: str = "none", dtype: str = "float32") -> onnx.ModelProto:
+    """A Linear, then ONNX's Gelu expanded into its function body by onnx's own helper, node for node."""
+    b = Builder(dtype=dtype)
+    y = _linear(b)
+    gelu = helper.make_node("Gelu", [y], ["out"], approximate=approximate)
+    ((nodes, _),), _ = onnx_node_cases.function_testcase_helper(
+        gelu, [helper.make_tensor_type_proto(ONNX_DTYPES[dtype], ["b", "s", N])], "body")
+    b.nodes.extend(nodes)
+    return b.model([("x", ["b", "s", K])], [("out", ["b", "s", N])])
+
+
+def torchlib_gelu(dtype: str = "float32", castlike_weights: bool = False, shared_half: bool = False,
+                  sqrt2: float = math.sqrt(2.0)) -> onnx.ModelProto:
+    """onnxscript's aten gelu (approximate="none") behind a Linear, inlined: Div(x, √2), Erf, Add 1, Mul x,
+    Mul 0.5, each literal a float32 Constant cast to X's type by CastLike."""
     b = Builder(dtype=dtype)
     x = _linear(b, castlike_weights)
 
     def literal(value: float) -> str:
         return b.node("CastLike", [b.const(value, "float32"), x])
 
-    half, one = literal(0.5), literal(1.0)
-    sqrt_two = b.node("Sqrt", [literal(two)])
-    p = b.node("Add", [b.node("Erf", [b.node("Div", [x, sqrt_two])]), one])
-    out = b.node("Mul", [b.node("Mul", [half, x]), p])
-    b.tensors["half"] = half
+    half = literal(0.5)
+    p = b.node("Add", [b.node("Erf", [b.node("Div", [x, literal(sqrt2)])]), literal(1.0)])
+    out = b.node("Mul", [half, b.node("Mul", [x, p])])
     outputs = [(out, ["b", "s", N])]
     if shared_half:
         outputs.append((b.node("Mul", [half, "x"]), ["b", "s", K]))
-    return b.model([("x", ["b", "s", K])], outputs), b
+    return b.model([("x", ["b", "s", K])], outputs)
 
 
-def _only_fused(model: onnx.ModelProto) -> list[str]:
+def _ops(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
 
 
@@ -79,18 +90,29 @@ def test_keras_sqrt_of_two_is_the_erf_divisor():
     model = keras_sqrt()
     result = fuse_model(model)
     assert [b.form for b in result.report.fused] == ["erf-GELU+MatMul+Add"], result.report.refused
-    assert _only_fused(result.model) == ["FusedLinearGelu"]  # the Sqrt and its 2.0 fed only the block
+    assert _ops(result.model) == ["FusedLinearGelu"]  # the Sqrt and its 2.0 fed only the block
+    onnx.checker.check_model(result.model, full_check=True)
+    assert_ort_matches(model, result.model, FEEDS)
+
+
+@pytest.mark.parametrize("approximate,form", [("none", "erf-GELU"), ("tanh", "tanh-GELU")])
+def test_onnx_gelu_function_body_fuses(approximate, form):
+    model = onnx_gelu_body(approximate)
+    assert "Sum" in _ops(model) and "CastLike" in _ops(model)
+    result = fuse_model(model)
+    assert [b.form for b in result.report.fused] == [f"{form}+MatMul+Add"], result.report.refused
+    # every CastLike read X for its type alone and fed only the block: none is left
+    assert _ops(result.model) == ["FusedLinearGelu"]
     onnx.checker.check_model(result.model, full_check=True)
     assert_ort_matches(model, result.model, FEEDS)
 
 
 @pytest.mark.parametrize("castlike_weights", [False, True], ids=["stored-weights", "castlike-weights"])
-def test_onnx_gelu_function_body_fuses_with_its_castlike_literals(castlike_weights):
-    model, _ = gelu_function_body(castlike_weights=castlike_weights)
+def test_torchlib_gelu_fuses_with_its_castlike_literals_and_weights(castlike_weights):
+    model = torchlib_gelu(castlike_weights=castlike_weights)
     result = fuse_model(model)
     assert [b.form for b in result.report.fused] == ["erf-GELU+MatMul+Add"], result.report.refused
-    # every CastLike read X (or x) for its type alone and fed only the block: none is left
-    assert _only_fused(result.model) == ["FusedLinearGelu"]
+    assert _ops(result.model) == ["FusedLinearGelu"]
     (node,) = result.model.graph.node
     stored = {t.name for t in model.graph.initializer}
     assert node.input[1] == "W_0.T" and node.input[2] in stored  # the stored weight (transposed) and bias
@@ -99,21 +121,27 @@ def test_onnx_gelu_function_body_fuses_with_its_castlike_literals(castlike_weigh
 
 
 def test_whisper_ffn_then_the_second_linear_stays():
-    """fc1 → GELU (function body, CastLike weights) → fc2, as the dynamo exporter inlines Whisper's FFN."""
-    model, b = gelu_function_body(castlike_weights=True)
+    """fc1 → GELU (torchlib, CastLike weights) → fc2, as the dynamo exporter inlines Whisper's FFN."""
+    model = torchlib_gelu(castlike_weights=True)
+    b = Builder(seed=1)
     gelu_out = model.graph.output[0].name
-    fc2 = b.node("MatMul", [gelu_out, b.node("CastLike", [b.tensor("W2", (N, K), N ** -0.5), gelu_out])])
-    model = b.model([("x", ["b", "s", K])], [(fc2, ["b", "s", K])])
+    w2 = b.tensor("W2", (N, K), N ** -0.5)
+    model.graph.initializer.extend(b.initializers)
+    model.graph.node.extend([helper.make_node("CastLike", [w2, gelu_out], ["w2_cast"], name="fc2_cast"),
+                             helper.make_node("MatMul", [gelu_out, "w2_cast"], ["y"], name="fc2")])
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("y", T.FLOAT, ["b", "s", K]))
     result = fuse_model(model)
     assert len(result.report.fused) == 1 and result.report.refused == []
-    assert _only_fused(result.model) == ["FusedLinearGelu", "CastLike", "MatMul"]
+    assert _ops(result.model) == ["FusedLinearGelu", "CastLike", "MatMul"]
     assert_ort_matches(model, result.model, FEEDS)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_function_body_in_half_precision(dtype):
-    """The float32 literals cast to 16 bits, √2 computed in 16 bits: GELU's constants at that precision."""
-    model, _ = gelu_function_body(dtype=dtype)
+@pytest.mark.parametrize("build", [torchlib_gelu, onnx_gelu_body], ids=["torchlib", "onnx-body"])
+def test_cast_literals_in_half_precision(build, dtype):
+    """The float32 literals cast to 16 bits (√2 computed in 16 bits): GELU's constants at that precision."""
+    model = build(dtype=dtype)
     result = fuse_model(model)
     assert [b.form for b in result.report.fused] == ["erf-GELU+MatMul+Add"], result.report.refused
     feeds = {"x": FEEDS["x"].astype(NP_DTYPES[dtype])}
@@ -133,6 +161,8 @@ def _unchanged(model: onnx.ModelProto) -> list[str]:
 def test_sqrt_of_another_constant_is_refused_with_its_value():
     (reason,) = _unchanged(keras_sqrt(divisor_of=2.1))
     assert f"the Erf divisor {str(np.float32(math.sqrt(2.1)))} is not √2" in reason
+    (reason,) = _unchanged(torchlib_gelu(sqrt2=1.414))
+    assert "the Erf divisor 1.414 is not √2" in reason
 
 
 def test_a_sqrt2_rounded_to_float16_in_a_float32_graph_is_no_sqrt2():
@@ -150,8 +180,7 @@ def test_a_sqrt2_rounded_to_float16_in_a_float32_graph_is_no_sqrt2():
 
 
 def test_a_castlike_literal_read_elsewhere_keeps_the_block():
-    model, b = gelu_function_body(shared_half=True)
-    (reason,) = _unchanged(model)
+    (reason,) = _unchanged(torchlib_gelu(shared_half=True))
     assert "is also read by CastLike" in reason
 
 

@@ -4,15 +4,15 @@ Matches ``Div(x, √2)`` or ``Mul(x, 1/√2)`` into ``Erf``, ``Add 1`` (either o
 with ``x`` and ``0.5`` in every grouping PyTorch, Keras and TF write (the product is flattened, see
 ``rule.product``). The constants may be computed from constants (keras2onnx's ``Sqrt(2.0)``) and cast to
 x's type (ONNX's own ``Gelu`` function body and onnxscript's functions: ``CastLike(2.0, x)``), see
-``graph.GraphView.scalar``. An Erf read by an Add of anything else is still a candidate: refused with what
-that operand is, never skipped in silence.
+``graph.GraphView.scalar``; ONNX's function body adds 1 with a two-operand ``Sum``. An Erf read by an Add of
+anything else is still a candidate: refused with what that operand is, never skipped in silence.
 """
 
 from __future__ import annotations
 
 import math
 
-from .graph import GraphView, is_op
+from .graph import GraphView, is_add, is_op
 from .rule import Activation, Refusal, close_to, closing_product, describe_miss, one_plus, product
 
 RULE = "erf-gelu"
@@ -61,7 +61,7 @@ def _unread_addend(view: GraphView, i: int) -> Refusal | None:
     erf_out = view.nodes[i].output[0]
     j = view.single_consumer(erf_out)
     add = view.nodes[j] if j is not None else None
-    if add is None or not is_op(add, "Add") or len(add.input) != 2 or add.input[0] == add.input[1]:
+    if add is None or not is_add(add) or len(add.input) != 2 or add.input[0] == add.input[1]:
         return None
     other = add.input[1] if add.input[0] == erf_out else add.input[0]
     producer = view.producer_of(other)

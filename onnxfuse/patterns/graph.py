@@ -72,6 +72,12 @@ def is_op(node: onnx.NodeProto, op_type: str, domain: str = "") -> bool:
     return node.domain == domain
 
 
+def is_add(node: onnx.NodeProto) -> bool:
+    """An ``Add``, or a ``Sum`` of two operands, which is the same sum (ONNX's own ``Gelu`` function body
+    adds with Sum)."""
+    return is_op(node, "Add") or (is_op(node, "Sum") and len(node.input) == 2)
+
+
 def attr(node: onnx.NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
