@@ -74,6 +74,15 @@ def test_undeclared_com_microsoft_is_read_at_orts_version_and_declared(tmp_path)
     assert_ort_matches(model, out, FEEDS)
 
 
+def test_cli_takes_it_with_one_warning_line(tmp_path):
+    path = _save(_without_import(build("ms:Gelu", "matmul"), "com.microsoft"), tmp_path / "ms.onnx")
+    for args in (["optimize", str(path), "-o", str(tmp_path / "o.onnx")], ["inspect", str(path)]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("onnxfuse: warning: ") and "'com.microsoft'" in line and "version 1" in line
+
+
 def _ml_normalizer_model(declared: bool) -> onnx.ModelProto:
     node = helper.make_node("Normalizer", ["x"], ["y"], name="norm", domain="ai.onnx.ml", norm="L2")
     graph = helper.make_graph([node], "ml", [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
