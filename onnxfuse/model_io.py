@@ -356,13 +356,18 @@ def _onnxruntime_error(path: str, model: onnx.ModelProto) -> str | None:
 
 
 def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
-    """The checker's verdict on the model as loaded (sorted, opsets declared), which exists in memory only. The
-    checker looks for external data relative to a model *file*, so external initializers are judged by their
-    type and dims: as graph inputs of a copy (their data files were checked by ``_external_span`` already)."""
-    if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
-        return checker_error(model)
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
+    """The checker's verdict on the model as loaded (sorted, opsets declared), which exists in memory only, read
+    as ONNX defines it (:func:`_spell_default_domain_empty`). The checker looks for external data relative
+    to a model *file*, so external initializers are judged by their type and dims: as graph inputs of a copy
+    (their data files were checked by ``_external_span`` already)."""
+    restore = _spell_default_domain_empty(model)
+    try:
+        if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
+            return checker_error(model)
+        light = onnx.ModelProto()
+        light.CopyFrom(model)
+    finally:
+        restore()
     declared = {v.name for v in light.graph.input}
     kept = [t for t in light.graph.initializer if t.data_location != EXTERNAL]
     for t in light.graph.initializer:
@@ -371,6 +376,41 @@ def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
     del light.graph.initializer[:]
     light.graph.initializer.extend(kept)
     return checker_error(light)
+
+
+def spells_default_domain_ai_onnx(model: onnx.ModelProto) -> bool:
+    """Whether the model names the default domain "ai.onnx" on a node or an opset import."""
+    return any(o.domain == "ai.onnx" for o in model.opset_import) or any(
+        n.domain == "ai.onnx" for n in all_nodes(model.graph))
+
+
+def _spell_default_domain_empty(model: onnx.ModelProto) -> Callable[[], None]:
+    """Spell the default domain "" on ``model``'s nodes and opset imports; returns what puts the spelling back.
+
+    ONNX defines "ai.onnx" as "", and ORT reads it so, but ``onnx.checker`` looks a node's schema up under the
+    domain as spelled: "ai.onnx" nodes fail it with an error naming their op, so a rewrite that removes the
+    first such node would seem to add an error. Judged as ONNX reads it, the model gets the verdict its math
+    deserves; the model written keeps its spelling. (Of two imports of the default domain the last one
+    counts, as in ORT's ``Model`` and :func:`_check_opsets`.)"""
+    if not spells_default_domain_ai_onnx(model):
+        return lambda: None
+    respelled = [n for n in all_nodes(model.graph) if n.domain == "ai.onnx"]
+    imports = [(o.domain, o.version) for o in model.opset_import]
+    versions: dict[str, int] = {}
+    for d, v in imports:
+        versions["" if d == "ai.onnx" else d] = v
+    for n in respelled:
+        n.domain = ""
+    del model.opset_import[:]
+    model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in versions.items())
+
+    def restore() -> None:
+        for n in respelled:
+            n.domain = "ai.onnx"
+        del model.opset_import[:]
+        model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in imports)
+
+    return restore
 
 
 @dataclass
@@ -457,7 +497,8 @@ def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | Non
         _external_span(t, base_dir)
     if checkable(model):
         # full (shape inference) as the output will be; the sorted model, opsets declared, is what gets rewritten
-        error = _sorted_checker_error(model) if notes.normalized else checker_error(path)
+        in_memory = notes.normalized or spells_default_domain_ai_onnx(model)
+        error = _sorted_checker_error(model) if in_memory else checker_error(path)
         if error is not None:
             if _onnxruntime_error(path, model) is not None:
                 raise BadInputError(f"{path}: not a valid ONNX model: {error}")
@@ -467,10 +508,21 @@ def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | Non
     return model
 
 
-def check_output(model_path: str, path: str, input_checker_error: str | None = None) -> None:
+def check_output(model_path: str, path: str, input_checker_error: str | None = None,
+                 model: onnx.ModelProto | None = None) -> None:
     """The output guarantee: it passes ``onnx.checker`` wherever the input does, and adds no checker
     error the input did not have (an input the checker rejects, which ONNX Runtime runs, may keep its
-    own error, e.g. graph outputs without a shape)."""
+    own error, e.g. graph outputs without a shape). ``model``: the proto written at ``model_path``; one that
+    spells the default domain "ai.onnx" is judged in memory as ONNX reads it, as its input was
+    (:func:`_spell_default_domain_empty`)."""
+    if model is not None and spells_default_domain_ai_onnx(model):
+        error = _sorted_checker_error(model)
+        if error is None or error == input_checker_error:
+            return
+        if input_checker_error is None:
+            raise onnx.checker.ValidationError(error)  # as check_file raises it: an output the rewrite broke
+        raise BadInputError(f"{path}: not written: the output fails onnx.checker with an error the input "
+                            f"did not have ({error}; the input's: {input_checker_error})")
     if input_checker_error is not None:
         error = checker_error(model_path)
         if error is not None and error != input_checker_error:
@@ -683,7 +735,7 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
             raise BadInputError(f"{path}: cannot write: {e.strerror or e}") from None
         if check:
             domain.register_schema()
-            check_output(model_tmp, path, input_checker_error)
+            check_output(model_tmp, path, input_checker_error, model)
         if before_publish is not None:
             before_publish(model_tmp)
         if ext:
