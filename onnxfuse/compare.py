@@ -108,10 +108,10 @@ def _load(model: str | Path | onnx.ModelProto, role: str) -> _Loaded:
         return _Loaded(model, f"<{role} model in memory>", model.SerializeToString())
     path = Path(model)
     from . import model_io
-    from .runtime import onnxruntime_load_error
+    from .runtime import load_probes
 
     try:  # every way a file can be bad (empty, truncated, a folder, an LFS pointer, external data), one line
-        proto = model_io.load_model(path, runtime_load_error=onnxruntime_load_error)
+        proto = model_io.load_model(path, **load_probes())
     except BadInputError as e:
         raise BadInputError(f"{role} model {e}") from None
     return _Loaded(proto, str(path), str(path))

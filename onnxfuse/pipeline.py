@@ -88,11 +88,23 @@ def _onnxruntime_load_error(model: onnx.ModelProto, source: str | None, *, base_
     return onnxruntime_load_error(model, source, base_dir=base_dir)
 
 
+def _ort_implied_opsets() -> dict[str, int]:
+    """``runtime.ort_implied_opsets``, imported when asked: only a model that uses a domain it does not import
+    needs it."""
+    from .runtime import ort_implied_opsets
+
+    return ort_implied_opsets()
+
+
+# what validation asks ONNX Runtime (runtime.load_probes(), without importing ORT until a model needs it)
+_LOAD_PROBES = {"runtime_load_error": _onnxruntime_load_error, "implied_opsets": _ort_implied_opsets}
+
+
 def load_input(path, *, notes: model_io.LoadNotes | None = None, load_external_data: bool = False) -> onnx.ModelProto:
     """The model at ``path`` as ``optimize`` reads it: ``model_io.load_model``, with ONNX Runtime judging a
-    model ``onnx.checker`` rejects (tolerated, and said in ``notes``, where ORT loads it)."""
-    return model_io.load_model(path, notes=notes, load_external_data=load_external_data,
-                               runtime_load_error=_onnxruntime_load_error)
+    model ``onnx.checker`` rejects (tolerated, and said in ``notes``, where ORT loads it) and telling the opset
+    versions it assumes for domains the model uses without importing them."""
+    return model_io.load_model(path, notes=notes, load_external_data=load_external_data, **_LOAD_PROBES)
 
 
 def _read(model, base_dir, notes: model_io.LoadNotes) -> tuple[onnx.ModelProto, str | None, str | None]:
@@ -103,7 +115,7 @@ def _read(model, base_dir, notes: model_io.LoadNotes) -> tuple[onnx.ModelProto, 
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     folder = None if base_dir is None else os.fspath(base_dir)
-    model_io.validate_model(copy, IN_MEMORY, base_dir=folder, notes=notes, runtime_load_error=_onnxruntime_load_error)
+    model_io.validate_model(copy, IN_MEMORY, base_dir=folder, notes=notes, **_LOAD_PROBES)
     return copy, None, folder
 
 
