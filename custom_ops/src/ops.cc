@@ -12,7 +12,7 @@
 #include "cpu/fill_masked_rows_cpu.h"
 #include "cpu/fused_linear_gelu_cpu.h"
 #include "cpu/masked_skip_layer_norm_cpu.h"
-#include "cpu/packed_gemm.h"
+#include "cpu/gemm/packed_gemm.h"
 #include "domain.h"
 
 #ifdef ONNXFUSE_WITH_CUDA

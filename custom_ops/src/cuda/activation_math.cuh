@@ -22,7 +22,7 @@
 
 #include <cuda_runtime.h>
 
-#include "../activation.h"
+#include "activation.h"
 #include "kernel_hooks.cuh"
 
 namespace onnxfuse::cuda {

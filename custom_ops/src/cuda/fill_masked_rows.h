@@ -1,4 +1,4 @@
-// The CUDA kernel of FillMaskedRows (src/fill_masked_rows_common.h): memory-bound, one warp per row.
+// The CUDA kernel of FillMaskedRows (src/contract/fill_masked_rows_common.h): memory-bound, one warp per row.
 #pragma once
 
 #include <cstdint>

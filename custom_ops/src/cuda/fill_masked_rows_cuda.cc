@@ -7,9 +7,9 @@
 
 #include <cuda_runtime.h>
 
-#include "../domain.h"
-#include "../fill_masked_rows_common.h"
-#include "../status.h"
+#include "domain.h"
+#include "contract/fill_masked_rows_common.h"
+#include "status.h"
 #include "fill_masked_rows.h"
 
 namespace onnxfuse {

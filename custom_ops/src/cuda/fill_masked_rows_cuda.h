@@ -1,4 +1,4 @@
-// FillMaskedRows (src/fill_masked_rows_common.h) for ONNX Runtime's CUDA execution provider.
+// FillMaskedRows (src/contract/fill_masked_rows_common.h) for ONNX Runtime's CUDA execution provider.
 #pragma once
 
 #include <onnxruntime_cxx_api.h>

@@ -23,8 +23,8 @@
 
 #include <cuda_runtime.h>
 
-#include "../domain.h"
-#include "../fused_linear_gelu_common.h"
+#include "domain.h"
+#include "contract/fused_linear_gelu_common.h"
 #include "activation_inplace.h"
 #include "copy_rows.h"
 #include "cublaslt_gemm_bias.h"

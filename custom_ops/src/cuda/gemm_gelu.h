@@ -7,7 +7,7 @@
 
 #include <cuda_runtime.h>
 
-#include "../activation.h"
+#include "activation.h"
 
 namespace onnxfuse::cuda {
 

@@ -1,4 +1,4 @@
-// The CUDA kernel of MaskedSkipLayerNormalization (src/masked_skip_layer_norm_common.h): memory-bound, one
+// The CUDA kernel of MaskedSkipLayerNormalization (src/contract/masked_skip_layer_norm_common.h): memory-bound, one
 // warp per row.
 #pragma once
 

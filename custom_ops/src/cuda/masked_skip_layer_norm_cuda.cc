@@ -6,9 +6,9 @@
 
 #include <cuda_runtime.h>
 
-#include "../domain.h"
-#include "../masked_skip_layer_norm_common.h"
-#include "../status.h"
+#include "domain.h"
+#include "contract/masked_skip_layer_norm_common.h"
+#include "status.h"
 #include "masked_skip_layer_norm.h"
 
 namespace onnxfuse {

@@ -27,8 +27,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "activation_simd.h"
-#include "packed_gemm.h"
+#include "cpu/simd/activation_simd.h"
+#include "cpu/gemm/packed_gemm.h"
 
 namespace onnxfuse::cpu::gemm_kernel {
 

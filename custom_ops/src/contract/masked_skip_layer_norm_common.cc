@@ -1,9 +1,9 @@
-#include "masked_skip_layer_norm_common.h"
+#include "contract/masked_skip_layer_norm_common.h"
 
 #include <cmath>
 #include <string>
 
-#include "fused_linear_gelu_common.h"  // ShapeToString
+#include "contract/fused_linear_gelu_common.h"  // ShapeToString
 
 namespace onnxfuse {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../activation.h"
+#include "activation.h"
 
 namespace onnxfuse::cpu {
 

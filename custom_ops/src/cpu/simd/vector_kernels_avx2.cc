@@ -3,9 +3,9 @@
 // The activation math lives in activation_simd.h.
 #include <cstring>
 
-#include "activation_simd.h"
-#include "simd_avx2.h"
-#include "vector_kernels.h"
+#include "cpu/simd/activation_simd.h"
+#include "cpu/simd/simd_avx2.h"
+#include "cpu/simd/vector_kernels.h"
 
 namespace onnxfuse::cpu {
 namespace {

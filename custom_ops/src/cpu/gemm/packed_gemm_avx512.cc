@@ -1,8 +1,8 @@
 // The AVX-512F instantiation of the packed GEMM (packed_gemm_kernel.h): four 16-column panels per
 // step, 24 zmm accumulators. Compiled with -mavx512f; runs only where CpuIsa() chose it.
-#include "packed_gemm.h"
-#include "packed_gemm_kernel.h"
-#include "simd_avx512.h"
+#include "cpu/gemm/packed_gemm.h"
+#include "cpu/gemm/packed_gemm_kernel.h"
+#include "cpu/simd/simd_avx512.h"
 
 namespace onnxfuse::cpu {
 

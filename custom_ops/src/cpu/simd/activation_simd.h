@@ -25,7 +25,7 @@
 
 #include <cstdint>
 
-#include "../activation.h"
+#include "activation.h"
 
 namespace onnxfuse::cpu::simd {
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <new>
 
-#include "../activation.h"
+#include "activation.h"
 
 namespace onnxfuse::cpu {
 

@@ -1,5 +1,5 @@
 // The portable implementations and the choice between them.
-#include "vector_kernels.h"
+#include "cpu/simd/vector_kernels.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,11 +1,11 @@
-#include "fill_masked_rows_common.h"
+#include "contract/fill_masked_rows_common.h"
 
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "domain.h"
-#include "fused_linear_gelu_common.h"  // ShapeToString
+#include "contract/fused_linear_gelu_common.h"  // ShapeToString
 
 namespace onnxfuse {
 namespace {

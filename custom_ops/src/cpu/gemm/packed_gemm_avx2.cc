@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "packed_gemm.h"
-#include "packed_gemm_kernel.h"
-#include "simd_avx2.h"
+#include "cpu/gemm/packed_gemm.h"
+#include "cpu/gemm/packed_gemm_kernel.h"
+#include "cpu/simd/simd_avx2.h"
 
 namespace onnxfuse::cpu {
 namespace {

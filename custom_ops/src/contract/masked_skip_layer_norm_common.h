@@ -24,7 +24,7 @@
 
 #include <onnxruntime_cxx_api.h>
 
-#include "fill_masked_rows_common.h"
+#include "contract/fill_masked_rows_common.h"
 
 namespace onnxfuse {
 

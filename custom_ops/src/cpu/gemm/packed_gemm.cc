@@ -1,12 +1,12 @@
 // The choice of the AVX2 path (the packing and the GEMM itself are in packed_gemm_avx2.cc).
-#include "packed_gemm.h"
+#include "cpu/gemm/packed_gemm.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
-#include "vector_kernels.h"
+#include "cpu/simd/vector_kernels.h"
 
 namespace onnxfuse::cpu {
 

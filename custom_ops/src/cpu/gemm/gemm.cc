@@ -1,4 +1,4 @@
-#include "gemm.h"
+#include "cpu/gemm/gemm.h"
 
 #include <cstring>
 #include <mutex>

@@ -1,4 +1,4 @@
-#include "fused_linear_gelu_common.h"
+#include "contract/fused_linear_gelu_common.h"
 
 #include <cmath>
 #include <sstream>
