@@ -25,9 +25,9 @@ struct FusedLinearGeluAttributes {
   bool trans_b = true;   // true: W is [N, K]; false: W is [K, N]
 };
 
-// Which CUDA path a call takes (src/cuda/fused_linear_gelu_cuda.cc): the one-kernel GEMM+bias+activation,
+// Which CUDA path a call takes (src/cuda/ops/fused_linear_gelu_cuda.cc): the one-kernel GEMM+bias+activation,
 // cuBLASLt's GEMM with its bias epilogue followed by the activation in place, or the few-rows kernel
-// (src/cuda/gemv_gelu.h) for calls with at most kGemvMaxRows rows.
+// (src/cuda/kernels/gemv_gelu.h) for calls with at most kGemvMaxRows rows.
 enum class CudaPath : int { kAuto = 0, kFused = 1, kFallback = 2, kGemv = 3 };
 
 // The "gemv" path's row limit, part of the attribute contract below (the CUDA side asserts it is its own).
