@@ -87,8 +87,8 @@ message(STATUS "CUTLASS headers: ${CUTLASS_INCLUDE_DIR}")
 
 # --- sources -------------------------------------------------------------------------------------------
 # The kernel files are listed by their owner in src/cuda/sources.cmake (ONNXFUSE_CUDA_KERNEL_SOURCES,
-# paths relative to src/cuda/); the host-compiled files (the ORT-facing kernels, the cuBLASLt fallback, the
-# device signature) are listed below.
+# paths relative to src/cuda/); the host-compiled files (the ORT-facing kernels, the path choice, the cuBLASLt
+# fallback, the device signature) are listed below.
 set(_cuda_dir "${CMAKE_CURRENT_LIST_DIR}/../src/cuda")
 get_filename_component(_cuda_dir "${_cuda_dir}" ABSOLUTE)
 include("${_cuda_dir}/sources.cmake")
@@ -135,8 +135,11 @@ target_compile_options(onnxfuse_cuda_kernels PRIVATE
 
 target_sources(${ONNXFUSE_OPS_TARGET} PRIVATE
   "${_cuda_dir}/ops/fused_linear_gelu_cuda.cc"
+  "${_cuda_dir}/ops/fused_linear_gelu_cuda_paths.cc"
+  "${_cuda_dir}/ops/staging.cc"
   "${_cuda_dir}/ops/fill_masked_rows_cuda.cc"
   "${_cuda_dir}/ops/masked_skip_layer_norm_cuda.cc"
+  "${_cuda_dir}/dispatch/path_choice.cc"
   "${_cuda_dir}/dispatch/cublaslt_gemm_bias.cc"
   "${_cuda_dir}/dispatch/device_signature.cc"
   $<TARGET_OBJECTS:onnxfuse_cuda_kernels>)

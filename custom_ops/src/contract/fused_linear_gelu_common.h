@@ -25,7 +25,7 @@ struct FusedLinearGeluAttributes {
   bool trans_b = true;   // true: W is [N, K]; false: W is [K, N]
 };
 
-// Which CUDA path a call takes (src/cuda/ops/fused_linear_gelu_cuda.cc): the one-kernel GEMM+bias+activation,
+// Which CUDA path a call takes (src/cuda/dispatch/path_choice.h): the one-kernel GEMM+bias+activation,
 // cuBLASLt's GEMM with its bias epilogue followed by the activation in place, or the few-rows kernel
 // (src/cuda/kernels/gemv_gelu.h) for calls with at most kGemvMaxRows rows.
 enum class CudaPath : int { kAuto = 0, kFused = 1, kFallback = 2, kGemv = 3 };

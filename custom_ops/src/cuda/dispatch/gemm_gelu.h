@@ -1,5 +1,6 @@
-// The contract between the ORT CUDA kernel (fused_linear_gelu_cuda.cc) and the GEMM+bias+GELU
-// kernels (one .cu per backend). Plain data in, a cudaError_t out: no ORT types cross this line.
+// The contract between the ORT CUDA kernel (cuda/ops/fused_linear_gelu_cuda*.cc) and the GEMM+bias+GELU
+// kernels (cuda/kernels/, instantiated in cuda/instantiations/). Plain data in, a cudaError_t out: no ORT types
+// cross this line.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +53,7 @@ cudaError_t launch_gemm_gelu(const GemmGeluPlan& plan, const GemmGeluArgs& args,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Whether plan_gemm_gelu picks one of the few-rows kernels with the operands swapped (sm90_swap_ab.cuh) for
-// these arguments: the path choice (fused_linear_gelu_cuda.cc) gives such calls the fused path, where it would
+// these arguments: the path choice (path_choice.cc) gives such calls the fused path, where it would
 // otherwise have run the fallback or, from 5 rows, the gemv kernel.
 bool gemm_gelu_runs_swapped(const GemmGeluArgs& args, const DeviceInfo& dev);
 

@@ -114,7 +114,7 @@ constexpr ShapeRule kShapeTable[] = {
 //    at 9-32 rows 0.80-0.98 for every W from 256x1024 to 4096x16384 (lab/results/kernels_v9_swap_rows_h200.txt);
 //    at 40-48 rows a tie below 2^21 weights and 1.19-1.26 from 768x3072 on, at 64 rows the regular kernel is ahead
 //    (4096x16384: 37.5 / 35.4). Below 2^18 weights a call is launch-bound and the two are as quick. (At 5-8 rows
-//    of a W below 2^21 weights the op's gemv kernel runs before either: fused_linear_gelu_cuda.cc.)
+//    of a W below 2^21 weights the op's gemv kernel runs before either: path_choice.cc.)
 //  - float32 on TF32 from 2 rows (kSwapF32MinRows): at one row ORT's MatMul runs cuBLAS's exact fp32 matrix-vector
 //    kernel (rel-L2 1.5e-7 at 1x768x3072 against TF32's 3e-4 from two rows on), as the strict kernel does;
 //  - float32 on TF32 up to 32 rows (kSwapF32MaxRows) on 64-row strips: 16x1024x4096 5.9 / strict 139 / 10.5;

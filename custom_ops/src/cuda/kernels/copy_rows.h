@@ -1,5 +1,5 @@
 // Copies a matrix of 16-bit or 32-bit elements from one row pitch to another: what lets rows that are not
-// 16-byte vectors reach the kernels that need them (fused_linear_gelu_cuda.cc). 16-bit: the fused path's
+// 16-byte vectors reach the kernels that need them (cuda/ops/staging.h). 16-bit: the fused path's
 // Tensor-Core kernels read and write rows through TMA or 16-byte vectors, so K or N off a multiple of 8 (or an
 // operand at an odd offset) used to leave them only the any-alignment WMMA kernel, 4x slower than ORT there
 // (RunFusedStaged). float32: cuBLAS reads a narrow, deep W of rows off a multiple of 4 floats 1.5x slower than
