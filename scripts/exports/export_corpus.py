@@ -520,12 +520,16 @@ def main() -> int:
                 opset = {o.domain: o.version for o in m.opset_import}.get("", opset)
                 final = out / f"{stem}_op{opset}.onnx"
                 data = _data_files(tmp)
-                if data:  # the data file keeps the exporter's layout under the final name
-                    full = onnx.load(str(tmp))
-                    for p in out.glob(f"{stem}.tmp.onnx*"):
-                        p.unlink()
-                    onnx.save_model(_strip(full), str(final), save_as_external_data=True,
-                                    all_tensors_to_one_file=True, location=final.name + ".data", size_threshold=0)
+                if data:  # the exporter's data file as it wrote it (which tensors, their offsets), renamed
+                    assert len(data) == 1, data
+                    m = _strip(onnx.load(str(tmp), load_external_data=False))
+                    for t in m.graph.initializer:
+                        for kv in t.external_data:
+                            if kv.key == "location":
+                                kv.value = final.name + ".data"
+                    shutil.move(str(out / data[0]), str(out / (final.name + ".data")))
+                    onnx.save_model(m, str(final))
+                    tmp.unlink()
                 else:
                     shutil.move(str(tmp), str(final))
                     _clean(final)

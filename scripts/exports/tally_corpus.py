@@ -143,7 +143,7 @@ def tally_one(path: Path, record: dict) -> dict:
 
 def normalized(reason: str) -> str:
     """A reason with the model's own tensor and node names elided, for grouping."""
-    reason = re.sub(r"'[^']*'", "'…'", reason)
+    reason = re.sub(r"(?<![A-Za-z])'[^']*'", "'…'", reason)  # (not the apostrophe of "attention's")
     reason = re.sub(r"\(\S+\)", "(…)", reason)  # a single dimension or tensor name in parentheses
     return re.sub(r"\b(read by|is also read by) \S+", r"\1 …", reason)
 
@@ -210,7 +210,8 @@ def render(corpus: dict, command: str) -> str:
       "refused | verify | max error |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for c, r in sorted(ok, key=lambda cr: (cr[0], cr[1]["file"])):
         t = r["tally"]
-        w(f"| {c} | `{r['file']}`{' (static shapes)' if r.get('static') else ''} | {r['attn_used']} | {r['post']} | {r.get('opset') or '-'} | "
+        static = " (static shapes)" if r.get("static") else ""
+        w(f"| {c} | `{r['file']}`{static} | {r['attn_used']} | {r['post']} | {r.get('opset') or '-'} | "
           f"{r['attention_blocks']} | {t['softmax'] + t['onnx_attention']} | {t['fused']} | {t['by_ort']} | "
           f"{len(t['refusals'])} | {'ok' if t['verify_exit'] == 0 else 'exit ' + str(t['verify_exit'])} | "
           f"{_fmt_error(t['max_error'])}{'' if t['matches'] else ' DIFFERS'} |\n")
