@@ -34,14 +34,14 @@ def _ids(files=None, issue_marks: bool = False):
     out = []
     for file in sorted(files or ENTRIES):
         why = ENTRIES[file]["issue_54"]
-        marks = [pytest.mark.xfail(strict=True, reason="; ".join(why))] if issue_marks and why else []
+        marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason="; ".join(why))] if issue_marks and why else []
         out.append(pytest.param(file, id=file.removesuffix(".onnx"), marks=marks))
     return out
 
 
 @functools.lru_cache(maxsize=None)
 def _report(file: str):
-    from onnxfuse.fuse import inspect_file
+    from onnxfuse.pipeline import inspect_file
 
     return inspect_file(LEGACY / file)
 

@@ -101,7 +101,8 @@ def tally_one(path: Path, record: dict) -> dict:
     from click.testing import CliRunner
 
     from onnxfuse.cli import main as cli
-    from onnxfuse.fuse import fuse_model, inspect_file
+    from onnxfuse.fuse import fuse_model
+    from onnxfuse.pipeline import inspect_file, load_input
     from onnxfuse import model_io
     from onnxfuse.runtime import create_session
 
@@ -126,7 +127,7 @@ def tally_one(path: Path, record: dict) -> dict:
         if run.exit_code != 0:
             row["verify_says"] = (run.output.strip().splitlines() or [repr(run.exception)])[-1][:300]
     # the differential: the original as written against the fused model as users run it, padded masks
-    full = model_io.load_model(path, load_external_data=True)
+    full = load_input(path, load_external_data=True)
     result = fuse_model(full)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
