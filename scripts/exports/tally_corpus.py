@@ -103,7 +103,6 @@ def tally_one(path: Path, record: dict) -> dict:
     from onnxfuse.cli import main as cli
     from onnxfuse.fuse import fuse_model
     from onnxfuse.pipeline import inspect_file, load_input
-    from onnxfuse import model_io
     from onnxfuse.runtime import create_session
 
     model = onnx.load(str(path), load_external_data=False)
