@@ -7,10 +7,11 @@
 //            at least one key, which is what the attention rule needs.
 //   fill     float attribute (default 0), converted to X's type
 //
-// It is the attention rule's row guard (onnxfuse/patterns/attention.py): a query row that sees no key is
-// NaN in the graph and 0 after sdpa's IsNaN guard, while the fused attention op's output for such a row is
-// the kernel's own. ONNX's Where(any(keep), X, fill) says the same, but takes four more nodes to reduce the
-// mask and reads and writes every element of X (H200, BERT-base/GPT-2 at batch 32: 90 µs in 12 layers).
+// It is the attention rule's row guard (onnxfuse/patterns/attention/plan.py writes it): a query row that sees
+// no key is NaN in the graph and 0 after sdpa's IsNaN guard, while the fused attention op's output for such a
+// row is the kernel's own. ONNX's Where(any(keep), X, fill) says the same, but takes four more nodes to reduce
+// the mask and reads and writes every element of X (its cost against this op's: bench/results/e2e_h200.md,
+// "The row guard on the mask itself").
 // This op may write its output into X's buffer (OrtCustomOp::GetMayInplace): where ORT grants that, a call
 // touches only the flags and the rows that are filled, almost always none. Where it does not, the call
 // copies the kept rows.

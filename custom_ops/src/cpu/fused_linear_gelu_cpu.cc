@@ -34,8 +34,8 @@ namespace {
 // columns: its packed panel slices for one K slice (128 x 256 floats, 128 KiB) and its block of Y (72 KiB)
 // fit a core's L2 together, and 144 rows re-read each panel slice 24 times from L2 for one fetch from
 // memory. Narrower tiles also give small-M problems enough of them for every thread (M = 128, N = 3072:
-// 24 tiles). Measured against 144 x 256-512 tiles in an in-process A/B at 2 threads (Zen 3): 2-7 % faster
-// at K = 768-1024. Tile widths are multiples of the packed weight's panel width.
+// 24 tiles), where 144 x 256-512 tiles gave fewer. Tile widths are multiples of the packed weight's panel
+// width.
 constexpr int64_t kTileM = 144;
 constexpr int64_t kTileN = 128;
 

@@ -2,9 +2,10 @@
 // packed once into the micro-kernel's layout; after the last K slice the bias is added in registers and the
 // activation runs on each finished 6-row sliver while it is in L1 (packed_gemm_kernel.h).
 //
-// Why not the BLAS here: measured on this project's machines (AMD EPYC, AVX2, 2 cores), ORT's own MatMul
-// packs a constant weight once at session start, while a BLAS call repacks W on every call; at M=128 that
-// packing alone made OpenBLAS 25% slower than ORT's MatMul, so no epilogue fusion could win it back.
+// Why not the BLAS here: ORT's own MatMul packs a constant weight once at session start, while a BLAS call
+// repacks W on every call; at M=128 that packing alone left OpenBLAS behind ORT's MatMul on this project's
+// machines (AMD EPYC, AVX2, 2 cores), so no epilogue fusion could win it back (the kernel as shipped against
+// ORT: bench/results/cpu_kernel.md).
 // OpenBLAS stays the portable path (CPUs without AVX2, see fused_linear_gelu_cpu.cc). The price of the
 // packed copy: a constant weight is held twice (ORT keeps the initializer), in float32.
 #pragma once

@@ -14,9 +14,8 @@ namespace {
 
 constexpr int64_t kNr = kPanelWidth;
 // K slices of 256 (MLAS's slice too): a sliver's A is 6 KiB of a 32 KiB L1d, a 128-column tile's panel
-// slices 128 KiB of a 512 KiB L2. Against 128-deep slices of 512-column tiles, 2-8 % faster at 2 threads in
-// an in-process A/B (Zen 3, the four bench shapes): half the C reloads, and tiles that leave L2 room for
-// the C block. Each slice is summed from zero and added to C once, as MLAS does.
+// slices 128 KiB of a 512 KiB L2. Against 128-deep slices of 512-column tiles: half the C reloads, and tiles
+// that leave L2 room for the C block. Each slice is summed from zero and added to C once, as MLAS does.
 constexpr int64_t kKc = 256;
 
 // 8x8 transpose of rows r[0..7] (in registers).

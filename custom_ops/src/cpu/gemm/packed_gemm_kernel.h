@@ -7,17 +7,17 @@
 //     every 6-row sliver of the tile runs against them;
 //   - one sliver's A (6 x kKc floats, read in place from row-major X) stays in L1 while the panel slices
 //     stream past it (the order MLAS uses too). The other order, a panel slice in L1 and the slivers
-//     streaming past it, measured 4-40 % slower on one core at M = 128-1024 (AMD EPYC, AVX2; six A rows
-//     a sliver re-read from L2 for every panel);
+//     streaming past it, was slower on one core at M = 128-1024 (AMD EPYC, AVX2): six A rows a sliver
+//     re-read from L2 for every panel;
 //   - the micro-kernel keeps a 6 x (16·kPanels) block of C in registers: per k, 16·kPanels/width loads
 //     of W, 6 broadcasts of A and 6·16·kPanels/width FMAs. During its last steps it prefetches the start
 //     of the panel slice the next call reads, so a new stream does not begin with an L2 miss;
 //   - after the last K slice, the micro-kernel adds the bias to its registers and stores the block; once
 //     the sliver has run against every panel, the activation runs over the sliver's rows (6 x the tile's
 //     width: 3 KiB for the op's 128-column tiles, still in L1), four vectors in lockstep (activation_simd.h). Applied to the twelve
-//     accumulators one at a time, the erf-GELU's dependency chains left the core idle: 10 % of the
-//     tile's time against 6 % now. The pre-activation only ever lives in the output block it turns
-//     into, while that block is in L1.
+//     accumulators one at a time, the erf-GELU's dependency chains left the core idle for a larger share
+//     of the tile's time. The pre-activation only ever lives in the output block it turns into, while that
+//     block is in L1.
 //   AVX2: kPanels 1 (12 ymm accumulators); AVX-512: kPanels 4 (24 zmm accumulators), so both are
 //   FMA-bound rather than load-bound.
 #pragma once

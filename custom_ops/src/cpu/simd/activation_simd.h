@@ -8,9 +8,9 @@
 //
 // Every function takes B independent vectors and advances them one operation at a time ("lockstep"):
 // consecutive instructions are then independent, so the out-of-order core overlaps the long polynomial
-// chains of B vectors. One vector at a time, an erf-GELU was latency-bound (~47 cycles per 8 floats on
-// Zen 3, 10 % of a 128x768x3072 fused GEMM); four in lockstep cut its cost by ~40 %. The per-element
-// arithmetic is the same for any B, so results do not depend on how a caller batches.
+// chains of B vectors. One vector at a time, an erf-GELU is latency-bound (its polynomial is one chain of
+// dependent steps); four in lockstep overlap four chains. The per-element arithmetic is the same for any B,
+// so results do not depend on how a caller batches.
 //
 // The activations use no libm call: exp is Cody-Waite range reduction plus a degree-7 Taylor polynomial
 // (relative error < 1 ulp on the reduced range), and erf follows the two-piece scheme ORT's MLAS uses:

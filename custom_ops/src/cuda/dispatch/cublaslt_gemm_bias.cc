@@ -30,17 +30,20 @@ constexpr uint64_t kMaxWorkspaceBytes = uint64_t{32} << 20;
 
 // Problems of at most this many multiply-adds time the heuristic's first kCandidates answers (kTimedRuns runs
 // each after one warm-up, in kTimingRounds rounds) on their first call and keep the fastest. 16x4096x16384 is
-// 2^30: at most ~100 µs a run on H200, so a problem's timing costs ~10-30 ms once. Larger problems keep the
-// heuristic's first answer: their fallback cells measured well ahead of ORT (4096x770x3074 fp16 146 µs against
-// 223), and timing them would cost tens of milliseconds on a first call.
+// 2^30: runs of such problems are short enough that timing them costs a first call milliseconds, once
+// (bench/results/cuda_kernel_never_slower_h200.md, "The fallback times cuBLASLt's candidates"). Larger problems
+// keep the heuristic's first answer: their fallback cells measured well ahead of ORT
+// (bench/results/cuda_kernel_unaligned_staged_h200.json), and timing them would cost tens of milliseconds on a
+// first call.
 constexpr int64_t kTimedMaxMultiplyAdds = int64_t{1} << 31;
 constexpr int kCandidates = 8;
 // Below this many rows of a W of at least kPaddedCandidateMinWeights, the heuristic's answers for
 // kPaddedCandidateRows rows join the timed candidates where cuBLASLt accepts them for the rows asked
-// (cublasLtMatmulAlgoCheck): reading such a W, its answers for few rows are not its best kernels (fp32 TF32
-// 2-16x4096x16384, W [N, K]: 88-91 µs, its answers for 64 rows 73-76 at those rows; ORT's MatMul on W [K, N]
-// 72-78). Smaller problems keep their own answers: with the others added, timing noise picked kernels up to
-// 1 µs slower for 16-bit 1-16 rows of 768x3072 and 1024x4096 (bench/results/cuda_kernel_never_slower_h200.md).
+// (cublasLtMatmulAlgoCheck): reading such a W, its answers for few rows are not its best kernels, while its
+// answers for 64 rows run those rows near ORT's MatMul on W [K, N] (fp32 TF32 2-16x4096x16384, W [N, K]:
+// lab/kernels/NOTES.md, "The fallback's candidates for few rows"; lab/results/cublas_fp32_few_rows_h200.txt).
+// Smaller problems keep their own answers: with the others added, timing noise picked slower kernels for 16-bit
+// 1-16 rows of 768x3072 and 1024x4096 (the same section).
 constexpr int64_t kPaddedCandidateRows = 64;
 constexpr int64_t kPaddedCandidateMinWeights = int64_t{1} << 25;
 constexpr int kTimedRuns = 3;
@@ -52,9 +55,9 @@ constexpr int kMaxTimedRuns = 64;
 constexpr int kTimingRounds = 3;
 // Timing noise must not make two sessions of one model pick different algorithms (their results can differ
 // in the last bits): the heuristic's first answer is left only for a candidate at least kSwitchGain faster,
-// and among candidates within kTieBand of the fastest the heuristic's order decides. The bar was 10 %: at fp32
-// 8-16x4096x16384 on H200 the 64-row kernel timed 76.2-77.3 µs and the first answer 83.6-86.5 in every session,
-// a ratio of 0.895-0.911 astride it, so sessions kept either (lab/results/fallback_settle_times_h200.txt).
+// and among candidates within kTieBand of the fastest the heuristic's order decides. The bar was a larger gain
+// before: at fp32 8-16x4096x16384 the 64-row kernel's gain over the first answer sat astride it in every
+// session, so sessions kept either (lab/results/fallback_settle_times_h200.txt).
 constexpr float kSwitchGain = 0.95f;
 constexpr float kTieBand = 1.03f;
 
@@ -465,8 +468,9 @@ bool CublasLtGemmBias::settle(Choice* choice, void* handle, const GemmGeluArgs& 
       }
     }
     // Rounds, each timing every candidate once, and each candidate's best round: a candidate timed once, while
-    // the clocks still rose from idle or beside a neighbour's leftovers in L2, could lose to a slower one
-    // (bf16 8x768x3072: a 7.2 µs kernel kept in one session of three, where the first answer runs 4.5).
+    // the clocks still rose from idle or beside a neighbour's leftovers in L2, could lose to a slower one (bf16
+    // 8x768x3072: a slower kernel kept in one grid of three; lab/kernels/NOTES.md, "The fallback's candidates for
+    // few rows").
     for (int round = 0; round < kTimingRounds; ++round) {
       for (size_t i = 0; i < n; ++i) {
         if (runs[i] == 0) continue;

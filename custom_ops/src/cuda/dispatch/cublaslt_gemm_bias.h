@@ -28,21 +28,21 @@ inline constexpr const char* kFallbackPathName = "cublaslt_bias+act_inplace";
 // call (thread-safe); later calls only read. `why`, when given, receives the reason it is unavailable.
 bool CublasLtAvailable(std::string* why = nullptr);
 
-// One node's cuBLASLt state: a handle for its device, and the algorithm chosen per problem. The heuristic's
-// first answer is not always its fastest where W is read by few rows (float32 4..16x4096x16384 on H200: 85 µs
-// against ORT's MatMul's 72-78), so small problems time the heuristic's candidates on their first call outside
-// a CUDA-graph capture, in interleaved rounds, and keep the fastest (the way ORT's and PyTorch's TunableOp
-// tune on first use); below 64 rows of a W of 2^25 weights or more, the heuristic's answers for 64 rows join
-// them where cuBLASLt accepts them for the rows asked. Only candidates of the first answer's numerical kind
-// are timed (FMA or Tensor Cores, and their input precision), so timing changes speed, never precision. The
-// choices are the process's, per device and problem: a model's identical layers time once, and every session
-// in the process runs the same algorithm for the same problem (the same bits; another process may settle on
-// another). Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The handle is
-// only read after it is created (cuBLASLt takes stream and workspace per call, so a handle has no per-call
-// state and cuBLAS documents its functions as callable from several threads with one handle), under this
-// object's mutex; the process's choices are under their own, held only for a lookup except on a problem's
-// first calls (its heuristic in plan(), its timing in run()); a settled choice is never written again, so
-// run() reads it without a lock.
+// One node's cuBLASLt state: a handle for its device, and the algorithm chosen per problem. The heuristic's first
+// answer is not always its fastest where W is read by few rows (float32 4-16 rows of 4096x16384 behind ORT's MatMul:
+// bench/results/cuda_kernel_fp32_few_rows_h200.json, lab/results/cublas_fp32_few_rows_h200.txt), so small problems
+// time the heuristic's candidates on their first call outside a CUDA-graph capture, in interleaved rounds, and keep
+// the fastest (the way ORT's and PyTorch's TunableOp tune on first use); below 64 rows of a W of 2^25 weights or
+// more, the heuristic's answers for 64 rows join them where cuBLASLt accepts them for the rows asked. Only candidates
+// of the first answer's numerical kind are timed (FMA or Tensor Cores, and their input precision), so timing changes
+// speed, never precision. The choices are the process's, per device and problem: a model's identical layers time
+// once, and every session in the process runs the same algorithm for the same problem (the same bits; another process
+// may settle on another). Thread-safe: ORT calls Compute on one kernel instance from several threads at once. The
+// handle is only read after it is created (cuBLASLt takes stream and workspace per call, so a handle has no per-call
+// state and cuBLAS documents its functions as callable from several threads with one handle), under this object's
+// mutex; the process's choices are under their own, held only for a lookup except on a problem's first calls (its
+// heuristic in plan(), its timing in run()); a settled choice is never written again, so run() reads it without a
+// lock.
 class CublasLtGemmBias {
  public:
   explicit CublasLtGemmBias(int device);  // nothing happens on the device until the first plan()

@@ -1,6 +1,6 @@
 // The device signature a tuning table is measured under and checked against (the `tuned_device` attribute):
 // "<GPU name>|sm_<major><minor>|cuda <cudart major.minor>|onnxfuse <library version>", for example
-// "NVIDIA H200|sm_90|cuda 13.0|onnxfuse 0.1.0". A table measured on another GPU, CUDA runtime or library
+// "NVIDIA H200|sm_90|cuda 13.0|onnxfuse 0.2.0". A table measured on another GPU, CUDA runtime or library
 // build does not apply: the kernels it timed may differ.
 #pragma once
 

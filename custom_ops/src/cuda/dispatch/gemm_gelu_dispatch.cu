@@ -65,21 +65,20 @@ constexpr int kTacticCount = static_cast<int>(sizeof(kTactics) / sizeof(kTactics
 
 // The shape table: which sm90 tile to try first, by operand width, by how many 128x128 output tiles the
 // problem has relative to the number of SMs ("waves") and by K. The first row that matches wins; a tuner can
-// rewrite the rows. Measured on H200, fp16 GPU us, erf form (lab/results/kernels_v3_*.json and
-// kernels_v7_overlap.json.gz, lab/kernels/NOTES.md v3 and v7):
-//  - up to a wave, the overlapped ping-pong kernel's 64x64 tiles (most CTAs; 128x768x3072 4.7, 512x768x3072
-//    8.4), but 64x128 from a third to half a wave (197x768x3072: 6.5 vs 7.2) and with K >= 1024
-//    (512x1024x4096: 10.1 vs 12.1; 128x4096x16384: 39.9 vs 42.9);
-//  - long K beyond a wave: ping-pong 128x128, X multicast, CUTLASS's epilogue steps (one more main-loop
-//    stage: 8192x4096x16384 1755 vs 2297 with 64x128 steps);
-//  - 1-2 waves: overlapped 64x128 (1024x768x3072: 12.0 vs 12.7 for cooperative 128x192 with W multicast;
-//    1024x1024x4096: 17.0 vs 25.4);
-//  - more, at K <= 512: overlapped ping-pong 128x128, whose two warpgroups' epilogues may overlap where each
-//    outlasts a main loop (32768x384x1536: 91.3 vs 100.4; 4096x512x2048: 19.9 vs 21.7; NOTES.md v8);
-//  - more: ping-pong 128x128 with 64x128 epilogue steps (16384x768x3072: 132.3 vs 134.7 overlapped, 151.9
-//    cooperative 128x192; 2048x768x3072: 21.0 vs 21.2 overlapped);
-//  - TF32: cooperative 256x128 at 1-2 waves and at long K, where its larger MMA per byte wins
-//    (8192x4096x16384: 3521 us vs 4309), else ping-pong.
+// rewrite the rows. Each row's tile was the fastest of its band, fp16 GPU time with the erf form
+// (lab/results/kernels_v3_*.json, kernels_v7_overlap.json.gz, kernels_v8_forms_h200.txt and
+// kernels_v10_three_groups_h200.txt; lab/kernels/NOTES.md v3, v7, v8 and v10; tactics.cuh says why each tile):
+//  - up to a wave, the overlapped ping-pong kernel's 64x64 tiles (most CTAs), but 64x128 from a third to half a
+//    wave and with K >= 1024;
+//  - long K beyond a wave: ping-pong 128x128, X multicast, CUTLASS's epilogue steps (one more main-loop stage
+//    than with 64x128 steps);
+//  - 1-2 waves: overlapped 64x128 (ahead of cooperative 128x192 with W multicast);
+//  - more, at K <= 512: the overlapped kernel on 128x128 with three consumer warpgroups, two epilogues beside
+//    each main loop where a tile's epilogue outlasts its main loop (NOTES.md v10; the product A/B:
+//    bench/results/cuda_kernel_three_groups_h200.md);
+//  - more: ping-pong 128x128 with 64x128 epilogue steps (ahead of the overlapped kernel and of cooperative
+//    128x192);
+//  - TF32: cooperative 256x128 at 1-2 waves and at long K, where its larger MMA per byte wins, else ping-pong.
 constexpr int64_t kAnyK = INT64_MAX;
 struct ShapeRule {
   bool tf32;         // row for float32 (TF32) instead of 16-bit operands
@@ -105,22 +104,23 @@ constexpr ShapeRule kShapeTable[] = {
 };
 
 // Few rows of W [N, K] on Hopper: the kernels with the operands swapped (ONNXFUSE_SM90_SWAP_TILES_*), which
-// read W once and compute only the rows that exist. Measured on H200, GPU us back to back, erf form, swapped /
-// the regular kernel / the fallback (lab/kernels/NOTES.md, "Swap-AB for few rows"; the never-slower grids):
+// read W once and compute only the rows that exist. Measured back to back, erf form, against the regular kernel
+// and the fallback (lab/kernels/NOTES.md, "Swap-AB for few rows"; lab/results/swap_ab_probe_h200.txt and
+// kernels_v9_swap_rows_h200.txt; bench/results/cuda_kernel_swap_rows_h200.md and the never-slower grids):
 //  - W at least as wide as deep (N >= K, the up-projections this op fuses, where it was measured): a narrow, deep
 //    W has too few strips of rows to spread over the SMs;
-//  - 16-bit up to 32 rows (kSwap16BitMaxRows) of a W of 2^18 weights or more (kSwap16BitMinWeights):
-//    16x1024x4096 4.3 / 6.2 / 6.4, 8x768x3072 4.0 / 5.0 / 4.5, 8x4096x16384 34.9 / 38.7 / 37.9; swapped ÷ regular
-//    at 9-32 rows 0.80-0.98 for every W from 256x1024 to 4096x16384 (lab/results/kernels_v9_swap_rows_h200.txt);
-//    at 40-48 rows a tie below 2^21 weights and 1.19-1.26 from 768x3072 on, at 64 rows the regular kernel is ahead
-//    (4096x16384: 37.5 / 35.4). Below 2^18 weights a call is launch-bound and the two are as quick. (At 5-8 rows
-//    of a W below 2^21 weights the op's gemv kernel runs before either: path_choice.cc.)
-//  - float32 on TF32 from 2 rows (kSwapF32MinRows): at one row ORT's MatMul runs cuBLAS's exact fp32 matrix-vector
-//    kernel (rel-L2 1.5e-7 at 1x768x3072 against TF32's 3e-4 from two rows on), as the strict kernel does;
-//  - float32 on TF32 up to 32 rows (kSwapF32MaxRows) on 64-row strips: 16x1024x4096 5.9 / strict 139 / 10.5;
-//    at 64 rows a tie with the regular kernel (768x3072: 6.7 / 6.8), which keeps them;
-//  - float32 on TF32 up to 64 rows of a W of 2^25+ weights (kSwapLargeWeights) on 128x32 cooperative tiles:
-//    16x4096x16384 66.4 / strict 577 / 75.2, 64 rows 69.2 / 97.6 / 74.4.
+//  - 16-bit up to 32 rows (kSwap16BitMaxRows) of a W of 2^18 weights or more (kSwap16BitMinWeights): ahead of
+//    both at 9-32 rows for every W from 256x1024 to 4096x16384; at 40-48 rows a tie below 2^21 weights and behind
+//    from 768x3072 on, and at 64 rows the regular kernel is ahead. Below 2^18 weights a call is launch-bound and
+//    the two are as quick. (At 5-8 rows of a W below 2^21 weights the op's gemv kernel runs before either:
+//    path_choice.cc.)
+//  - float32 on TF32 from 2 rows (kSwapF32MinRows): at one row ORT's MatMul runs cuBLAS's exact fp32
+//    matrix-vector kernel, as the strict kernel does, where TF32 would not be exact (each path's error:
+//    bench/results/cuda_kernel_fp32_narrow_gemv_h200.json);
+//  - float32 on TF32 up to 32 rows (kSwapF32MaxRows) on 64-row strips, ahead of the strict kernel and of the
+//    fallback; at 64 rows a tie with the regular kernel, which keeps them;
+//  - float32 on TF32 up to 64 rows of a W of 2^25+ weights (kSwapLargeWeights) on 128x32 cooperative tiles,
+//    ahead of the strict kernel and of the fallback.
 constexpr int64_t kSwapMinWeights = int64_t{1} << 21;  // float32
 constexpr int64_t kSwapLargeWeights = int64_t{1} << 25;
 constexpr int64_t kSwap16BitMinWeights = int64_t{1} << 18;
@@ -130,8 +130,9 @@ constexpr int64_t kSwapF32MaxRows = 32;
 constexpr int64_t kSwapF32LargeWeightMaxRows = 64;
 
 // float32 with few rows runs in strict fp32 (3xTF32 or fp32 FMAs) where no swapped kernel takes it: at one row
-// that is ORT's own precision (above). It is slow there (16x1024x4096: 139 µs); the built-in path choice gives
-// such calls the gemv kernel or the fallback, so only a fused path forced by cuda_path runs it.
+// that is ORT's own precision (above). It is slow there (the forced fused path:
+// bench/results/cuda_kernel_fp32_few_rows_h200.json); the built-in path choice gives such calls the gemv kernel
+// or the fallback, so only a fused path forced by cuda_path runs it.
 constexpr int64_t kStrictF32MaxRows = 16;
 
 bool ends_with(const char* s, const char* suffix) {

@@ -42,26 +42,24 @@ struct Sm90Config {};
 // listed by the dispatch table, so a tile added here exists everywhere. Each CUTLASS 3 instantiation costs
 // ~1 min of nvcc on a 2-core machine and cicc takes ~5 GB for a file of three, so a file holds at most three
 // and the lists hold only tiles that win somewhere (lab/kernels/NOTES.md has the measurements,
-// lab/kernels/explore/ the candidates that lost). Why each, fp16 H200 GPU times in us, erf form:
+// lab/kernels/explore/ the candidates that lost). Why each, fp16 GPU time with the erf form:
 //  ppo_64x64_c1         overlapped ping-pong 64x64 (sm90_warp_epilogue_kernel.cuh: the two warpgroups'
 //                       epilogues are not ordered): the most CTAs, for up to a wave of 128x128 tiles at short K
-//                       (128x768x3072: 4.7 vs 5.0 for CUTLASS's ping-pong 64x64 and 9.5 for 128x128;
-//                       512x768x3072: 8.4 vs 9.0; NOTES.md v7)
-//  ppo_64x128_c1        overlapped ping-pong 64x128: a third to half a wave (197x768x3072: 6.5 vs 6.9 for
-//                       CUTLASS's 64x128), up to a wave with K >= 1024 (512x1024x4096: 10.1 vs 12.1 for 64x64;
-//                       128x4096x16384: 39.9 vs 40.3) and 1-2 waves (1024x768x3072: 12.0 vs 12.7 for cooperative
-//                       128x192; 1024x1024x4096: 17.0 vs 25.4)
+//                       (ahead of CUTLASS's ping-pong 64x64 and 128x128; NOTES.md v7,
+//                       lab/results/kernels_v7_overlap.json.gz)
+//  ppo_64x128_c1        overlapped ping-pong 64x128: a third to half a wave (ahead of CUTLASS's 64x128), up to a
+//                       wave with K >= 1024 (ahead of 64x64) and 1-2 waves (ahead of cooperative 128x192; v7)
 //  pp_128x128_c1x2_e64x128  CUTLASS's ping-pong 128x128, X tile multicast to a 1x2 cluster, 64x128 epilogue
 //                       steps (half the steps of CUTLASS's 64x32 choice, each with its barrier and TMA store):
-//                       many waves at K <= 1024 (4096x768x3072: 37.1, the overlapped kernel 36.8: a tie;
-//                       16384x768x3072: 132.3 vs 134.7)
+//                       many waves at K <= 1024 (a tie with the overlapped kernel at 4096 rows, ahead of it beyond)
 //  pp_128x128_c1x2      the same with CUTLASS's epilogue steps, whose smaller staging buffer leaves one more
-//                       main-loop stage: long K (8192x4096x16384: 1755 vs 2297 with 64x128 steps)
+//                       main-loop stage: long K (ahead of 64x128 steps there)
 //  ppo3_128x128_c1x2    the overlapped kernel on the 128x128 tile with three consumer warpgroups: many waves at
 //                       K <= 512, where a tile's epilogue outlasts its main loop and two epilogues run beside each
-//                       main loop (fp16 erf, NOTES.md v10: 4096x384x1536 13.8 vs 15.5 for two warpgroups,
-//                       32768x384x1536 85.5 vs 88.5, 4096x512x2048 19.3 vs 20.0; two warpgroups beat CUTLASS's
-//                       ping-pong there, v8); a tie at K = 768 and a loss at 1024 (v10)
+//                       main loop (ahead of two warpgroups: NOTES.md v10,
+//                       lab/results/kernels_v10_three_groups_h200.txt, bench/results/cuda_kernel_three_groups_h200.md;
+//                       two warpgroups beat CUTLASS's ping-pong there, v8, lab/results/kernels_v8_forms_h200.txt); a
+//                       tie at K = 768 and a loss at 1024 (v10)
 #define ONNXFUSE_SM90_TILES_16BIT_SMALL(X)                              \
   X(ppo_64x64_c1, 64, 64, 64, 1, 1, kOverlappedPingpong, 0, 0)          \
   X(ppo_64x128_c1, 64, 128, 64, 1, 1, kOverlappedPingpong, 0, 0)
@@ -98,15 +96,14 @@ constexpr Tactic sm90_tactic(const char* name) {
 template <DType D, int TileW, int TileX, int TileK, Sm90Schedule S>
 struct Sm90SwapConfig {};
 
-// The swapped tiles, one line each: X(name, TileW, TileX, TileK, schedule). Measured on H200, GPU us with the
-// erf form, back to back (lab/kernels/NOTES.md, "Swap-AB for few rows"):
+// The swapped tiles, one line each: X(name, TileW, TileX, TileK, schedule). Measured with the erf form, back to
+// back (lab/kernels/NOTES.md, "Swap-AB for few rows"; lab/results/swap_ab_probe_h200.txt and
+// swap_ab_probe_h200_round2.txt):
 //  swap_64x16_pp    the most CTAs (one 64-row strip of W each), one tile of X's rows up to 16: every shape up
-//                   to 16 rows, and 17-32 float32 rows of a W under 2^25 weights (fp32 16x1024x4096 5.9 against
-//                   8.3 for 128x16 cooperative; 32x768x3072 5.3 / 6.6; fp16 16x1024x4096 4.3 / 5.3; fp16
-//                   8x4096x16384 34.9 / 35.3)
+//                   to 16 rows, and 17-32 float32 rows of a W under 2^25 weights (ahead of 128x16 cooperative
+//                   and of wider tiles of X's rows)
 //  swap_128x32_coop float32 from 9 to 64 rows of a W of 2^25+ weights: one strip of W per SM, read once for
-//                   up to 32 rows (16x4096x16384 66.4 against 66.7 for 64x16; 32 rows 66.6 / 71.4; 64 rows 69.2
-//                   against 70.1 for ping-pong 64x64)
+//                   up to 32 rows (ahead of 64x16 at 32 rows and of ping-pong 64x64 at 64, a tie at 16)
 #define ONNXFUSE_SM90_SWAP_TILES_16BIT(X) X(swap_64x16_pp, 64, 16, 64, kPingpong)
 #define ONNXFUSE_SM90_SWAP_TILES_TF32(X)    \
   X(swap_64x16_pp, 64, 16, 32, kPingpong)   \
@@ -152,10 +149,9 @@ inline size_t dtype_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 // DRAM again. Swizzling the walk into groups of 8 tiles keeps each wave's panels of both operands small
 // enough to stay in L2. CUTLASS rounds both tile counts up to a multiple of swizzle x cluster and walks the
 // padding too, so the swizzle is used only where that adds at most 3 % of tiles (fp32 2048x4096x16384 on
-// cooperative 256x128 tiles, 8 tile rows padded to 16, ran 2.8x slower). Measured on H200
-// (lab/kernels/NOTES.md, v5), GPU us, swizzle 1 vs 8: fp16 8192x4096x16384 1669 vs 1579, fp16
-// 4096x4096x16384 796 vs 775; where an operand fits in L2 it loses (fp16 2048x4096x16384 381 vs 392,
-// 16384x768x3072 132 vs 182).
+// cooperative 256x128 tiles, 8 tile rows padded to 16, ran far slower). Swizzle 8 against 1 (lab/kernels/NOTES.md,
+// v5; lab/results/kernels_v5_swizzle.json): ahead where both operands outgrow L2 (fp16 8192x4096x16384,
+// 4096x4096x16384), behind where an operand fits in L2 (fp16 2048x4096x16384, 16384x768x3072).
 constexpr int kSm90WideSwizzle = 8;
 inline int sm90_swizzle(const GemmGeluArgs& a, const DeviceInfo& dev, int tile_m, int tile_n, int cluster_m,
                         int cluster_n) {

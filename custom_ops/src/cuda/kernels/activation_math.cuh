@@ -4,10 +4,10 @@
 // Two precisions, chosen by the output type:
 //
 // Fast (fp16/bf16 outputs). The epilogue is issue-bound: a 128x128 tile gives each consumer thread 128
-// elements, so every instruction per element costs ~128 issue slots per warp, and on H200 an erf-GELU of ~25
-// instructions (erff, or a rational erf) made the fused kernel 1.3-1.5x slower than the same kernel with a
-// tanh-GELU (lab/kernels/NOTES.md). All three forms are written as x·σ(z) = x / (1 + e^(-z)), one ex2 and
-// one rcp, branch-free:
+// elements, so every instruction per element costs ~128 issue slots per warp, and an erf-GELU of ~25
+// instructions (erff, or a rational erf) made the fused kernel clearly slower than the same kernel with a
+// tanh-GELU (lab/kernels/NOTES.md, v2; lab/results/kernels_v2_fast_erf.json.gz). All three forms are written
+// as x·σ(z) = x / (1 + e^(-z)), one ex2 and one rcp, branch-free:
 //   erf    : Φ(x) = σ(g(x)) with g = logit∘Φ fitted by an odd degree-9 polynomial (weighted minimax on
 //            [0, 7]; monotone on [-12, 12]); max abs error of x·Φ(x) is 3.3e-6 in fp32 arithmetic, far
 //            under half an fp16/bf16 ulp wherever |GELU(x)| > 0.007.

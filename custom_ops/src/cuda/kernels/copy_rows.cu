@@ -1,11 +1,11 @@
 // launch_copy_rows (copy_rows.h): memory-bound, one pass over dst.
 //
-// The rows it copies are, by construction, not 16-byte vectors on at least one side, so a thread does not
-// own a run of consecutive elements (its 8 element accesses would each touch a different 32-byte sector:
-// 8x the L2 traffic of the bytes moved, measured 2x the expected time at 4096x3074). Instead the kElems
-// elements of a thread are kThreads apart, so every warp access covers 32 adjacent elements, and elements
-// move in pairs (32-bit words) where both matrices allow it: even pitches, widths and addresses, as for
-// 770x3074. The grid's y dimension walks rows, its x dimension column blocks: no 64-bit division per thread.
+// The rows it copies are, by construction, not 16-byte vectors on at least one side, so a thread does not own a run
+// of consecutive elements (its 8 element accesses would each touch a different 32-byte sector: 8x the L2 traffic of
+// the bytes moved). Instead the kElems elements of a thread are kThreads apart, so every warp access covers 32
+// adjacent elements, and elements move in pairs (32-bit words) where both matrices allow it: even pitches, widths and
+// addresses, as for 770x3074. The grid's y dimension walks rows, its x dimension column blocks: no 64-bit division
+// per thread.
 #include <algorithm>
 #include <cstdint>
 

@@ -1,10 +1,11 @@
 // Copies a matrix of 16-bit or 32-bit elements from one row pitch to another: what lets rows that are not
 // 16-byte vectors reach the kernels that need them (cuda/ops/staging.h). 16-bit: the fused path's
 // Tensor-Core kernels read and write rows through TMA or 16-byte vectors, so K or N off a multiple of 8 (or an
-// operand at an odd offset) used to leave them only the any-alignment WMMA kernel, 4x slower than ORT there
-// (RunFusedStaged). float32: cuBLAS reads a narrow, deep W of rows off a multiple of 4 floats 1.5x slower than
-// the same W padded (RunFallbackStaged). Staged through copies padded to 16-byte rows, the same problem runs on
-// the aligned kernels.
+// operand at an odd offset) used to leave them only the any-alignment WMMA kernel, far slower than ORT there
+// (RunFusedStaged; the staged path against the fallback and ORT: bench/results/cuda_kernel_unaligned_staged_h200.json).
+// float32: cuBLAS reads a narrow, deep W of rows off a multiple of 4 floats slower than the same W padded
+// (RunFallbackStaged; lab/results/staged_fp32_probe_h200.txt). Staged through copies padded to 16-byte rows,
+// the same problem runs on the aligned kernels.
 #pragma once
 
 #include <cstdint>

@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) fallback_gemm_gelu_kernel(const T* _
     __syncthreads();
     if constexpr (kStrictF32) {
       // Thread t owns row t/2, columns (t%2)*32 .. +32 of the tile. A plain running fp32 sum over K loses
-      // ~sqrt(K) roundings (measured 2-3x cuBLAS's blocked fp32 error at K = 770), so each dot product is
+      // ~sqrt(K) roundings (more than cuBLAS's blocked fp32 sum loses), so each dot product is
       // compensated (Ogita-Rump-Oishi Dot2: the exact product error from an FMA, the exact sum error from
       // TwoSum), which is as accurate as summing in twice the precision.
       const int r = threadIdx.x / 2, c0 = (threadIdx.x % 2) * 32;

@@ -1,9 +1,9 @@
 // launch_fill_masked_rows (fill_masked_rows.h). A warp owns one row: its lanes read the row's K flags
 // side by side and vote (masked_rows.cuh); a kept row in place costs the warp nothing more. A warp rather
 // than a block per row: in place nearly every row is kept and the kernel is the flags' read, and four rows to
-// a block make a quarter of the blocks to schedule (B=32, S=128: 1 024 instead of 4 096). H200, GPT-2's
-// twelve guards at batch 32: 48 µs a block per row, 25 µs a warp per row with one flag a row, 31 µs reading
-// the 128-key causal mask.
+// a block make a quarter of the blocks to schedule (B=32, S=128: 1 024 instead of 4 096). GPT-2's guards with
+// a block per row, a warp per row and the causal mask's own flags: bench/results/e2e_h200.md, "The row guard on
+// the mask itself".
 // Elements move as 16-byte vectors where the row's bytes and both pointers allow it (every hidden size of a
 // transformer; a 768-wide float16 row is 96 vectors, three a lane), else one element at a time.
 #include <algorithm>

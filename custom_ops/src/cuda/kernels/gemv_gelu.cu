@@ -47,8 +47,8 @@ constexpr int kNnUnroll = 4;
 // at 16 rows of 4 columns). 8 columns halve it where the sums still fit in registers: fp32 at 4 and 8 rows
 // (up to 8x8 sums beside 8x4 floats of W); 16-bit W takes twice the registers per vector, 16 rows twice the
 // sums, and at 1 or 2 rows X is at most half of W's traffic while 4 columns give twice the groups to spread
-// a small N over the SMs. Measured on H200, float32 4096x16384 (bench/results/cuda_kernel_fp32_few_rows_h200.json,
-// `bench/cuda_kernel.py --paths`): 4 rows 87-90 µs with 4 columns, 65.6 with 8; 8 rows 131 -> 78.2.
+// a small N over the SMs. The float32 path at those rows: bench/results/cuda_kernel_fp32_few_rows_h200.json
+// (`bench/cuda_kernel.py --paths`).
 template <class T, int kRows>
 constexpr int kTnCols = std::is_same_v<T, float> && (kRows == 4 || kRows == 8) ? 8 : 4;
 
@@ -253,17 +253,18 @@ __global__ void __launch_bounds__(kThreads) gemv_tn_kernel(const T* __restrict__
 }
 
 // float32 on TF32 Tensor Cores, for 5-16 rows of a large W in sessions that allow TF32 (gemv_uses_tf32): there
-// the FMA kernel above re-reads X through L2 for every column group and runs at L2's pace (8x4096x16384: 80 µs,
-// 16 rows 201), while ORT's own MatMul runs a TF32 Tensor-Core GEMM (cutlass s1688, 66-67 µs:
-// lab/results/cublas_fp32_few_rows_h200.txt), so TF32 is the precision the user's unfused model has there.
+// the FMA kernel above re-reads X through L2 for every column group and runs at L2's pace, behind ORT's own
+// MatMul, which runs a TF32 Tensor-Core GEMM there (cutlass s1688: lab/results/cublas_fp32_few_rows_h200.txt;
+// the paths against ORT: bench/results/cuda_kernel_fp32_tf32_gemv_h200.json), so TF32 is the precision the
+// user's unfused model has there.
 // The products are taken transposed, Yᵀ = W·Xᵀ: 16 columns of W are the mma's M and up to 8 rows of X its N
 // (mma.sync m16n8k8), so a few rows waste nothing and the warp issues one instruction per 1024 products; what
 // is left is reading W (how: WLoad; launch_tf32 says which the shipped launch uses and why).
 // The order of k inside a block of 32: lane (g = lane / 4, t = lane % 4) loads 8 consecutive k (two 16-byte
 // vectors, one DRAM sector) of its rows of W and of X; mma j of the block takes k = 8t + 2j into the fragment
 // slot t and 8t + 2j + 1 into slot t + 4. A and B use the same map, so each sum is over the right products.
-// Inputs are rounded to TF32 (cvt.rna) rather than truncated. Measured on H200 against the FMA kernel and
-// other tiles, splits and load policies (lab/kernels/NOTES.md, "gemv v3").
+// Inputs are rounded to TF32 (cvt.rna) rather than truncated. Measured against the FMA kernel and other tiles,
+// splits and load policies (lab/kernels/NOTES.md, "gemv v3").
 __device__ __forceinline__ uint32_t to_tf32(float f) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
@@ -413,10 +414,9 @@ __global__ void __launch_bounds__(kThreads) gemv_tf32_kernel(const float* __rest
 }
 
 // Warps per SM the transB = 1 kernel aims for before it splits K among more warps, and the steps of K each
-// warp keeps at least when it does. Measured on H200 (bench/results/cuda_kernel_gemv_h200.md): a split lifts
-// a narrow, deep W (1x4095x1023 bf16, 256 column groups with 128 steps each: 40.2 µs unsplit, 13.5 split in
-// four), but where each warp is left one or two steps its butterfly of shuffles costs more than the steps
-// (8x1024x4096 fp16, four steps: 5.4 µs unsplit, 8.6 split in four).
+// warp keeps at least when it does (bench/results/cuda_kernel_gemv_h200.md): a split lifts a narrow, deep W
+// (1x4095x1023 bf16, 256 column groups with 128 steps each), but where each warp is left one or two steps its
+// butterfly of shuffles costs more than the steps (8x1024x4096 fp16, four steps).
 constexpr int64_t kTnWarpsPerSm = 16;
 constexpr int64_t kTnMinStepsPerWarp = 8;
 
@@ -481,10 +481,9 @@ cudaError_t launch_rows(const GemmGeluArgs& a, const DeviceInfo& dev, cudaStream
 }
 
 // The shipped TF32 configuration: one 16-column tile per warp, K split four ways (every warp of a block on one
-// group), W read through L1 (__ldg). Reading W past L1 (L1::no_allocate) was up to 5 µs faster back to back,
-// but timed after other work has left L2 full of dirty lines, as a model's layers do, it lost by up to 40 %
-// (lab/kernels/NOTES.md, "gemv v5"; µs through L1 / past it: 8x4096x16384 79 / 111, 16 rows 88 / 103; back
-// to back 70 / 71 and 80 / 75).
+// group), W read through L1 (__ldg). Reading W past L1 (L1::no_allocate) was a little faster back to back, but
+// timed after other work has left L2 full of dirty lines, as a model's layers do, it lost by far more
+// (lab/kernels/NOTES.md, "gemv v5"; lab/results/gemv_tf32_dirty_v5_h200.txt).
 cudaError_t launch_tf32(const GemmGeluArgs& a, cudaStream_t stream) {
   constexpr int kColTiles = 1;
   constexpr int kSplit = 4;

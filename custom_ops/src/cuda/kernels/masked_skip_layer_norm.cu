@@ -46,9 +46,10 @@ __device__ __forceinline__ Vec<T> load_vec(const void* base, int64_t index) {
 // Rows of at most this many vectors a lane also hold gamma, beta and bias in registers, loaded with the row
 // (1 536 bytes of float16 or 768 of float32 per lane and tensor at most): every load of the kernel is then
 // issued before its first dependent step, one memory round trip where loading them after the vote and after
-// the statistics took three. H200, GPT-2 small's twelve folded normalizations at batch 32 (768 wide, float16,
-// with the sum): 108 µs with the later loads, against ORT's SkipLayerNormKernelSmall's 7 µs a call. Wider
-// rows load them where they are used: three more arrays would spill the row's registers.
+// the statistics took three. The later loads made GPT-2 small's folded normalizations slower than ORT's
+// SkipLayerNormKernelSmall (bench/results/masked_skip_norm_h200.md, the earlier kernel as
+// masked_skip_norm_h200_late_loads.json; in the model: e2e_kernels_h200_sdpa_masked_norm.md). Wider rows load
+// them where they are used: three more arrays would spill the row's registers.
 constexpr int kParamsWithRowVectors = 6;
 
 // The row in registers: lane l holds vectors l, l + 32, ... (kVectors of them, the last ones past the row's

@@ -6,10 +6,9 @@
 // of their Tensor-Core work on rows that are not there, and cuBLAS on the op's W [N, K] reads W slower than the
 // NN kernel ORT's MatMul runs on W [K, N]. With W as CUTLASS's A, W's rows are the GMMA's M (tiles of 64-128,
 // streamed once by TMA) and X's few rows its N (a tile of 16 or 32): the kernel reads W at the copy engine's
-// rate and computes only the rows that exist. Measured on H200 (lab/kernels/NOTES.md, "Swap-AB for few rows";
-// lab/kernels/swap_ab_probe.py), GPU µs back to back, with the activation, against torch on W [K, N] (ORT's
-// layout) and on W [N, K]: fp32 TF32 16x4096x16384 66.4 / 74.3 / 85.8; 16x1024x4096 5.9 / 11.4 / 12.0;
-// fp16 16x1024x4096 4.3 / 7.0 / 7.0.
+// rate and computes only the rows that exist. Against torch on W [K, N] (ORT's layout) and on W [N, K], with the
+// activation, it was ahead at 16 rows in fp32 (TF32) and fp16: lab/results/swap_ab_probe_h200.txt
+// (lab/kernels/NOTES.md, "Swap-AB for few rows"; lab/kernels/swap_ab_probe.py).
 //
 // Layouts in CUTLASS's terms: A = W [N, K] row-major (K-major), B = X [M, K] K-major (CUTLASS's ColumnMajor B),
 // D = Yᵀ [N, M] column-major with leading dimension N, which is Y [M, N] row-major. The bias runs along D's

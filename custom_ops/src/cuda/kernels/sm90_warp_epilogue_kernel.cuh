@@ -8,7 +8,8 @@
 // an epilogue outlasts a main loop, as GELU's does at K <= 1024, a warpgroup's epilogue waits for the other's
 // (lab/kernels/NOTES.md, v6). Here the main loops keep their order and the epilogues have none: each warp
 // stages its own rows through its own buffer. Shipped for the 64x64 and 64x128 ping-pong tiles, where it wins
-// 2-33 % (NOTES v7); at many waves it ties CUTLASS's kernel.
+// under two waves; at many waves it ties CUTLASS's kernel (lab/kernels/NOTES.md, v7;
+// lab/results/kernels_v7_overlap.json.gz).
 //
 // Roles (128 threads per warpgroup): warp 0 of warpgroup 0 issues the TMA loads of every tile this CTA computes;
 // the kMmaWarpGroups consumer warpgroups (2, or 3 with fewer registers each) take turns along the persistent tile

@@ -130,8 +130,9 @@ void FusedLinearGeluCudaKernel::Compute(OrtKernelContext* context) const {
   args.trans_b = attrs_.trans_b;
   // The fused path's TF32 tactics need 16-byte aligned rows (K and N multiples of 4 floats); other shapes
   // would run its strict any-alignment kernel, so the built-in rule sends them to the fallback, where cuBLAS
-  // decides TF32 per shape exactly as for ORT's MatMul (RunFallback). ORT's own choice varies with the shape:
-  // on the H200 K=100, N=70 ran in full fp32 (rel-L2 2e-7) while 770x3074 ran TF32 (3e-4).
+  // decides TF32 per shape exactly as for ORT's MatMul (RunFallback). ORT's own choice varies with the shape: at
+  // 770x3074 full fp32 for one row, TF32 from two (each cell's error: bench/results/cuda_kernel_never_slower_h200.md's
+  // grids).
   args.allow_tf32 = !strict_fp32_ && s.K % 4 == 0 && s.N % 4 == 0;
   args.M = s.M;
   args.N = s.N;

@@ -102,7 +102,8 @@ void FusedLinearGeluCudaKernel::CopyRows(const cuda::RowCopy& c, cuda::DType dty
 // Two kernels on `stream`. float32: cuBLASLt's GEMM with the bias epilogue into Y, then the activation over Y
 // in place. fp16/bf16: cuBLASLt's GEMM into a float32 product (scratch), then bias, activation and the one
 // rounding to Y's type in one kernel, in the fused kernel's order (rounding the pre-activation to 16 bits
-// first, as ORT's unfused graph does, measured 1.18x ORT's own error at 64x770x3074 fp16).
+// first, as ORT's unfused graph does, would add a rounding; each path's error against float64:
+// bench/results/cuda_kernel_unaligned_staged_h200.json).
 void FusedLinearGeluCudaKernel::RunFallback(Ort::KernelContext& ctx, cuda::GemmGeluArgs args, const LinearShape& s,
                                             cudaStream_t stream) const {
   if (gemm_bias_ == nullptr) {
@@ -110,8 +111,9 @@ void FusedLinearGeluCudaKernel::RunFallback(Ort::KernelContext& ctx, cuda::GemmG
                        " (onnxruntime's CUDA provider loads it; is this session's CUDA the library's major?)");
   }
   // TF32 exactly as ORT's MatMul gets it: its CUDA provider allows TF32 (use_tf32, on by default) and lets
-  // cuBLAS choose per shape; this path asks the same library the same way. Measured on H200: ORT's error at
-  // 4096x770x3074 and at one row is TF32's (3e-4), so strict fp32 here only lost time (1.6-2.5x ORT).
+  // cuBLAS choose per shape; this path asks the same library the same way. Where ORT's own error is TF32's (at
+  // 770x3074 from two rows on: bench/results/cuda_kernel_never_slower_h200.md's grids), strict fp32 here only
+  // lost time.
   if (args.dtype == cuda::DType::kFloat32) args.allow_tf32 = !strict_fp32_;
   if (cuda::StagedFallbackPays(args)) {
     const void* w_aligned = staged_.AlignedWeight(args);
