@@ -120,6 +120,25 @@ def _causal_and_padding(b: _Bias) -> str:
     return b.node("Where", [padded, b.const("padded_fill", -math.inf), causal], "padding_bias")
 
 
+def _sliding_window(b: _Bias) -> str:
+    """transformers 4.36's Mistral (``_prepare_4d_causal_attention_mask`` with a sliding window of 2 keys): the
+    causal part a fill above the diagonal, the keys left of the window dropped by ``1 - triu(ones, -window)``,
+    then the padding's ``masked_fill`` of the inverted mask. (With -inf fills: with ``finfo.min`` the bias is
+    finite and fed as it is.)"""
+    lowest = -math.inf
+    causal = b.node("Where", [b.causal_keep(), b.const("kept", 0.0), b.const("fill", lowest)], "causal_bias")
+    seq = b.node("Unsqueeze", ["seq", b.const("seq_axis", [0], T.INT64)], "seq_1")
+    ones = b.node("ConstantOfShape", [b.node("Concat", [seq, seq], "square", axis=0)], "ones",
+                  value=numpy_helper.from_array(np.ones(1, helper.tensor_dtype_to_np_dtype(b.dtype))))
+    band = b.node("Trilu", [ones, b.const("window", -1, T.INT64)], "band", upper=1)
+    outside = b.node("Cast", [b.node("Sub", [b.const("one_f", 1.0), band], "outside_f")], "outside", to=T.BOOL)
+    causal = b.node("Where", [outside, b.const("window_fill", lowest), causal], "windowed_bias")
+    causal = b.node("Unsqueeze", [causal, b.const("causal_axes", [0, 1], T.INT64)], "causal_4d")
+    inverted = b.node("Sub", [b.const("one", 1.0), b.node("Cast", [b.keys_4d()], "mask_float", to=b.dtype)], "inverted")
+    return b.node("Where", [b.node("Cast", [inverted], "inverted_bool", to=T.BOOL), b.const("padded_fill", lowest),
+                            causal], "padding_bias")
+
+
 def _model(spelling, dtype: int = T.FLOAT, mask_type: int = T.INT64, mask_shape=("batch", "seq"),
            guard: bool = True) -> onnx.ModelProto:
     """An sdpa-style self-attention (``_attention``) whose scores get ``spelling``'s bias built from
@@ -174,6 +193,8 @@ FUSED = [
     (_given_4d_bool, T.FLOAT, T.BOOL, ("batch", 1, 1, "seq"), "key-padding", -math.inf, None),
     (_causal_and_padding, T.FLOAT, T.INT64, ("batch", "seq"), "causal+key-padding", -math.inf, None),
     (_causal_and_padding, T.FLOAT16, T.INT64, ("batch", "seq"), "causal+key-padding", -math.inf, None),
+    (_sliding_window, T.FLOAT, T.INT64, ("batch", "seq"), "causal+sliding-window+key-padding", -math.inf, "0 or 1"),
+    (_sliding_window, T.FLOAT16, T.INT64, ("batch", "seq"), "causal+sliding-window+key-padding", -math.inf, "0 or 1"),
 ]
 
 
@@ -189,6 +210,7 @@ def test_each_spelling_is_fused_and_matches_the_unfused_model(spelling, dtype, m
     assert block.details["mask"] == kind and block.details["mask_input"] == "attention_bias"
     assert block.details.get("mask_values") == values  # the precondition, where there is one, in the report
     assert (f"attention_mask {values}" in block.form) == (values is not None)
+    assert block.details.get("window") == (2 if "sliding-window" in kind else None)  # triu(ones, -1): k - q >= -1
     assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
     # the fill the graph computes, in its type, is the rebuilt bias's
     (fill_init,) = [t for t in result.model.graph.initializer if t.name.endswith("_mask_fill")]

@@ -27,8 +27,11 @@ The ops between them, each with what it does to the index map (which leaf axis a
   index);
 * Transpose: the axes permuted.
 
+* Trilu of a uniform constant: a keep formula of its last two axes (``k - q >= diagonal``, or ``<=``), the
+  constant where it holds and 0 elsewhere.
+
 Every other op — anything that moves or mixes elements (Gather, ReduceSum, MatMul, Concat, ScatterND, Tile,
-Trilu, ...) — and every op outside the default domain ends the reading: not this form (None). So where
+...) — and every op outside the default domain ends the reading: not this form (None). So where
 :func:`read_cone` answers, element ``[i_0, ..., i_r]`` of the tensor is ``f(source[i_{a(0)}, ...],
 keep_1[...], ...)`` with each leaf read at the output indices of the axes that carry its axes (index 0
 where it is broadcast), which is what lets ``mask_semantics`` evaluate ``f`` on scalars and read the mask
@@ -249,6 +252,24 @@ class _Reader:
         dtype = t.data_type if t is not None else T.FLOAT
         rank = self._length(node.input[0])
         return Cone(Scalar("const", dtype, value=scalar_ops.typed(value, dtype)), (frozenset(),) * rank)
+
+    def _op_Trilu(self, node) -> Cone:
+        """Trilu of a uniform constant c (Mistral's window, LLaMA's causal fill): ``Where(k - q >= diagonal, c, 0)``
+        (upper) or ``k - q <= diagonal``, over its last two axes (the rows q, the columns k): a keep formula."""
+        x = self.cone(node.input[0])
+        if x.fn.op != "const" or any(x.axes) or len(x.axes) < 2:
+            raise _NotACone
+        diagonal = self.ev.vec(node.input[1]).items if len(node.input) > 1 and node.input[1] else (Dim(0),)
+        if len(diagonal) != 1 or not diagonal[0].is_int:
+            raise _NotACone
+        rank = len(x.axes)
+        rows, cols = ("axis", rank - 2), ("axis", rank - 1)
+        bound = ("add", rows, ("const", diagonal[0].coef))
+        expr = ("ge", cols, bound) if attr(node, "upper", 1) else ("le", cols, bound)
+        keep = self._keep_formula(_Formula(node.output[0], Index(tuple(self.ev.dim(node.input[0], a)
+                                                                      for a in range(rank)), expr)))
+        zero = Scalar("const", x.fn.dtype, value=scalar_ops.typed(0, x.fn.dtype))
+        return Cone(Scalar("Where", x.fn.dtype, (keep.fn, x.fn, zero)), keep.axes)
 
     # -- axes inserted, dropped, broadcast, permuted --
     def _axes_operand(self, node, position: int = 1) -> list[int]:
