@@ -277,6 +277,14 @@ def _mixes_keys(b: _Bias) -> str:
     return b.node("Where", [dropped, b.const("fill", -math.inf), b.const("kept", 0.0)], "padding_bias")
 
 
+def _multiplied(b: _Bias) -> str:
+    """The mask's keys summed by a MatMul with a constant [T, T] (each key's bias from every key's mask)."""
+    m = b.node("Cast", [b.keys_4d()], "mask_float", to=b.dtype)
+    mixed = b.node("MatMul", [m, b.const("key_weights", np.ones((5, 5)))], "mask_mixed")
+    dropped = b.node("Equal", [mixed, b.const("zero_f", 0.0)], "dropped")
+    return b.node("Where", [dropped, b.const("fill", -math.inf), b.const("kept", 0.0)], "padding_bias")
+
+
 def _gathered(b: _Bias) -> str:
     """The mask's keys permuted by indices computed at run time (a Gather with data indices)."""
     order = b.node("Cast", [b.node("Abs", ["x_order"], "order_abs")], "order", to=T.INT64)
@@ -304,6 +312,7 @@ REFUSED = [
     (_inverted, "keeps keys where the mask is 0 (an inverted mask)"),
     (_two_inputs, NOT_READ),
     (_mixes_keys, NOT_READ),
+    (_multiplied, NOT_READ),
     (_gathered, NOT_READ),
     (_two_fills, "dropped keys get different fills"),
 ]

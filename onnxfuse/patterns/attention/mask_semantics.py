@@ -104,21 +104,24 @@ def read_keep(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads, dty
     keep, fill = _keep_and_fill(points, leaves, what)
     source = Data(leaves.source, ev.rank(leaves.source), as_bool=True) if leaves.source else None
     expr = _keep_expr(keep, source, leaves, where, what)
-    extents = _extents(ev, bias, leaves, axes, len(cone.axes))
+    extents = _extents(ev, bias, leaves, axes, len(cone.axes), what)
     if 2 not in axes_read(expr):
         extents = extents[:2] + (_rows(ev, leaves, extents[2], q, k, what),) + extents[3:]
     return ReadKeep(Index(extents, expr), fill, mask_values)
 
 
-def _extents(ev: Evaluator, bias: str, leaves: Leaves, axes: tuple, rank: int) -> tuple:
-    """The bias's extents on the scores' four axes: along an axis that reads a leaf's axis of extent other than
-    1, that extent (broadcasting meets it with 1 or itself), else what the forward pass knows of the bias."""
+def _extents(ev: Evaluator, bias: str, leaves: Leaves, axes: tuple, rank: int, what: str) -> tuple:
+    """The bias's extents on the scores' four axes: along an axis that reads leaves' axes, their extent, which
+    must be one (a leaf broadcast along it would be read at index 0, not at the formula's index), else what
+    the forward pass knows of the bias."""
     out = []
     for a, carried in enumerate(axes):
-        own = [leaves.keeps[leaf[1]][1].extents[j] if leaf != SOURCE else ev.dim(leaves.source, j)
-               for leaf, j in sorted(carried, key=repr)]
-        own = [d for d in own if d != Dim(1)]
-        out.append(own[0] if own else Dim(1) if a < 4 - rank else ev.dim(bias, a - (4 - rank)))
+        own = {leaves.keeps[leaf[1]][1].extents[j] if leaf != SOURCE else ev.dim(leaves.source, j)
+               for leaf, j in carried}
+        if len(own) > 1:
+            raise Refused(f"{what} meets extents {' and '.join(sorted(map(repr, own)))} along one axis, not shown "
+                          "equal")
+        out.append(own.pop() if own else Dim(1) if a < 4 - rank else ev.dim(bias, a - (4 - rank)))
     return tuple(out)
 
 
