@@ -1,6 +1,6 @@
 """End-to-end benchmark: full-size BERT-base, GPT-2 small and ViT-B/16 (random weights, exported by
 torch.onnx), optimized by ONNX Runtime's transformers optimizer + fp16 converter ("ORT opt"), then by
-onnxfuse ("+ onnxfuse"), timed against each other in the same process with ``onnxfuse.bench`` at
+onnxfuse ("+ onnxfuse"), timed against each other in the same process with ``onnxfuse.measure`` at
 B×S ∈ {1×128, 8×128, 32×128} (images: batch 1, 8, 32), CUDA graphs off and on.
 
 ``--attn`` picks transformers' attention implementation for the export: ``sdpa`` (its default, what users
@@ -52,12 +52,12 @@ from pathlib import Path
 import onnx
 
 from onnxfuse.atomic import write_json
-from onnxfuse.bench.environment import environment as bench_environment
-from onnxfuse.bench.model_bench import bench_models
-from onnxfuse.bench.timing import TimingPolicy
+from onnxfuse.measure.environment import environment as bench_environment
+from onnxfuse.measure.model_bench import bench_models
+from onnxfuse.measure.timing import TimingPolicy
 from onnxfuse.compare import compare_models
 from onnxfuse.errors import one_line
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.plots import plot_model_bench
 from onnxfuse.runtime import preload_cuda_libraries
 

@@ -36,9 +36,9 @@ import e2e  # noqa: E402  (bench/e2e.py: the same models, built the same way)
 from cupti import kernel_times_us, require_kernels  # noqa: E402
 import onnx  # noqa: E402
 
-from onnxfuse.bench.device_run import DeviceRun, output_shapes  # noqa: E402
-from onnxfuse.bench.environment import environment  # noqa: E402
-from onnxfuse.fuse import optimize_file  # noqa: E402
+from onnxfuse.measure.device_run import DeviceRun, output_shapes  # noqa: E402
+from onnxfuse.measure.environment import environment  # noqa: E402
+from onnxfuse.pipeline import optimize_file  # noqa: E402
 from onnxfuse.inputs import random_inputs  # noqa: E402
 from onnxfuse.runtime import create_session, cuda_usable, preload_cuda_libraries  # noqa: E402
 

@@ -90,7 +90,7 @@ def describe_guards(path: str) -> list[dict]:
 def build(spec, workdir: Path, dtype: str, provider: str, tiny: bool) -> Path:
     import e2e
 
-    from onnxfuse.fuse import optimize_file
+    from onnxfuse.pipeline import optimize_file
 
     raw, base, fused = (workdir / f"{spec.name}.{kind}.onnx" for kind in ("raw", "ortopt", "onnxfuse"))
     e2e.export(spec, tiny, raw, "sdpa")

@@ -9,7 +9,7 @@ host time per node makes small batches slower, so this measures that cost on its
 * a chain of L Linear+bias+GELU layers (D -> D, fp16 by default), once as ``FusedLinearGelu`` nodes and once
   as the graph exporters write (MatMul -> Add -> Gelu, opset 20), at a few row counts M where each layer's GPU
   work takes a few microseconds;
-* wall time per run (IO binding, no CUDA graph, the two sessions interleaved: ``onnxfuse.bench.timing.measure``),
+* wall time per run (IO binding, no CUDA graph, the two sessions interleaved: ``onnxfuse.measure.timing.measure``),
   per layer;
 * ORT's profiler: host microseconds per node call, by op type (ORT's ``*_kernel_time`` events time each
   kernel's compute function on the host);
@@ -39,9 +39,9 @@ from onnx import helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from onnxfuse.atomic import write_json  # noqa: E402
-from onnxfuse.bench.device_run import DeviceRun, output_shapes  # noqa: E402
-from onnxfuse.bench.op_bench import DTYPES, initializer, random_input  # noqa: E402
-from onnxfuse.bench.timing import TimingPolicy, measure  # noqa: E402
+from onnxfuse.measure.device_run import DeviceRun, output_shapes  # noqa: E402
+from onnxfuse.measure.op_bench import DTYPES, initializer, random_input  # noqa: E402
+from onnxfuse.measure.timing import TimingPolicy, measure  # noqa: E402
 from onnxfuse.domain import DOMAIN, OP_TYPE, DOMAIN_VERSION  # noqa: E402
 from onnxfuse.runtime import create_session  # noqa: E402
 

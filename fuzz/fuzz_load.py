@@ -1,5 +1,5 @@
 """Fuzz the model loading and validation path: bytes → model file → ``model_io.load_model`` (parse, opset and
-external-data checks, ``onnx.checker``) → ``fuse_model`` → ``model_io.save_model`` (full check, atomic write).
+external-data checks, ``onnx.checker``) → ``fuse_model`` → ``model_save.save_model`` (full check, atomic write).
 
 The contract under test: whatever the bytes, the path either succeeds or raises ``BadInputError`` (one line,
 exit 2). Any other exception, a crash or a hang is a finding. The input layout and the property are in

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from onnxfuse.errors import BadInputError
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 
 
 def check_one(data: bytes, work: str) -> None:

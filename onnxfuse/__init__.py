@@ -1,15 +1,19 @@
 """onnxfuse: fuse Linear(+bias)+GELU blocks of ONNX models into one ``FusedLinearGelu`` node.
 
 Public API:
+    optimize(model)      rewrite a model (a path or an ``onnx.ModelProto``): ``(model, report)`` (``pipeline``)
+    save(result, path)   write what ``optimize`` returned, atomically, external data streamed
     DOMAIN               the custom-op domain (``ai.onnxfuse``)
     DOMAIN_VERSION       the domain's opset version, for ``helper.make_opsetid(DOMAIN, DOMAIN_VERSION)``
     get_library_path()   path of the custom-op library to give ``SessionOptions.register_custom_ops_library``
     create_session()     an ``onnxruntime.InferenceSession`` with the library registered
+
+``import onnxfuse`` stays cheap (the command line's ``--help`` pays for it): the rewriter and ONNX Runtime
+are imported on first use.
 """
 
 from .domain import DOMAIN, DOMAIN_VERSION, OP_TYPE, OP_VERSION
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def get_library_path() -> str:
@@ -24,4 +28,22 @@ def create_session(model, providers=None, **kwargs):
     return _create(model, providers=providers, **kwargs)
 
 
-__all__ = ["DOMAIN", "DOMAIN_VERSION", "OP_TYPE", "OP_VERSION", "get_library_path", "create_session", "__version__"]
+_FROM_PIPELINE = ("optimize", "save")
+
+
+def __getattr__(name: str):
+    """``optimize`` and ``save`` are the pipeline's own functions (their signatures and docstrings), imported
+    the first time they are asked for."""
+    if name in _FROM_PIPELINE:
+        from . import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FROM_PIPELINE))
+
+
+__all__ = ["DOMAIN", "DOMAIN_VERSION", "OP_TYPE", "OP_VERSION", "get_library_path", "create_session", "optimize",
+           "save", "__version__"]

@@ -25,7 +25,8 @@ import onnx
 import onnxruntime as ort
 
 from . import model_io
-from .compare import OutputStats, output_errors, run_session
+from .compare import run_session
+from .error_statistics import OutputStats, output_errors
 from .errors import AccuracyGateError, one_line
 from .inputs import Sample, random_inputs
 from .runtime import create_session

@@ -5,7 +5,7 @@ The steps, each a pure function of measurements (``tune.py`` measures; tests inj
 
 1. :func:`variants`: the nodes that may switch (those computing exact GELU: a node whose model already
    computes an approximation keeps the model's own math, there being no exact reference to hold it to), in
-   each form asked for, to be timed like the exact nodes (``bench.path_bench`` times any form);
+   each form asked for, to be timed like the exact nodes (``measure.path_bench`` times any form);
 2. :func:`node_forms`: per node, the forms that pay. A form pays where its fastest CUDA path is at least
    ``MIN_GAIN`` (2 %) faster than the exact form's fastest path at the node's largest row count, and not more
    than ``MIN_GAIN`` slower at any other row count measured. 2 % is twice the timing loop's own stability

@@ -12,7 +12,7 @@ exception, a full disk, SIGKILL, power loss). The protocol, shared by every writ
    behind, and the next write to the same target removes it (its pid no longer runs).
 
 ``write_atomic`` is that protocol for one file (JSON reports, PNG charts); ``write_json`` renders a report
-the one way every command does. ``model_io.save_model`` writes a model and its external-data file as a
+the one way every command does. ``model_save.save_model`` writes a model and its external-data file as a
 pair, checked before either is published, in a temporary *folder* named by the same rule: it uses
 ``temp_prefix``, ``remove_stale_temps`` and ``fsync_dir`` from here.
 """

@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from . import __version__
+from .version import __version__
 from . import runtime
 from .errors import EXIT_BAD_INPUT, EXIT_OK, BadInputError
 

@@ -24,103 +24,39 @@ depends on; the second pass runs only where the first one wrote such an anchor.
 
 from __future__ import annotations
 
-import heapq
 import os
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import cost_model, domain, model_io  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
+from . import cost_model, deferred, domain, model_io, model_save  # noqa: F401  (importing domain registers the FusedLinearGelu schema)
+from .deferred import Deferred
 from .domain import EMITTED_DOMAIN_VERSIONS
 from .errors import BadInputError
+from .graph_order import node_reads, stable_order
 from .patterns import APPROXIMATIONS, FusionRule, NewTensor, Plan, Refusal, default_rules
-from .patterns.graph import SMALL_CONSTANT_ELEMENTS, ConstantRef, GraphView, base_dir_of, infer_types, node_reads
+from .patterns.graph import SMALL_CONSTANT_ELEMENTS, ConstantRef, GraphView, infer_types
 from .patterns.rule import after_rewrites, op_key
 from .report import FusedBlock, MathChange, RefusedBlock, Report
-from .tuning import read_tuning
-
-
-@dataclass(frozen=True, eq=False)
-class Derived:
-    """How a new constant's bytes come from its source's: applied by ``model_io.save_model`` for external
-    sources, one tensor at a time. ``source`` is the source tensor's external reference (no data)."""
-
-    source: onnx.TensorProto
-    source_dims: tuple[int, ...]
-    transpose: bool = False
-    scale: float | None = None
-    data_type: int | None = None  # the new tensor's type, when it differs from the source's
-
-    @property
-    def sources(self) -> tuple[onnx.TensorProto, ...]:
-        """The external tensors read to compute it, in the order ``__call__`` takes their flat arrays."""
-        return (self.source,)
-
-    def __call__(self, flat: np.ndarray) -> np.ndarray:
-        a = flat.reshape(self.source_dims)
-        to = flat.dtype if self.data_type is None else helper.tensor_dtype_to_np_dtype(self.data_type)
-        if self.scale is not None:
-            # In float64, rounded once to the tensor's type: the correctly rounded alpha·W.
-            a = (a.astype(np.float64) * self.scale).astype(to)
-        elif to != flat.dtype:
-            a = a.astype(to)  # round to nearest even, once
-        return transposed(a) if self.transpose else np.ascontiguousarray(a)
-
-
-@dataclass(frozen=True, eq=False)
-class Concatenation:
-    """A new constant made of stored ones side by side along ``axis`` (Q, K and V's weights as one [D_in, 3D]):
-    each part is an external source's reference (``onnx.TensorProto``, no data), read while saving, or inline
-    values (``np.ndarray``: an inline tensor, the zeros of a missing bias). Every entry is one of the parts':
-    nothing is computed, so the values are the stored ones bit for bit."""
-
-    parts: tuple  # of onnx.TensorProto (external) or np.ndarray (inline)
-    part_dims: tuple[tuple[int, ...], ...]
-    axis: int | None  # None: each part flattened, end to end (numpy's axis=None)
-
-    @property
-    def sources(self) -> tuple[onnx.TensorProto, ...]:
-        return tuple(p for p in self.parts if isinstance(p, onnx.TensorProto))
-
-    def __call__(self, *flats: np.ndarray) -> np.ndarray:
-        read = iter(flats)
-        arrays = [next(read).reshape(dims) if isinstance(part, onnx.TensorProto) else part
-                  for part, dims in zip(self.parts, self.part_dims)]
-        return np.ascontiguousarray(np.concatenate(arrays, axis=self.axis))
-
-
-_TILE = 512  # elements per side: a tile pair fits in L2, so neither side is walked with a cache-line stride
-
-
-def transposed(a: np.ndarray) -> np.ndarray:
-    """``a.T`` as a contiguous array, copied tile by tile (about twice as fast as numpy's strided copy on
-    the [K, N] weights of large models)."""
-    rows, cols = a.shape
-    out = np.empty((cols, rows), dtype=a.dtype)
-    for i in range(0, rows, _TILE):
-        for j in range(0, cols, _TILE):
-            out[j:j + _TILE, i:i + _TILE] = a[i:i + _TILE, j:j + _TILE].T
-    return out
 
 
 @dataclass
 class FuseResult:
     model: onnx.ModelProto
     report: Report
-    # New external tensors: name → how to compute their bytes from their sources' (Derived, Concatenation).
-    derived: dict[str, Derived | Concatenation] = field(default_factory=dict)
+    # New external tensors: name → how to compute their bytes from their sources' (deferred.py).
+    derived: dict[str, Deferred] = field(default_factory=dict)
     # The folder the model's external data lives in (None for inline models).
     source_dir: str | None = None
 
     def save(self, path, *, check: bool = True, before_publish=None, input_checker_error: str | None = None) -> None:
         """Write the fused model (atomically, external data streamed): the one correct way to save it,
         since transposed external weights only exist once written. ``before_publish`` and
-        ``input_checker_error``: see ``model_io.save_model``."""
-        model_io.save_model(self.model, path, source_dir=self.source_dir, derived=self.derived, check=check,
-                      before_publish=before_publish, input_checker_error=input_checker_error)
+        ``input_checker_error``: see ``model_save.save_model``."""
+        model_save.save_model(self.model, path, source_dir=self.source_dir, derived=self.derived, check=check,
+                              before_publish=before_publish, input_checker_error=input_checker_error)
 
 
 # --- finding ---------------------------------------------------------------------------------------
@@ -193,35 +129,11 @@ class _Names:
         return name
 
 
-def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.TensorProto, Derived | None]:
-    """The TensorProto of a new constant. Inline sources are transformed now. External ones are never
-    loaded here: the tensor is a placeholder whose external location is ``model_io.PENDING`` (so a writer that
-    does not know about it fails loudly instead of writing the untransformed bytes), and the Derived
-    tells ``model_io.save_model`` how to compute it while streaming."""
-    src = view.constant(nt.source)
-    if src.data_location == onnx.TensorProto.EXTERNAL:
-        return (_pending(name, nt.data_type, nt.dims),
-                Derived(_external_reference(src), tuple(src.dims), nt.transpose, nt.scale, nt.data_type))
-    derived = Derived(onnx.TensorProto(), tuple(src.dims), nt.transpose, nt.scale, nt.data_type)
-    value = derived(numpy_helper.to_array(src).reshape(-1))
-    t = numpy_helper.from_array(value.reshape(nt.dims), name)
-    return t, None
-
-
-def _external_reference(t: onnx.TensorProto) -> onnx.TensorProto:
-    """An external tensor's reference without its data: where ``model_io.save_model`` reads it from."""
-    ref = onnx.TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims))
-    ref.data_location = onnx.TensorProto.EXTERNAL
-    ref.external_data.extend(t.external_data)
-    return ref
-
-
-def _pending(name: str, data_type: int, dims) -> onnx.TensorProto:
-    """The placeholder of a tensor computed while saving: external, at ``model_io.PENDING``."""
-    t = onnx.TensorProto(name=name, data_type=data_type, dims=list(dims))
-    t.data_location = onnx.TensorProto.EXTERNAL
-    t.external_data.add(key="location", value=model_io.PENDING)
-    return t
+def _materialize(view: GraphView, nt: NewTensor, name: str) -> tuple[onnx.TensorProto, Deferred | None]:
+    """The TensorProto of a new constant, and its recipe where its source is external (``deferred.derived``:
+    inline sources are transformed now; external ones are never loaded here)."""
+    return deferred.derived(view.constant(nt.source), name, nt.dims, nt.data_type, transpose=nt.transpose,
+                            scale=nt.scale)
 
 
 def _remove_made_dead(graph: onnx.GraphProto, kept: list[onnx.NodeProto], start: list[str],
@@ -266,7 +178,7 @@ class _Rewrite:
     base_dir: str | None
     names: _Names
     report: Report = field(default_factory=Report)
-    derived: dict[str, Derived | Concatenation] = field(default_factory=dict)
+    derived: dict[str, Deferred] = field(default_factory=dict)
     created: dict[NewTensor, str] = field(default_factory=dict)  # one derived copy per source+transform
     targets: dict[int, onnx.GraphProto] = field(default_factory=dict)  # id(view) -> its output graph
     outer_sources: list[tuple[onnx.GraphProto, str]] = field(default_factory=list)
@@ -328,30 +240,12 @@ class _GraphEmitter:
         return name
 
     def concatenation(self, proposal: str, parts, axis: int | None) -> str:
-        inline = [p if isinstance(p, np.ndarray) else None for p in parts]
-        refs = [p.tensor if isinstance(p, ConstantRef) else None for p in parts]
-        if not any(t is not None and t.data_location == onnx.TensorProto.EXTERNAL for t in refs):
-            values = [v if v is not None else numpy_helper.to_array(t) for v, t in zip(inline, refs)]
-            return self.initializer(proposal, np.concatenate(values, axis=axis))
-        # Some part is external: a placeholder now, its bytes read and joined while the model is saved.
-        stored = []
-        for v, t in zip(inline, refs):
-            if v is not None:
-                stored.append(v)
-            elif t.data_location == onnx.TensorProto.EXTERNAL:
-                stored.append(_external_reference(t))
-            else:
-                stored.append(numpy_helper.to_array(t))
-        part_dims = tuple(tuple(v.shape) if v is not None else tuple(t.dims) for v, t in zip(inline, refs))
-        if axis is None:
-            dims = [sum(int(np.prod(d, dtype=np.int64)) for d in part_dims)]
-        else:
-            dims = list(part_dims[0])
-            dims[axis] = sum(d[axis] for d in part_dims)
-        data_type = next(t.data_type for t in refs if t is not None)
         name = self.ctx.names.claim(proposal)
-        self.new_tensors.append(_pending(name, data_type, dims))
-        self.ctx.derived[name] = Concatenation(tuple(stored), part_dims, axis)
+        # an external part is not read now: a placeholder, its bytes read and joined while the model is saved
+        tensor, how = deferred.concatenated(name, [p.tensor if isinstance(p, ConstantRef) else p for p in parts], axis)
+        self.new_tensors.append(tensor)
+        if how is not None:
+            self.ctx.derived[name] = how
         return name
 
 
@@ -407,27 +301,13 @@ def _in_dependency_order(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
     A block's replacement takes the place of its last node; a reader of one of the block's outputs that
     stood between its first and last node would then come before its producer (GPT-Neo: the Shape of the
     embeddings' sum, read for the mask before the LayerNorm that the sum's SkipLayerNormalization
-    replaces). Kahn's order with the list position as priority: a list already in order comes out as it
-    went in, and a node that must move waits only until what it reads exists."""
+    replaces). ``graph_order.stable_order``: a list already in order comes out as it went in, and a node
+    that must move waits only until what it reads exists."""
     produced_by = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     waits_on = [{produced_by[r] for r in node_reads(n) if r in produced_by} - {i} for i, n in enumerate(nodes)]
     if all(j < i for i, deps in enumerate(waits_on) for j in deps):
         return nodes
-    readers: dict[int, list[int]] = {}
-    for i, deps in enumerate(waits_on):
-        for j in deps:
-            readers.setdefault(j, []).append(i)
-    pending = [len(d) for d in waits_on]
-    ready = [i for i, n in enumerate(pending) if n == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for r in readers.get(i, ()):
-            pending[r] -= 1
-            if pending[r] == 0:
-                heapq.heappush(ready, r)
+    order = stable_order(waits_on)
     if len(order) != len(nodes):
         raise AssertionError("the rewritten graph has a cycle")
     return [nodes[i] for i in order]
@@ -542,85 +422,3 @@ def fuse_model(model: onnx.ModelProto, *, approximate: str | None = None,
         out = onnx.ModelProto()
         out.CopyFrom(model)
     return FuseResult(out, ctx.report, ctx.derived, ctx.base_dir)
-
-
-def _fuse_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, ort_fusions: bool, **fuse_args):
-    """fuse_model on the model after ORT's transformer fusions, where asked and applicable (ort_fusions.py
-    says why and when). Of ORT's model types the one after which the rules fuse the most blocks is kept
-    (then the smaller graph, then ``MODEL_TYPES``' order). Returns the result, the model the rules ran on
-    and the step's report (None when not asked)."""
-    if not ort_fusions:
-        return fuse_model(model, target=target, **fuse_args), model, None
-    from .ort_fusions import (MODEL_TYPES, OrtFusionsReport, apply_ort_fusions, restore_external_references,
-                              why_not, with_external_data_loaded)
-
-    reason = why_not(model, target.name)
-    if reason is not None:
-        return fuse_model(model, target=target, **fuse_args), model, OrtFusionsReport(False, why_not=reason).to_dict()
-    source, references = model, {}
-    if model_io.external_tensors(model):  # ORT's fusions read constants: on a copy with the data loaded
-        source, references = with_external_data_loaded(model, fuse_args["base_dir"])
-    best, failures = None, []
-    for rank, model_type in enumerate(MODEL_TYPES):
-        fused_input, step = apply_ort_fusions(source, model_type=model_type, use_gpu=target.name == "cuda")
-        if not step.applied:
-            failures.append(step)
-            continue
-        if references:  # what ORT kept as it was is read from the input's data file again, and streamed
-            restore_external_references(fused_input, references, source)
-        result = fuse_model(fused_input, target=target, **fuse_args)
-        # a bias moved into an existing node is no block fused: the fusion set that lets both rank alike
-        fused = sum(not b.details.get("moves_only") for b in result.report.fused)
-        score = (fused, -len(result.model.graph.node), -rank)
-        if best is None or score > best[0]:
-            best = (score, result, fused_input, step)
-    if best is None:
-        return fuse_model(model, target=target, **fuse_args), model, failures[0].to_dict()
-    _, result, fused_input, step = best
-    return result, fused_input, step.to_dict()
-
-
-def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False) -> Report:
-    """What ``optimize`` would do to the model at ``path`` for ``target``: ORT's transformer fusions first
-    (``ort_fusions``), then the blocks it would fuse and every refusal. The rewrite runs in memory (on
-    placeholders: external weights are not read, except where ORT's fusions are asked for, which read the
-    constants they fuse); nothing is written."""
-    start = time.perf_counter()
-    target = cost_model.get_target(target)  # an unknown name is refused before the model is read
-    notes = model_io.LoadNotes()
-    model = model_io.load_model(path, notes=notes)
-    result, _, step = _fuse_after_ort_fusions(model, target, ort_fusions, base_dir=base_dir_of(path))
-    report = result.report
-    report.ort_fusions = step
-    report.tuning = read_tuning(model)
-    report.warnings = notes.warnings
-    report.model = os.fspath(path)
-    report.seconds = time.perf_counter() - start
-    return report
-
-
-def optimize_file(input_path, output_path, *, approximate: str | None = None, before_publish=None,
-                  target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False) -> Report:
-    """Load ``input_path``, run ORT's transformer fusions (``ort_fusions``; ort_fusions.py says when they
-    apply), fuse for ``target``, check, and write ``output_path`` atomically (external data streamed).
-    ``before_publish(temp_model_path)`` runs on the finished file before it takes ``output_path``'s place;
-    an exception it raises leaves ``output_path`` as it was."""
-    start = time.perf_counter()
-    target = cost_model.get_target(target)
-    model_io.check_output_path(input_path, output_path)
-    notes = model_io.LoadNotes()
-    model = model_io.load_model(input_path, notes=notes)
-    result, model, step = _fuse_after_ort_fusions(model, target, ort_fusions, approximate=approximate,
-                                                  base_dir=base_dir_of(input_path))
-    # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
-    # default domain (ORT's transformers optimizer output), which it rejects before we touch them. An
-    # input it rejects (that ORT runs) may keep its own checker error, and gain none.
-    result.save(output_path, check=model_io.checkable(model), before_publish=before_publish,
-                input_checker_error=notes.checker_error)
-    report = result.report
-    report.warnings = notes.warnings
-    report.ort_fusions = step
-    report.model, report.output = os.fspath(input_path), os.fspath(output_path)
-    report.seconds = time.perf_counter() - start
-    return report
-

@@ -1,21 +1,17 @@
-"""Reading and writing models: every way an input can be bad becomes one clear ``BadInputError`` line, and
-every output is written atomically.
+"""Reading models: every way an input can be bad becomes one clear ``BadInputError`` line.
 
 Weights are never all in memory. ``load_model`` reads the graph only (external data stays on disk, its
-files checked for presence and size); ``save_model`` streams each external tensor into a fresh data file
-next to the output — copied by the kernel (``copy_file_range``) when unchanged, transformed one tensor at
-a time when the rewrite derived it from another (a weight stored ``[N, K]``). ``onnx.save`` cannot do
-this: it needs every tensor loaded to write external data.
+files checked for presence and size: :func:`external_span`, which ``model_save`` reads them through). Writing
+is ``model_save``'s.
+
+Whether ONNX Runtime loads a model ``onnx.checker`` rejects is the runtime's question, not this module's: the
+caller brings the answer (``runtime.onnxruntime_load_error``), so reading a model needs no runtime.
 """
 
 from __future__ import annotations
 
-import heapq
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 
@@ -25,18 +21,19 @@ from google.protobuf.message import DecodeError
 from onnx.external_data_helper import ExternalDataInfo
 
 from . import domain
-from .atomic import create_temp_file, fsync_dir, remove_stale_temps, temp_prefix
 from .errors import BadInputError
+from .graph_order import node_reads, stable_order
+from .implied_opsets import declare_implied
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
-# The external location of a tensor that exists only once ``save_model`` computes it (a transposed
-# weight): any other reader fails on it rather than reading the wrong bytes.
-PENDING = "onnxfuse-pending-until-saved"
-# Offsets of tensors in the data file are page-aligned, so runtimes can memory-map them.
-ALIGNMENT = 4096
-_COPY_CHUNK = 64 << 20
 _FOUR_BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4,
              getattr(onnx.TensorProto, "FLOAT4E2M1", onnx.TensorProto.INT4)}
+# Why ONNX Runtime cannot load a model (None: it can), asked of a model onnx.checker rejects, as
+# runtime.onnxruntime_load_error(model, its file or None, base_dir=its external data's folder)
+RuntimeLoadError = Callable[..., str | None]
+# {domain: version} that ONNX Runtime imports by itself into a model that uses a domain without importing it,
+# as runtime.ort_implied_opsets() asks the installed ORT (implied_opsets.py says why it is asked, not tabled)
+ImpliedOpsets = Callable[[], dict[str, int]]
 
 
 # --- walking tensors ---------------------------------------------------------------------------------
@@ -87,7 +84,7 @@ def tensor_nbytes(t: onnx.TensorProto) -> int:
     return n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
 
 
-def _external_span(t: onnx.TensorProto, base_dir: str) -> tuple[str, int, int]:
+def external_span(t: onnx.TensorProto, base_dir: str) -> tuple[str, int, int]:
     """(file, offset, length) of an external tensor, checked: a relative path inside ``base_dir`` to a
     regular file long enough to hold it."""
     try:
@@ -119,7 +116,15 @@ def _external_span(t: onnx.TensorProto, base_dir: str) -> tuple[str, int, int]:
 
 
 # --- loading ---------------------------------------------------------------------------------------
-def _check_opsets(model: onnx.ModelProto, path: str) -> None:
+def _check_opsets(model: onnx.ModelProto, path: str, notes: LoadNotes | None = None,
+                  implied_opsets: ImpliedOpsets | None = None) -> None:
+    """Every domain a node uses is imported, at a version this onnx (and onnxfuse) reads. A domain the model
+    uses without importing it that ONNX Runtime imports by itself (``com.microsoft``, ``ai.onnx.ml``) is
+    declared in ``model`` at the version ORT assumes (``implied_opsets()``; without it, nothing is assumed),
+    and recorded in ``notes``."""
+    declared = declare_implied(model, list(all_nodes(model.graph)), implied_opsets or dict)
+    if notes is not None:
+        notes.declared_opsets = tuple(declared.items())
     imported = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     if "" in imported and not 1 <= imported[""] <= onnx.defs.onnx_opset_version():
         raise BadInputError(f"{path}: ONNX opset {imported['']} is not supported (this onnx knows up to "
@@ -208,17 +213,25 @@ def _check_well_formed(model: onnx.ModelProto, path: str) -> None:
                                     "shape says") from None
 
 
-def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = frozenset()) -> bool:
+def _is_constant(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = frozenset(),
+                duplicates: dict[str, int] | None = None) -> bool:
     """Put ``graph``'s nodes (and its subgraphs') in topological order if they are not; True if any moved.
 
     ONNX Runtime sorts a graph itself, so exporters and converters write models whose node list is out of
     order (ORT's ``float16.convert_float_to_float16`` appends the input Casts at the end) and ORT runs
-    them. The sort is stable: each step takes the first node in the original order whose inputs exist,
-    so nodes already in order keep their places relative to each other. A tensor read that no node
-    computes (undefined, or a cycle), or one computed twice, is garbage and refused."""
-    # (patterns.graph holds the one definition of what a node reads, outer-scope names in bodies included)
-    from .patterns.graph import node_reads
-
+    them. The sort is ``graph_order.stable_order``: nodes already in order keep their places relative to
+    each other. A tensor read that no node computes (undefined, or a cycle) is garbage and refused, and so
+    is one computed twice, except as ORT takes it: ORT turns every ``Constant`` node into an initializer,
+    appended after the model's own, and of initializers of one name uses the last
+    (``onnxruntime/core/graph/graph.cc``). So a tensor that ``Constant`` nodes define more than once, or that
+    one defines beside an initializer or graph input of its name, is the last such node's value; each is
+    counted in ``duplicates`` (tensor: definitions). A node of another op writing a defined name ORT refuses
+    too. (Constant nodes read nothing: the stable sort keeps their order, so the last one stays last, which
+    is where ``patterns.graph.GraphView`` reads it.)"""
     moved = False
     scope = None  # what a subgraph may read from here: everything this graph and its enclosing ones define
     for node in graph.node:
@@ -227,44 +240,38 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
                 if scope is None:
                     scope = outer | {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
                         o for n in graph.node for o in n.output if o}
-                moved |= _sort_nodes(g, path, scope)
+                moved |= _sort_nodes(g, path, scope, duplicates)
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer if t.values.name}
-    producer: dict[str, int] = {}
+    producers: dict[str, list[int]] = {}
     for k, node in enumerate(graph.node):
         for name in node.output:
             if not name:
                 continue
-            if name in defined or name in producer:
-                raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
-                                    f"(node '{node.name or node.op_type}')")
-            producer[name] = k
-    waiting: list[set[int]] = []  # per node: the producers it still waits for
-    readers: dict[int, list[int]] = {}
+            earlier = producers.setdefault(name, [])
+            if earlier or name in defined:
+                if not (_is_constant(node) and all(_is_constant(graph.node[j]) for j in earlier)):
+                    raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
+                                        f"(node '{node.name or node.op_type}')")
+                if duplicates is not None:
+                    duplicates[name] = len(earlier) + (name in defined) + 1
+            earlier.append(k)
+    waits_on: list[set[int]] = []  # per node: the producers it waits for
     for k, node in enumerate(graph.node):
         deps = set()
         for name in sorted(node_reads(node)):
-            if name in producer:
-                deps.add(producer[name])
+            if name in producers:
+                deps.update(producers[name])
             elif name not in defined and name not in outer and name in node.input:
                 raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads "
                                     f"'{name}' before any node computes it (undefined)")
-        waiting.append(deps)
-        for d in deps:
-            readers.setdefault(d, []).append(k)
-    order, ready = [], [k for k, deps in enumerate(waiting) if not deps]
-    heapq.heapify(ready)
-    while ready:
-        k = heapq.heappop(ready)
-        order.append(k)
-        for r in readers.get(k, ()):
-            waiting[r].discard(k)
-            if not waiting[r]:
-                heapq.heappush(ready, r)
+        waits_on.append(deps)
+    order = stable_order(waits_on)
     if len(order) < len(graph.node):
-        stuck = next(k for k in range(len(graph.node)) if waiting[k])
+        placed = set(order)
+        stuck = min(k for k in range(len(graph.node)) if k not in placed)
         node = graph.node[stuck]
-        name = next(n for n in sorted(node_reads(node)) if producer.get(n) in waiting[stuck])
+        name = next(n for n in sorted(node_reads(node)) if any(j not in placed for j in producers.get(n, ())))
         raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads '{name}' "
                             "before any node computes it (a cycle)")
     if order == sorted(order):
@@ -314,36 +321,19 @@ def checker_error(target) -> str | None:
     return None
 
 
-def _onnxruntime_error(path: str, model: onnx.ModelProto) -> str | None:
-    """Why ONNX Runtime cannot load the model at ``path`` (None if it can): the judge of inputs
-    ``onnx.checker`` rejects, since what ORT runs is what users run. Graph optimizations are off: only
-    whether the model is loadable is asked; a model with FusedLinearGelu nodes is loaded with the op
-    library registered. (ORT reads the weights to load a model: this runs only for the rare input the
-    checker rejects.)"""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 4
+def sorted_checker_error(model: onnx.ModelProto) -> str | None:
+    """The checker's verdict on the model as loaded (sorted, opsets declared), which exists in memory only, read
+    as ONNX defines it (:func:`_spell_default_domain_empty`). The checker looks for external data relative
+    to a model *file*, so external initializers are judged by their type and dims: as graph inputs of a copy
+    (their data files were checked by ``external_span`` already)."""
+    restore = _spell_default_domain_empty(model)
     try:
-        if any(o.domain == domain.DOMAIN for o in model.opset_import):
-            from .runtime import register_library
-
-            register_library(so)
-        ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001 - every way ORT refuses a model is an answer here
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return None
-
-
-def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
-    """The checker's verdict on the sorted model, which exists in memory only. The checker looks for
-    external data relative to a model *file*, so external initializers are judged by their type and
-    dims: as graph inputs of a copy (their data files were checked by ``_external_span`` already)."""
-    if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
-        return checker_error(model)
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
+        if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
+            return checker_error(model)
+        light = onnx.ModelProto()
+        light.CopyFrom(model)
+    finally:
+        restore()
     declared = {v.name for v in light.graph.input}
     kept = [t for t in light.graph.initializer if t.data_location != EXTERNAL]
     for t in light.graph.initializer:
@@ -354,6 +344,41 @@ def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
     return checker_error(light)
 
 
+def spells_default_domain_ai_onnx(model: onnx.ModelProto) -> bool:
+    """Whether the model names the default domain "ai.onnx" on a node or an opset import."""
+    return any(o.domain == "ai.onnx" for o in model.opset_import) or any(
+        n.domain == "ai.onnx" for n in all_nodes(model.graph))
+
+
+def _spell_default_domain_empty(model: onnx.ModelProto) -> Callable[[], None]:
+    """Spell the default domain "" on ``model``'s nodes and opset imports; returns what puts the spelling back.
+
+    ONNX defines "ai.onnx" as "", and ORT reads it so, but ``onnx.checker`` looks a node's schema up under the
+    domain as spelled: "ai.onnx" nodes fail it with an error naming their op, so a rewrite that removes the
+    first such node would seem to add an error. Judged as ONNX reads it, the model gets the verdict its math
+    deserves; the model written keeps its spelling. (Of two imports of the default domain the last one
+    counts, as in ORT's ``Model`` and :func:`_check_opsets`.)"""
+    if not spells_default_domain_ai_onnx(model):
+        return lambda: None
+    respelled = [n for n in all_nodes(model.graph) if n.domain == "ai.onnx"]
+    imports = [(o.domain, o.version) for o in model.opset_import]
+    versions: dict[str, int] = {}
+    for d, v in imports:
+        versions["" if d == "ai.onnx" else d] = v
+    for n in respelled:
+        n.domain = ""
+    del model.opset_import[:]
+    model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in versions.items())
+
+    def restore() -> None:
+        for n in respelled:
+            n.domain = "ai.onnx"
+        del model.opset_import[:]
+        model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in imports)
+
+    return restore
+
+
 @dataclass
 class LoadNotes:
     """What :func:`load_model` tolerated in an input ONNX Runtime runs: said to the user as warnings, and
@@ -362,6 +387,15 @@ class LoadNotes:
     reordered: bool = False  # the nodes were not in topological order; the model returned is sorted
     checker_error: str | None = None  # onnx.checker's first error on the (sorted) input; None: it passes
     path: str = ""
+    # (domain, version) of each domain the nodes use unimported that ORT imports by itself: declared in the model
+    declared_opsets: tuple[tuple[str, int], ...] = ()
+    # (tensor, definitions) of each tensor several Constant nodes (and maybe an initializer) define
+    duplicate_constants: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def normalized(self) -> bool:
+        """The model returned differs from the file: sorted, or with opsets declared."""
+        return self.reordered or bool(self.declared_opsets)
 
     @property
     def warnings(self) -> list[str]:
@@ -369,19 +403,32 @@ class LoadNotes:
         if self.reordered:
             out.append(f"{self.path}: the nodes are not in topological order (ONNX Runtime sorts them when it "
                        "loads the model); they were re-ordered, and the output lists them sorted")
+        for d, version in self.declared_opsets:
+            out.append(f"{self.path}: nodes use domain '{d or 'ai.onnx'}', which the model does not import; ONNX "
+                       f"Runtime reads it at version {version} (its latest), and so does onnxfuse: the output "
+                       "declares it")
+        for name, count in self.duplicate_constants:
+            out.append(f"{self.path}: tensor '{name}' is defined {count} times, by Constant nodes (and maybe an "
+                       "initializer); ONNX Runtime reads the last Constant node's value, and so does onnxfuse "
+                       "(the output keeps every definition)")
         if self.checker_error is not None:
             out.append(f"{self.path}: onnx.checker rejects the input ({self.checker_error}); ONNX Runtime loads "
                        "it, so it is optimized, and its output is held to add no checker error")
         return out
 
 
-def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | None = None) -> onnx.ModelProto:
+def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | None = None,
+               runtime_load_error: RuntimeLoadError | None = None,
+               implied_opsets: ImpliedOpsets | None = None) -> onnx.ModelProto:
     """Read an ONNX model, or raise ``BadInputError`` with one line saying what is wrong with it.
 
     External data is checked (present, inside the model's folder, long enough) but not loaded unless
     ``load_external_data``. A model whose nodes are out of topological order is returned sorted. A model
-    ``onnx.checker`` rejects is refused unless ONNX Runtime loads it (graph outputs without a shape, as
-    onnx-graphsurgeon writes them); what was tolerated is recorded in ``notes``."""
+    ``onnx.checker`` rejects is refused unless ``runtime_load_error`` (``runtime.onnxruntime_load_error``)
+    says ONNX Runtime loads it (graph outputs without a shape, as onnx-graphsurgeon writes them); without
+    one it is refused. A domain used but not imported is declared at the version ``implied_opsets()`` says
+    ORT assumes (``runtime.ort_implied_opsets``); without it, refused. ``runtime.load_probes()`` gives both.
+    What was tolerated is recorded in ``notes``."""
     path = os.fspath(path)
     notes = notes if notes is not None else LoadNotes()
     notes.path = path
@@ -406,85 +453,47 @@ def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | Non
     except (DecodeError, RuntimeError, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadInputError(f"{path}: not an ONNX model or truncated ({first})") from None
-    if not model.ir_version or not model.HasField("graph") or not model.opset_import:
-        raise BadInputError(f"{path}: not an ONNX model (no IR version, graph or opset import)")
-    if model.ir_version > onnx.IR_VERSION:
-        raise BadInputError(f"{path}: IR version {model.ir_version} is newer than this onnx supports "
-                            f"({onnx.IR_VERSION})")
-    _check_well_formed(model, path)
-    notes.reordered = _sort_nodes(model.graph, path)
-    _check_opsets(model, path)
     base_dir = os.path.dirname(os.path.abspath(path))
-    for t in external_tensors(model):
-        _external_span(t, base_dir)
-    if checkable(model):
-        # full (shape inference) as the output will be; the sorted model is what gets rewritten
-        error = _sorted_checker_error(model) if notes.reordered else checker_error(path)
-        if error is not None:
-            if _onnxruntime_error(path, model) is not None:
-                raise BadInputError(f"{path}: not a valid ONNX model: {error}")
-            notes.checker_error = error
+    validate_model(model, path, base_dir=base_dir, notes=notes, runtime_load_error=runtime_load_error,
+                   implied_opsets=implied_opsets, source=path)
     if load_external_data:
         onnx.external_data_helper.load_external_data_for_model(model, base_dir)
     return model
 
 
-def check_output(model_path: str, path: str, input_checker_error: str | None = None) -> None:
-    """The output guarantee: it passes ``onnx.checker`` wherever the input does, and adds no checker
-    error the input did not have (an input the checker rejects, which ONNX Runtime runs, may keep its
-    own error, e.g. graph outputs without a shape)."""
-    if input_checker_error is not None:
-        error = checker_error(model_path)
-        if error is not None and error != input_checker_error:
-            raise BadInputError(f"{path}: not written: the output fails onnx.checker with an error the input "
-                                f"did not have ({error}; the input's: {input_checker_error})")
-        return
-    try:
-        check_file(model_path)
-    except onnx.shape_inference.InferenceError as e:
-        # The input declared a shape its block does not compute (hidden from onnx by an op it has no
-        # schema for, such as com.microsoft.QuickGelu); the fused node's shape inference shows it.
-        first = str(e).strip().splitlines()[0]
-        if domain.OP_TYPE not in first or "existing" not in first:
-            raise
-        raise BadInputError(f"{path}: not written: the input declares a type or shape that its "
-                            f"computation does not produce ({first})") from None
-
-
-# --- saving ----------------------------------------------------------------------------------------
-def check_output_path(input_path, output_path, *, what: str = "output model") -> None:
-    """Refuse outputs we cannot or must not write, before any work is done. ``what`` the file is, for the
-    message ("output model", "report")."""
-    out = os.fspath(output_path)
-    if not out:
-        raise BadInputError(f"an empty path; give the {what}'s file name")
-    if out == "-" and what == "output model":  # '-' is stdout for a report, and a model is no stream
-        raise BadInputError("-: a model is written to a file (with its external data beside it), not to stdout; "
-                            "give the output model's file name")
-    if os.path.isdir(out):
-        raise BadInputError(f"{out}: is a directory; give the {what}'s file name")
-    if os.path.exists(out) and not os.path.isfile(out):
-        # a device, a pipe, a socket: the atomic write renames a new file over the entry, which would
-        # replace /dev/null itself for a process allowed to
-        raise BadInputError(f"{out}: not a regular file (a device, pipe or socket); give the {what}'s file name"
-                            + (" ('-' prints a JSON report on stdout)" if what == "report" else ""))
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise BadInputError(f"{out}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise BadInputError(f"{out}: folder {parent} is not writable")
-    if os.path.exists(out) and not os.access(out, os.W_OK):
-        raise BadInputError(f"{out}: exists and is not writable")
-    if input_path is not None and os.path.exists(out) and os.path.samefile(os.fspath(input_path), out):
-        raise BadInputError(f"{out}: is the input model; the input is never overwritten, choose another output")
-    # The permission bits do not tell what root may write (a read-only mount, /sys): create the temporary
-    # entry the write will create, now, rather than fail once the work is done.
-    try:
-        fd, probe = create_temp_file(parent, os.path.basename(out))
-    except OSError as e:
-        raise BadInputError(f"{out}: cannot write in folder {parent}: {e.strerror or e}") from None
-    os.close(fd)
-    os.unlink(probe)
+def validate_model(model: onnx.ModelProto, name: str, *, base_dir: str | None, notes: LoadNotes,
+                   runtime_load_error: RuntimeLoadError | None = None,
+                   implied_opsets: ImpliedOpsets | None = None, source: str | None = None) -> None:
+    """What :func:`load_model` checks once the file is parsed, on a model in memory (``name`` says which in
+    the messages): ``BadInputError`` for a model no step after this can trust, the nodes sorted in place
+    where they are out of order, what was tolerated in ``notes``. ``base_dir``: where its external data is
+    (its files are checked); ``source``: the model's file, which ``onnx.checker`` and ORT read where the
+    nodes were in order (None: they judge the model in memory)."""
+    notes.path = name
+    if not model.ir_version or not model.HasField("graph") or not model.opset_import:
+        raise BadInputError(f"{name}: not an ONNX model (no IR version, graph or opset import)")
+    if model.ir_version > onnx.IR_VERSION:
+        raise BadInputError(f"{name}: IR version {model.ir_version} is newer than this onnx supports "
+                            f"({onnx.IR_VERSION})")
+    _check_well_formed(model, name)
+    duplicates: dict[str, int] = {}
+    notes.reordered = _sort_nodes(model.graph, name, duplicates=duplicates)
+    notes.duplicate_constants = tuple(sorted(duplicates.items()))
+    _check_opsets(model, name, notes, implied_opsets)
+    external = external_tensors(model)
+    if external and base_dir is None:
+        raise ValueError(f"{name}: the model has external data; say where it is (base_dir)")
+    for t in external:
+        external_span(t, base_dir)
+    if checkable(model):
+        # full (shape inference) as the output will be; the sorted model, opsets declared, is what gets
+        # rewritten, judged as ONNX reads the default domain's spelling
+        in_file = source is not None and not notes.normalized and not spells_default_domain_ai_onnx(model)
+        error = checker_error(source) if in_file else sorted_checker_error(model)
+        if error is not None:
+            if runtime_load_error is None or runtime_load_error(model, source, base_dir=base_dir) is not None:
+                raise BadInputError(f"{name}: not a valid ONNX model: {error}")
+            notes.checker_error = error
 
 
 def external_data_files(path) -> list[str]:
@@ -506,160 +515,4 @@ def external_data_files(path) -> list[str]:
             files.append(candidate)
     return files
 
-
-def _copy_range(src: str, offset: int, length: int, dst) -> None:
-    """Copy ``length`` bytes of ``src`` from ``offset`` to the end of ``dst``, without holding them in memory
-    (the kernel copies, or moves 64 MiB chunks)."""
-    dst.flush()  # the kernel writes at the descriptor's position: buffered bytes must be there first
-    with open(src, "rb") as s:
-        done = 0
-        try:
-            while done < length:
-                n = os.copy_file_range(s.fileno(), dst.fileno(), length - done, offset + done)
-                if n == 0:
-                    raise OSError(f"unexpected end of {src}")
-                done += n
-            dst.seek(0, os.SEEK_END)
-            return
-        except (AttributeError, OSError) as e:
-            if done or (isinstance(e, OSError) and "unexpected end" in str(e)):
-                raise
-        s.seek(offset)
-        while done < length:
-            chunk = s.read(min(_COPY_CHUNK, length - done))
-            if not chunk:
-                raise OSError(f"unexpected end of {src}")
-            dst.write(chunk)
-            done += len(chunk)
-
-
-def _derive(spans: list[tuple[str, int, int]], t: onnx.TensorProto, how: Callable[..., np.ndarray]) -> np.ndarray:
-    """Read the source tensors (one per span, in ``how.sources``' order) and compute the derived tensor's
-    bytes (transpose, scale, convert; or the sources side by side)."""
-    flats = [np.fromfile(src, dtype=np.uint8, count=length, offset=offset).view(
-                 onnx.helper.tensor_dtype_to_np_dtype(source.data_type))
-             for (src, offset, length), source in zip(spans, how.sources)]
-    data = np.ascontiguousarray(how(*flats)).view(np.uint8)
-    if data.nbytes != tensor_nbytes(t):
-        raise ValueError(f"derived tensor '{t.name}' has {data.nbytes} bytes, its shape needs {tensor_nbytes(t)}")
-    return data
-
-
-def _write_data_file(out, ext, spans, derived, data_name: str, saved: list) -> None:
-    """Append every external tensor to ``out`` (page-aligned) and point the tensor at its new place.
-
-    ``spans[k]``: where tensor k's bytes are read, one span for a copied tensor, one per source for a derived
-    one. Unchanged tensors are copied by the kernel; derived ones are computed by one worker thread, one
-    tensor ahead of the writer, so transposing overlaps the disk writes while at most two derived tensors
-    are in memory. ``saved`` receives the old references so the caller can restore the model."""
-    jobs = iter([(k, t, reads) for k, (t, reads) in enumerate(zip(ext, spans)) if t.name in derived])
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxfuse-derive") as pool:
-        ahead: dict[int, Future] = {}
-
-        def submit_next() -> None:
-            job = next(jobs, None)
-            if job is not None:
-                k, t, reads = job
-                ahead[k] = pool.submit(_derive, reads, t, derived[t.name])
-
-        submit_next()
-        for k, (t, reads) in enumerate(zip(ext, spans)):
-            out.write(b"\0" * (-out.tell() % ALIGNMENT))
-            start = out.tell()
-            if k in ahead:
-                data = ahead.pop(k).result()
-                submit_next()
-                out.write(data.data)
-                length = data.nbytes
-                del data
-            else:
-                (src, offset, length), = reads
-                _copy_range(src, offset, length, out)
-            saved.append((t, [(e.key, e.value) for e in t.external_data]))
-            del t.external_data[:]
-            for key, value in (("location", data_name), ("offset", str(start)), ("length", str(length))):
-                t.external_data.add(key=key, value=value)
-    out.flush()
-    os.fsync(out.fileno())
-
-
-def save_model(model: onnx.ModelProto, path, *, source_dir=None,
-               derived: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
-               check: bool = True, before_publish: Callable[[str], None] | None = None,
-               input_checker_error: str | None = None) -> None:
-    """Write ``model`` to ``path`` atomically; external tensors go to a fresh ``<name>.data`` beside it.
-
-    ``source_dir`` is where the external data the model points at lives (the input model's folder).
-    ``derived`` maps the name of a tensor whose location is ``PENDING`` to how its bytes are computed:
-    a callable on the flat source arrays, with ``sources``, the sources' external references
-    (``fuse.Derived``, ``fuse.Concatenation``). Files are written into a temporary folder beside ``path``, fsynced, checked with
-    ``onnx.checker`` (full check), then renamed into place — data file first; on any failure nothing is
-    left behind. ``model`` is left as it was. ``before_publish`` is called with the written and checked
-    temporary model (its data file beside it) just before the rename: an exception it raises publishes
-    nothing (``optimize --verify`` runs the accuracy gate there). ``input_checker_error``: the checker's
-    error on the input (:class:`LoadNotes`), which the output may repeat but not replace by another."""
-    path = os.fspath(path)
-    derived = dict(derived or {})
-    out_dir = os.path.dirname(os.path.abspath(path))
-    base = os.path.basename(path)
-    ext = external_tensors(model)
-    data_name = f"{base}.data"
-    if ext:
-        if source_dir is None:
-            raise ValueError("save_model: the model has external data; pass source_dir")
-        spans = []  # per tensor, where its bytes are read: [one span], or one per source of a derived tensor
-        for t in ext:
-            if t.name in derived:
-                spans.append([_external_span(source, os.fspath(source_dir)) for source in derived[t.name].sources])
-            elif ExternalDataInfo(t).location == PENDING:
-                raise ValueError(f"tensor '{t.name}' is computed while saving: pass the FuseResult's derived map")
-            else:
-                spans.append([_external_span(t, os.fspath(source_dir))])
-        read_files = {p for reads in spans for p, _, _ in reads}
-        if os.path.exists(path) and any(os.path.samefile(path, p) for p in read_files):
-            raise BadInputError(f"{path}: is the input's external data file; choose another output name")
-        target = os.path.join(out_dir, data_name)
-        if os.path.exists(target) and not os.path.isfile(target):
-            raise BadInputError(f"{path}: its data file {data_name} would replace {target}, which is not a regular "
-                                "file (a directory?); move it or choose another output name")
-        if os.path.exists(target) and any(os.path.samefile(target, p) for p in read_files):
-            raise BadInputError(f"{path}: its data file {data_name} is the input's external data; choose "
-                                "another output name")
-    remove_stale_temps(out_dir, base)
-    try:  # named as onnxfuse.atomic names its temporaries: a later save removes it if this process is killed
-        tmp = tempfile.mkdtemp(prefix=temp_prefix(base), suffix=".tmp", dir=out_dir)
-    except OSError as e:
-        raise BadInputError(f"{path}: cannot write: {e.strerror}") from None
-    saved = []
-    try:
-        try:
-            if ext:
-                with open(os.path.join(tmp, data_name), "wb") as out:
-                    _write_data_file(out, ext, spans, derived, data_name, saved)
-            model_tmp = os.path.join(tmp, base)
-            with open(model_tmp, "wb") as f:
-                f.write(model.SerializeToString())
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:
-            raise BadInputError(f"{path}: cannot write: {e.strerror or e}") from None
-        if check:
-            domain.register_schema()
-            check_output(model_tmp, path, input_checker_error)
-        if before_publish is not None:
-            before_publish(model_tmp)
-        if ext:
-            # Never an old model beside a new data file (its offsets would point into the wrong bytes):
-            # the old model goes first (the target is then absent), then the data file, then the model.
-            if os.path.lexists(path):
-                os.unlink(path)
-            os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
-        os.replace(model_tmp, path)
-        fsync_dir(out_dir)
-    finally:
-        for t, entries in saved:
-            del t.external_data[:]
-            for key, value in entries:
-                t.external_data.add(key=key, value=value)
-        shutil.rmtree(tmp, ignore_errors=True)
 

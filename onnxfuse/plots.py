@@ -26,8 +26,9 @@ from .errors import BadInputError
 from .runtime import PROVIDERS, short_name
 
 if TYPE_CHECKING:
-    from .bench.model_bench import ModelBenchReport
-    from .compare import CompareReport, OutputStats
+    from .measure.model_bench import ModelBenchReport
+    from .compare import CompareReport
+    from .error_statistics import OutputStats
 
 MAX_PANELS = 12
 DECADES = 8
@@ -36,7 +37,7 @@ _LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1}
 
 def check_plot_path(path: str | Path) -> None:
     """Refuse a plot path we cannot write, before any work is done."""
-    from .model_io import check_output_path
+    from .model_save import check_output_path
 
     if Path(path).suffix.lower() != ".png":
         raise BadInputError(f"--plot '{path}': the plot is a PNG, give a file name ending in .png")

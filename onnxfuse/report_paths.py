@@ -1,7 +1,7 @@
 """The report files a command writes (``--json``, ``--plot``), checked before it does any work.
 
 A report is written last, after minutes of timing or a model already published. So its path is refused up
-front when it could not be written (``model_io.check_output_path``), and when it names a file the command
+front when it could not be written (``model_save.check_output_path``), and when it names a file the command
 reads or writes: an input model or that model's external data, the ``--inputs`` samples, the output model or
 the data file written beside it, or the other report. Written over any of those, the report would destroy
 what the command was given or had just made, and exit 0.
@@ -13,7 +13,8 @@ import os
 from collections.abc import Iterable, Mapping
 
 from .errors import BadInputError
-from .model_io import check_output_path, external_data_files
+from .model_io import external_data_files
+from .model_save import check_output_path
 
 
 def _same(a: str, b: str) -> bool:

@@ -7,7 +7,7 @@ forms that pay are kept as far as the model's error against the exact model stay
 (``approximation``: the choosing; ``accuracy``: the error, measured on the GPU).
 
 The choosing and writing are ``tuning``'s and ``approximation``'s pure functions; the measuring is
-``bench.path_bench``'s and ``accuracy``'s.
+``measure.path_bench``'s and ``accuracy``'s.
 """
 
 from __future__ import annotations
@@ -20,17 +20,18 @@ from typing import Callable, Sequence
 
 import onnx
 
-from . import model_io
+from . import model_io, model_save
 from .accuracy import ErrorChecker, reference_checker
 from .approximation import (DEFAULT_FORMS, FORMS, FormChoice, NodeForms, approximation_record, choose_forms,
                             node_forms, restore_forms, variants, with_forms)
-from .bench import path_bench
-from .bench.model_bench import batch_shapes
-from .bench.progress import Steps
+from .measure import path_bench
+from .measure.model_bench import batch_shapes
+from .measure.progress import Steps
 from .domain import GEMV_MAX_ROWS
 from .errors import BadInputError
 from .inputs import input_specs
 from .patterns.graph import base_dir_of
+from .runtime import load_probes
 from .tuning import (Device, Measure, Measured, NodeTuning, apply_tuning, measure_each, nested_count,
                      node_tunings, row_counts, tunable_nodes, tuning_record, wanted)
 
@@ -131,6 +132,20 @@ def _choose_forms(model: onnx.ModelProto, tunings: list[NodeTuning], variant_nod
     return chosen, per_node, choice
 
 
+@dataclass(frozen=True)
+class TuneInput:
+    """A model to tune as it was read: the graph (its external weights in ``base_dir``), the name the report
+    gives it, and what its tuned copy is held to when saved (``model_save.save_model``'s ``check`` and
+    ``input_checker_error``), with the warnings reading it gave."""
+
+    model: onnx.ModelProto
+    name: str
+    base_dir: str | None = None
+    check: bool = True
+    input_checker_error: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
 def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | None = None,
               batches: Sequence[int] | None = None, reps: int = 30, approximate: str = "none",
               budget: float | None = None, forms: Sequence[str] | None = None, samples: int | None = None,
@@ -138,9 +153,32 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
               error_checkers: ErrorCheckers | None = None, progress=None,
               before_publish: Callable[[str], None] | None = None) -> TuneReport:
     """Tune every FusedLinearGelu node of ``input_path`` and write ``output_path`` atomically (external data
-    streamed; the input untouched). ``measurer(reps)`` gives the device and the measuring callable; the
-    default is ``bench.path_bench.gpu_measurer`` (CUDA provider and a GPU, or ``BadInputError``). The model
-    and its shapes are checked before any GPU is looked for.
+    streamed; the input untouched): :func:`tune_model` on the model as read. The options are checked before
+    the model is read, the output path before the work."""
+    check_approximation_options(approximate, budget, forms, samples)
+    start = time.perf_counter()
+    model_save.check_output_path(input_path, output_path)
+    notes = model_io.LoadNotes()
+    model = model_io.load_model(input_path, notes=notes, **load_probes())
+    source = TuneInput(model, os.fspath(input_path), base_dir_of(input_path), model_io.checkable(model),
+                       notes.checker_error, tuple(notes.warnings))
+    report = tune_model(source, output_path, shapes=shapes, batches=batches, reps=reps, approximate=approximate,
+                        budget=budget, forms=forms, samples=samples, measurer=measurer,
+                        error_checkers=error_checkers, progress=progress, before_publish=before_publish)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def tune_model(source: TuneInput, output_path, *, shapes: dict[str, tuple[int, ...]] | None = None,
+               batches: Sequence[int] | None = None, reps: int = 30, approximate: str = "none",
+               budget: float | None = None, forms: Sequence[str] | None = None, samples: int | None = None,
+               measurer: Callable[[int], tuple[Device, Measure]] | None = None,
+               error_checkers: ErrorCheckers | None = None, progress=None,
+               before_publish: Callable[[str], None] | None = None) -> TuneReport:
+    """Tune every FusedLinearGelu node of ``source.model`` and write ``output_path`` atomically (external data
+    streamed from ``source.base_dir``; the model in memory is not changed). ``measurer(reps)`` gives the
+    device and the measuring callable; the default is ``measure.path_bench.gpu_measurer`` (CUDA provider and a
+    GPU, or ``BadInputError``). The model and its shapes are checked before any GPU is looked for.
 
     The nodes an earlier ``tune --approximate auto`` switched (its record says so) are first put back at
     exact GELU: the output's math follows from the model's own and these options alone. With
@@ -152,11 +190,8 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
     check_approximation_options(approximate, budget, forms, samples)
     auto = approximate == "auto"
     start = time.perf_counter()
-    model_io.check_output_path(input_path, output_path)
-    notes = model_io.LoadNotes()
-    model = model_io.load_model(input_path, notes=notes)
-    model, restored, restore_warnings = restore_forms(model)
-    base_dir = base_dir_of(input_path)
+    model, restored, restore_warnings = restore_forms(source.model)
+    base_dir = source.base_dir
     nodes = tunable_nodes(model, base_dir)
     plan = tune_plan(model, dict(shapes or {}), batches)
     rows = row_counts(model, nodes, plan, base_dir)
@@ -185,12 +220,12 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
                                                            "input_shapes": {k: list(v) for k, v in largest.items()}})
     record = tuning_record(tunings, device, plan, settings, approximation=section)
     tuned = apply_tuning(with_forms(model, choice.forms) if choice else model, tunings, record)
-    model_io.save_model(tuned, output_path, source_dir=base_dir, check=model_io.checkable(model),
-                        input_checker_error=notes.checker_error, before_publish=before_publish)
+    model_save.save_model(tuned, output_path, source_dir=base_dir, check=source.check,
+                          input_checker_error=source.input_checker_error, before_publish=before_publish)
     step()
-    warnings = list(notes.warnings) + restore_warnings
+    warnings = list(source.warnings) + restore_warnings
     if nested_count(model):
         warnings.append(f"{nested_count(model)} FusedLinearGelu node(s) inside If/Loop/Scan bodies are not tuned "
                         "(they keep the kernel's built-in choice)")
-    return TuneReport(os.fspath(input_path), os.fspath(output_path), device, list(plan), tunings, count, settings,
+    return TuneReport(source.name, os.fspath(output_path), device, list(plan), tunings, count, settings,
                       time.perf_counter() - start, warnings, per_node, choice, restored, section)

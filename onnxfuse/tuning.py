@@ -16,13 +16,13 @@ epilogue in the same kernel); with ``cuda_path="auto"`` a node whose
    carried through the graph by shape inference and ``patterns.symbolic`` (which also crosses ORT's
    contrib ops, where onnx's inference stops);
 3. :func:`measure_all`: one measurement per distinct (shape, M) — identical nodes share it — through a
-   measuring callable (``bench.path_bench`` on a GPU; tests inject numbers);
+   measuring callable (``measure.path_bench`` on a GPU; tests inject numbers);
 4. :func:`choose` and :func:`compress`: the fastest path per M (gemv only where it applies), equal
    neighbours merged into one bound, and a gemv entry never last (the last entry also rules beyond it);
 5. :func:`apply_tuning`: the output model, with the three attributes on each node and
    ``metadata_props["onnxfuse.tuning"]`` (the device and versions, per node the times and the choice).
 
-Everything here is pure: measuring needs a GPU and lives in ``bench/path_bench.py``; ``onnxfuse/tune.py``
+Everything here is pure: measuring needs a GPU and lives in ``measure/path_bench.py``; ``onnxfuse/tune.py``
 runs the command (reads, measures, writes). :func:`read_tuning` is what ``inspect`` shows of a tuned model.
 """
 
@@ -387,7 +387,7 @@ def _reshaped(ev: Evaluator, node: onnx.NodeProto, source: Rows | None, last: in
 def row_counts(model: onnx.ModelProto, nodes: Sequence[TunableNode], plan: Sequence[tuple[int, dict]],
                base_dir: str | None = None) -> dict[str, dict[int, int]]:
     """For each node, the rows M (X's leading dims multiplied) at each batch of ``plan`` — (batch size,
-    concrete input shapes) pairs, as ``bench.model_bench.batch_shapes`` makes them. ``BadInputError`` when
+    concrete input shapes) pairs, as ``measure.model_bench.batch_shapes`` makes them. ``BadInputError`` when
     a node's rows cannot be worked out from the inputs' shapes."""
     rows: dict[str, dict[int, int]] = {node.name: {} for node in nodes}
     for batch, shapes in plan:

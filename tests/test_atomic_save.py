@@ -28,8 +28,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse import model_io
-from onnxfuse.fuse import fuse_model, optimize_file
+from onnxfuse import model_io, model_save
+from onnxfuse.fuse import fuse_model
+from onnxfuse.pipeline import optimize_file
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = "out.onnx"
@@ -190,7 +191,7 @@ def test_kill_at_every_file_system_step_of_save(world, tmp_path):
     target = tmp_path / "t"
 
     def save():
-        model_io.save_model(result.model, target / OUT, source_dir=world["src"].parent, derived=result.derived)
+        model_save.save_model(result.model, target / OUT, source_dir=world["src"].parent, derived=result.derived)
 
     # a dry run records the steps, from a target holding the old model (the longest path)
     reset_target(target, world, with_old=True)
@@ -232,7 +233,7 @@ def test_random_sigkill_during_save(world, tmp_path):
             result = fuse_model(model_io.load_model(src), base_dir=src.parent)
             os.write(w, b"s")
             start = time.perf_counter()
-            model_io.save_model(result.model, target / OUT, source_dir=src.parent, derived=result.derived)
+            model_save.save_model(result.model, target / OUT, source_dir=src.parent, derived=result.derived)
             os.write(w, f"{time.perf_counter() - start:.6f}".encode())
         return work
 

@@ -121,7 +121,7 @@ def test_unwritable_targets_are_bad_input(tmp_path):
 def test_leftovers_of_dead_writers_are_removed_and_only_those(tmp_path):
     dead = dead_pid()
     stale_file = f".r.json.{dead}.0badf00d.tmp"
-    stale_folder = f".r.json.{dead}.x1y2z3.tmp"  # model_io.save_model stages in folders named alike
+    stale_folder = f".r.json.{dead}.x1y2z3.tmp"  # model_save.save_model stages in folders named alike
     live = f".r.json.{os.getpid()}.cafe0001.tmp"  # a write in progress in a running process
     other_target = f".r.json.5.{dead}.0badf00d.tmp"  # a leftover of the target 'r.json.5', not of 'r.json'
     unrelated = ".r.json.swp"
@@ -244,7 +244,7 @@ BENCH = ["--provider", "cpu", "--no-progress", "--budget", "0.02"]
 
 @pytest.fixture
 def fused(model, tmp_path, library_path):
-    from onnxfuse.fuse import optimize_file
+    from onnxfuse.pipeline import optimize_file
 
     path = tmp_path / "fused.onnx"
     optimize_file(model, str(path))

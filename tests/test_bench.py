@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse.bench import placement as placement_module
-from onnxfuse.bench.environment import SCHEMA
-from onnxfuse.bench.model_bench import batch_shapes, bench_models
-from onnxfuse.bench.op_bench import measure_ceilings, op_models
-from onnxfuse.bench.placement import read_placement
-from onnxfuse.bench.timing import TimingPolicy, measure
+from onnxfuse.measure import placement as placement_module
+from onnxfuse.measure.environment import SCHEMA
+from onnxfuse.measure.model_bench import batch_shapes, bench_models
+from onnxfuse.measure.op_bench import measure_ceilings, op_models
+from onnxfuse.measure.placement import read_placement
+from onnxfuse.measure.timing import TimingPolicy, measure
 from onnxfuse.cli import main
 from onnxfuse.plots import plot_model_bench
 from onnxfuse.domain import OP_TYPE
@@ -55,7 +55,7 @@ def linear_gelu_model(batch="batch") -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """(original, fused) paths: the fused one made by onnxfuse's own optimizer."""
-    from onnxfuse.fuse import optimize_file
+    from onnxfuse.pipeline import optimize_file
 
     folder = tmp_path_factory.mktemp("bench_models")
     original, fused = folder / "original.onnx", folder / "fused.onnx"

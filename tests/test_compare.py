@@ -13,13 +13,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfuse.cli import main
-from onnxfuse.compare import (
-    DEFAULT_TOLERANCES,
-    CompareReport,
-    compare_models,
-    tolerance_for,
-    verify_optimized,
-)
+from onnxfuse.compare import CompareReport, compare_models, verify_optimized
+from onnxfuse.error_statistics import DEFAULT_TOLERANCES, tolerance_for
 from onnxfuse.errors import AccuracyGateError, BadInputError
 
 K, N = 32, 48
@@ -458,7 +453,7 @@ def _keep_io_types(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def test_float32_outputs_of_a_float16_body_get_the_float16_tolerance():
-    from onnxfuse.compare import compute_type
+    from onnxfuse.error_statistics import compute_type
 
     original, optimized = (_keep_io_types(linear_gelu(f, dtype=TensorProto.FLOAT16)) for f in ("erf", "op"))
     assert compute_type(original, "y32") == TensorProto.FLOAT16

@@ -11,8 +11,9 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxfuse.compare import DEFAULT_TOLERANCES, verify_optimized
-from onnxfuse.fuse import optimize_file
+from onnxfuse.compare import verify_optimized
+from onnxfuse.error_statistics import DEFAULT_TOLERANCES
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.inputs import gather_bounds, random_inputs
 
 MODELS = sorted((Path(__file__).parent / "models").glob("*.onnx"))

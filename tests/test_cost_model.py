@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import onnx
 import pytest
 
-from onnxfuse import cost_model, model_io
-from onnxfuse.fuse import fuse_model, inspect_file, optimize_file
+from onnxfuse import cost_model
+from onnxfuse.fuse import fuse_model
+from onnxfuse.pipeline import inspect_file, load_input, optimize_file
 from onnxfuse.patterns import default_rules
 from onnxfuse.patterns.rule import after_rewrites
 from onnxfuse.patterns.graph import base_dir_of
@@ -42,7 +43,7 @@ class _EveryPlanPays:
 
 
 def _fused(path, target):
-    model = model_io.load_model(path)
+    model = load_input(path)
     return fuse_model(model, base_dir=base_dir_of(path), target=target)
 
 
@@ -55,7 +56,7 @@ def test_each_target_on_committed_models(path):
         assert result.report.to_dict() | {"target": None} == plain.report.to_dict() | {"target": None}
         assert result.report.target == name
     trt = _fused(path, "tensorrt")
-    original = model_io.load_model(path)
+    original = load_input(path)
     assert trt.report.fused == [] and trt.model.graph == original.graph  # every block as it was
     mine = [r for r in trt.report.refused if r.rule == cost_model.RULE]
     # one refusal per block the rules would fuse, naming exactly its nodes, with the op's own reason; the
@@ -78,7 +79,7 @@ def test_default_output_files_are_unchanged(tmp_path, path):
     (tmp_path / "plain").mkdir()
     default, plain = tmp_path / "default" / "out.onnx", tmp_path / "plain" / "out.onnx"
     optimize_file(path, default)
-    model = model_io.load_model(path)
+    model = load_input(path)
     fuse_model(model, base_dir=base_dir_of(path), target=_EveryPlanPays()).save(plain, check=False)
     assert sorted(os.listdir(default.parent)) == sorted(os.listdir(plain.parent))
     for name in os.listdir(plain.parent):  # the model, and its external data file where it has one

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 # prints {path: sha256} of everything written, and the inspect reports without their timings.
 DRIVER = r"""
 import hashlib, json, os, sys
-from onnxfuse.fuse import inspect_file, optimize_file
+from onnxfuse.pipeline import inspect_file, optimize_file
 src, out = sys.argv[1], sys.argv[2]
 digests, reports = {}, {}
 for name in sorted(os.listdir(src)):

@@ -175,7 +175,7 @@ def test_approximate_configures_the_default_rules_only():
 def test_placement_checks_every_op_the_rules_write(tmp_path):
     """bench's placement check holds the nodes of every rule to the requested provider, by what the rules
     say they emit: a real ORT profile of the SiLU-fused model on the CPU."""
-    from onnxfuse.bench.placement import profile_placement
+    from onnxfuse.measure.placement import profile_placement
     from onnxfuse.patterns import emitted_op_types
 
     assert "FusedLinearGelu" in emitted_op_types()  # the default rules

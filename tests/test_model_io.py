@@ -10,9 +10,10 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxfuse import model_io
+from onnxfuse import model_io, model_save
 from onnxfuse.errors import BadInputError
-from onnxfuse.fuse import fuse_model, optimize_file
+from onnxfuse.fuse import fuse_model
+from onnxfuse.pipeline import optimize_file
 from tests.graphs import build, build_mlp
 from tests.reference_ops import run
 from tests.test_fuse import assert_same_outputs
@@ -148,7 +149,7 @@ def test_external_data_round_trip_streams_transposed_weights(tmp_path):
     assert {e.value for t in out.graph.initializer for e in t.external_data if e.key == "location"} == \
         {"out.onnx.data"}
     offsets = [int(e.value) for t in out.graph.initializer for e in t.external_data if e.key == "offset"]
-    assert all(o % model_io.ALIGNMENT == 0 for o in offsets)
+    assert all(o % model_save.ALIGNMENT == 0 for o in offsets)
     onnx.checker.check_model(str(tmp_path / "out.onnx"), full_check=True)
     full = onnx.load(str(tmp_path / "out.onnx"))
     assert_same_outputs(model, full)
@@ -215,10 +216,10 @@ def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     before = result.model.SerializeToString()
-    monkeypatch.setattr(model_io, "_copy_range", fail)
-    monkeypatch.setattr(model_io, "_derive", fail)
+    monkeypatch.setattr(model_save, "_copy_range", fail)
+    monkeypatch.setattr(model_save, "_derive", fail)
     with pytest.raises(BadInputError, match="No space left"):
-        model_io.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path, derived=result.derived)
+        model_save.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path, derived=result.derived)
     assert listing(tmp_path) == ["in.onnx", "in.onnx.data"]
     # the model's external references are restored after a failed save
     assert result.model.SerializeToString() == before
@@ -229,7 +230,7 @@ def test_pending_tensors_cannot_be_saved_without_their_recipe(tmp_path):
     result = fuse_model(model_io.load_model(tmp_path / "in.onnx"), base_dir=tmp_path)
     assert result.derived  # the transposed weight exists only once written
     with pytest.raises(ValueError, match="computed while saving"):
-        model_io.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path)
+        model_save.save_model(result.model, tmp_path / "out.onnx", source_dir=tmp_path)
     result.save(tmp_path / "out.onnx")
     assert_same_outputs(build_mlp(layers=1), onnx.load(str(tmp_path / "out.onnx")))
 

@@ -21,7 +21,7 @@ import pytest
 
 from onnxfuse import ort_fusions
 from onnxfuse.compare import compare_models
-from onnxfuse.fuse import inspect_file, optimize_file
+from onnxfuse.pipeline import inspect_file, optimize_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"

@@ -1161,7 +1161,7 @@ def test_unpackable_projections_stay_separate(form, reason):
 def test_external_split_weight_is_read_where_it_is_stored(tmp_path):
     """c_attn's weight in external data: Attention reads the graph's own tensor, so the packed form needs no
     new tensor, and the optimized file (its data streamed) gives the original's outputs."""
-    from onnxfuse.fuse import optimize_file
+    from onnxfuse.pipeline import optimize_file
 
     model = _attention(mask="causal+padding", fill=-math.inf, projections="split")
     onnx.save(onnx.ModelProto.FromString(model.SerializeToString()), tmp_path / "m.onnx",

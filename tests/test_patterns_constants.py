@@ -12,7 +12,8 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from onnxfuse import model_io
-from onnxfuse.fuse import fuse_model, optimize_file
+from onnxfuse.fuse import fuse_model
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.patterns.graph import GraphView
 from tests.graphs import Builder
 from tests.reference_ops import run

@@ -150,19 +150,19 @@ def test_empty_and_folder_paths(tmp_path, models, args, says):
 def test_a_folder_that_refuses_the_write_is_found_before_the_model_is_written(tmp_path, models, monkeypatch):
     """Root passes every permission check, yet cannot write in /sys or on a read-only mount: the report's
     folder is tried before the model is published, so that a failed report never leaves a model behind."""
-    import onnxfuse.model_io as model_io
+    import onnxfuse.model_save as model_save
 
     src, _ = models
     reports = tmp_path / "reports"
     reports.mkdir()
-    real = model_io.create_temp_file
+    real = model_save.create_temp_file
 
     def read_only_reports(folder, name):
         if Path(folder) == reports:
             raise OSError(30, "Read-only file system")
         return real(folder, name)
 
-    monkeypatch.setattr(model_io, "create_temp_file", read_only_reports)
+    monkeypatch.setattr(model_save, "create_temp_file", read_only_reports)
     before = snapshot(tmp_path)
     r = CliRunner().invoke(main, ["optimize", str(src), "-o", str(tmp_path / "out.onnx"),
                                   "--json", str(reports / "r.json")])

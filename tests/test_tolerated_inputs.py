@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from onnx import TensorProto as T
 from onnx import helper
 
-from onnxfuse import model_io
+from onnxfuse import model_io, model_save
 from onnxfuse.cli import main
 from onnxfuse.errors import BadInputError
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 from tests.graphs import build
 from tests.reference_ops import run
 
@@ -149,11 +149,11 @@ def test_the_output_may_keep_the_inputs_checker_error_but_not_add_one(tmp_path):
     path = _save(unshaped, tmp_path / "unshaped.onnx")
     error = model_io.checker_error(path)
     assert error is not None and "shape" in error
-    model_io.check_output(str(path), "out.onnx", error)  # the same error: allowed
+    model_save.check_output(str(path), "out.onnx", error)  # the same error: allowed
     with pytest.raises(BadInputError, match="an error the input did not have"):
-        model_io.check_output(str(path), "out.onnx", "some other error the input had")
+        model_save.check_output(str(path), "out.onnx", "some other error the input had")
     with pytest.raises(onnx.checker.ValidationError):
-        model_io.check_output(str(path), "out.onnx", None)  # an input that passes: so must the output
+        model_save.check_output(str(path), "out.onnx", None)  # an input that passes: so must the output
 
 
 def test_optimized_unshaped_model_computes_what_the_input_did(tmp_path):

@@ -21,7 +21,7 @@ from onnxfuse import model_io, tuning
 from onnxfuse.cli import main
 from onnxfuse.domain import GEMV_MAX_ROWS, OP_TYPE
 from onnxfuse.errors import BadInputError
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.patterns.graph import base_dir_of
 from onnxfuse.runtime import create_session, cuda_device_signature, cuda_usable
 from onnxfuse.tune import tune_plan
@@ -345,7 +345,7 @@ def test_read_tuning_is_what_inspect_shows(fused_models):
 
 # --- the command ----------------------------------------------------------------------------------------
 def _run(args, monkeypatch, calls=None, fake=_fake_measure):
-    import onnxfuse.bench.path_bench as path_bench
+    import onnxfuse.measure.path_bench as path_bench
 
     monkeypatch.setattr(path_bench, "gpu_measurer", _measurer([] if calls is None else calls, fake))
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
@@ -455,7 +455,7 @@ def test_tune_says_why_gemv_has_no_time(tmp_path, fused_models, monkeypatch):
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())  # (the why column wraps)
     assert text.count("gemv unavailable") == 1 and "is not known" in text  # at M=1 only, not at M=32
-    from onnxfuse.cli import _why
+    from onnxfuse.cli.render import _why
 
     assert _why(PathTimes(10.0, 12.0, 20.0, gemv_note="cuda_path='gemv' is not known"), 1) == (
         "1.20× faster than fallback; gemv unavailable (cuda_path='gemv' is not known); 2.00× over ORT unfused")
@@ -565,7 +565,7 @@ def test_signature_is_the_librarys_string_or_a_clear_no_device(tmp_path):
 
 def test_path_models_compute_the_same_block(rng):
     """The models tune times are one computation (on the CPU kernel, which ignores cuda_path)."""
-    from onnxfuse.bench.path_bench import path_models
+    from onnxfuse.measure.path_bench import path_models
 
     for shape in (NodeShape(48, 80, F32, 1, "none"), NodeShape(48, 80, F32, 0, "tanh"),
                   NodeShape(48, 80, F32, 1, "sigmoid", 1.702)):
@@ -588,8 +588,8 @@ def _cuda_paths(model: bytes) -> list:
 
 def test_path_times_measures_each_model():
     """The sessions, IO binding and interleaved timing tune uses, run on the CPU provider (one path there)."""
-    from onnxfuse.bench.path_bench import path_times
-    from onnxfuse.bench.timing import TimingPolicy
+    from onnxfuse.measure.path_bench import path_times
+    from onnxfuse.measure.timing import TimingPolicy
 
     policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_reps=3, budget_s=0.2, block_s=0.005)
     times = path_times(NodeShape(64, 96, F32, 1, "tanh"), 16, policy, provider="cpu")

@@ -19,9 +19,9 @@ from onnxfuse import approximation, tuning
 from onnxfuse.accuracy import ModelError, ReferenceRun, model_error
 from onnxfuse.approximation import FormOption, NodeForms, choose_forms, node_forms, restore_forms, with_forms
 from onnxfuse.cli import main
-from onnxfuse.compare import output_errors
+from onnxfuse.error_statistics import output_errors
 from onnxfuse.domain import OP_TYPE
-from onnxfuse.fuse import optimize_file
+from onnxfuse.pipeline import optimize_file
 from onnxfuse.runtime import create_session, cuda_usable
 from onnxfuse.tuning import NodeShape, NodeTuning, PathTimes, TunableNode
 from tests.test_cli_optimize import cli
@@ -294,7 +294,7 @@ def _checkers(per_node: dict[str, float], seen: list):
 
 
 def _tune(args, monkeypatch, factors, per_node, seen=None):
-    import onnxfuse.bench.path_bench as path_bench
+    import onnxfuse.measure.path_bench as path_bench
     import onnxfuse.tune as tune
 
     monkeypatch.setattr(path_bench, "gpu_measurer", lambda reps: (DEVICE, _measure(factors)))

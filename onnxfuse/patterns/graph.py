@@ -4,8 +4,9 @@ constants, and what is known of their type and shape.
 Rules reason on this view only. It never loads weights: a constant's *value* is read only when it is small
 (scalars and short vectors), which is all a GELU or Linear rule ever needs to look at; weights are
 described by their dims and dtype alone. A constant is a constant however the graph spells it: an
-initializer, a ``Constant`` node, or either one read through ``Identity`` and ``Cast`` nodes
-(:meth:`GraphView.constant_ref` says which stored tensor holds it).
+initializer, a ``Constant`` node, or either one read through ``Identity``, ``Cast`` and ``CastLike`` nodes
+(:meth:`GraphView.constant_ref` says which stored tensor holds it); a one-element value the graph computes
+from such constants (``Sqrt(2.0)``) is a scalar too (:meth:`GraphView.folded_scalar`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+# (what a node reads is defined once, beside the node order built on it; rules import it from here)
+from ..graph_order import node_reads, subgraph_references  # noqa: F401
 
 # A constant larger than this is never read by a rule (weights are reasoned about by dims and dtype only).
 SMALL_CONSTANT_ELEMENTS = 64
@@ -71,34 +75,17 @@ def is_op(node: onnx.NodeProto, op_type: str, domain: str = "") -> bool:
     return node.domain == domain
 
 
+def is_add(node: onnx.NodeProto) -> bool:
+    """An ``Add``, or a ``Sum`` of two operands, which is the same sum (ONNX's own ``Gelu`` function body
+    adds with Sum)."""
+    return is_op(node, "Add") or (is_op(node, "Sum") and len(node.input) == 2)
+
+
 def attr(node: onnx.NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
             return onnx.helper.get_attribute_value(a)
     return default
-
-
-def node_reads(node: onnx.NodeProto) -> set[str]:
-    """Every tensor ``node`` reads, including outer-scope names read inside its subgraphs."""
-    names = {i for i in node.input if i}
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            names |= subgraph_references(a.g)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            for g in a.graphs:
-                names |= subgraph_references(g)
-    return names
-
-
-def subgraph_references(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor name a subgraph reads (over-approximate: also names it defines itself).
-
-    Outer-scope tensors read inside an If/Loop/Scan body are consumers the flat node list does not show;
-    counting them keeps a tensor used inside a body from being treated as single-use."""
-    names: set[str] = set()
-    for node in graph.node:
-        names |= node_reads(node)
-    return names
 
 
 def _constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
@@ -189,7 +176,11 @@ class GraphView:
 
     def escaping_intermediate(self, nodes, outputs) -> tuple[str, int | None] | None:
         """The first tensor that the nodes ``nodes`` make, other than ``outputs``, that something outside them
-        sees: (tensor, reading node index), the index None for a graph output; None when the block is closed."""
+        sees: (tensor, reading node index), the index None for a graph output; None when the block is closed.
+
+        A ``CastLike`` that reads such a tensor for its type alone (its second input) and whose value only
+        flows into the block (onnxscript casts each literal of a GELU to its input's type) does not see it:
+        once the block is replaced, nothing reads that CastLike, and the rewrite's dead-code removal drops it."""
         outputs = set(outputs)
         for i in sorted(nodes):
             for out in self.nodes[i].output:
@@ -198,9 +189,28 @@ class GraphView:
                 if out in self.graph_outputs:
                     return out, None
                 for c in self.consumers_of(out):
-                    if c not in nodes:
+                    if c not in nodes and not self._reads_type_only(c, out, nodes):
                         return out, c
         return None
+
+    def _reads_type_only(self, reader: int, tensor: str, nodes) -> bool:
+        node = self.nodes[reader]
+        return (is_op(node, "CastLike") and len(node.input) == 2 and node.input[0] != tensor
+                and node.input[1] == tensor and self._feeds_only(reader, nodes))
+
+    def _feeds_only(self, i: int, nodes, depth: int = 0) -> bool:
+        """Every output of node ``i`` is read only by ``nodes``, directly or through nodes that themselves feed
+        only ``nodes`` (so ``i`` is dead once they are gone)."""
+        if depth > _MAX_CHAIN:
+            return False
+        for out in self.nodes[i].output:
+            if not out:
+                continue
+            if out in self.graph_outputs or not self.consumers_of(out):
+                return False
+            if any(c not in nodes and not self._feeds_only(c, nodes, depth + 1) for c in self.consumers_of(out)):
+                return False
+        return True
 
     def single_consumer(self, name: str) -> int | None:
         """The index of the only node reading ``name``, if exactly one does and it is not a graph output."""
@@ -217,35 +227,55 @@ class GraphView:
     def constant_ref(self, name: str) -> ConstantRef | None:
         """Where the value of a constant tensor is stored, however the graph spells the constant: an
         initializer that is not also a graph input (those can be overridden at run time), a ``Constant``
-        node, or either one read through ``Identity`` nodes and ``Cast`` nodes (the TorchScript exporter
-        reads merged duplicate initializers through Identity; converters cast stored constants).
+        node, or either one read through ``Identity`` nodes and ``Cast`` or ``CastLike`` nodes (the
+        TorchScript exporter reads merged duplicate initializers through Identity; converters cast stored
+        constants; onnxscript's functions cast every literal and weight to their input's type with CastLike,
+        read here as a Cast to that type where it is known).
 
         A chain is followed only while its value is one conversion of the stored one: every Cast but the
         last must be exact (a float type to one at least as wide), so the value at ``name`` is the root
-        converted once to ``data_type`` (which is what a derived constant computes)."""
+        converted once to ``data_type`` (which is what a derived constant computes).
+
+        A tensor several ``Constant`` nodes define (or one beside an initializer of its name, which ONNX
+        Runtime takes: ``model_io._sort_nodes``) is the last node's value, as ORT reads it; beside a graph
+        input of its name it is an initializer ORT lets the caller override, so no constant."""
         via: list[int] = []
         casts: list[int] = []
         current, view = name, self
         for _ in range(_MAX_CHAIN):
-            if current in view.initializers and current not in view.graph_inputs:
-                return view._ref(name, current, view.initializers[current], via, casts)
             i = view.producer.get(current)
             node = view.nodes[i] if i is not None else None
             if node is not None and is_op(node, "Constant"):
                 tensor = _constant_node_tensor(node)
-                return None if tensor is None else view._ref(name, current, tensor, via, casts)
-            if node is not None and len(node.input) == 1 and node.input[0] and (
-                    is_op(node, "Identity") or (is_op(node, "Cast") and attr(node, "to") is not None)):
+                if tensor is None or current in view.graph_inputs:
+                    return None
+                return view._ref(name, current, tensor, via, casts)
+            if current in view.initializers and current not in view.graph_inputs:
+                return view._ref(name, current, view.initializers[current], via, casts)
+            to = view._conversion(node)
+            if to is not None or (node is not None and is_op(node, "Identity") and len(node.input) == 1
+                                  and node.input[0]):
                 if view is self:
                     via.append(i)
-                if is_op(node, "Cast"):
-                    casts.append(int(attr(node, "to")))
+                if to is not None:
+                    casts.append(to)
                 current = node.input[0]
                 continue
             if view._from_outer_scope(current):
                 view = view.outer
                 continue
             return None
+        return None
+
+    def _conversion(self, node: onnx.NodeProto | None) -> int | None:
+        """The type a ``Cast`` (``to``) or ``CastLike`` (its second input's type, where known) converts its
+        first input to; None for any other node, or a CastLike of a target type unknown here."""
+        if node is None or not node.input or not node.input[0]:
+            return None
+        if is_op(node, "Cast") and len(node.input) == 1 and attr(node, "to") is not None:
+            return int(attr(node, "to"))
+        if is_op(node, "CastLike") and len(node.input) == 2 and node.input[1]:
+            return self.dtype(node.input[1])
         return None
 
     @staticmethod
@@ -300,12 +330,47 @@ class GraphView:
         multiplies: replacing its product by the fused node would change the output's shape, so it is
         not a scalar here."""
         ref = self.constant_ref(name)
-        if ref is None or len(ref.dims) > 1 or int(np.prod(ref.dims, dtype=np.int64)) != 1:
+        if ref is None:
+            folded = self.folded_scalar(name)
+            return None if folded is None or folded[2] > 1 else (folded[0], folded[1])
+        if len(ref.dims) > 1 or int(np.prod(ref.dims, dtype=np.int64)) != 1:
             return None
         value = self.small_value(name)
         if value is None or value.dtype.kind != "f":
             return None
         return float(value.reshape(-1)[0]), ref.data_type
+
+    def folded_scalar(self, name: str, depth: int = 0) -> tuple[float, int, int] | None:
+        """(value, dtype, rank) of a one-element floating tensor the graph computes from constants alone with
+        the few ops of ``_FOLDED``: keras2onnx writes GELU's √2 as ``Sqrt(2.0)``, ONNX's own ``Gelu`` function
+        body as ``Sqrt(CastLike(2.0, X))``. Each op is computed in float64 and rounded once to its output
+        type, which is the correctly rounded result IEEE arithmetic gives for these ops; a rule compares the
+        value at its type's precision (``rule.close_to``), never writes it. None where any operand is not
+        such a constant, or the result is not finite."""
+        ref = self.constant_ref(name)
+        if ref is not None:
+            if int(np.prod(ref.dims, dtype=np.int64)) != 1:
+                return None
+            value = self.small_value(name)
+            if value is None or value.dtype.kind != "f":
+                return None
+            return float(value.reshape(-1)[0]), ref.data_type, len(ref.dims)
+        node = self.producer_of(name)
+        if node is None or depth >= _FOLD_DEPTH or node.domain not in _DEFAULT_DOMAINS or not all(node.input):
+            return None
+        to = self._conversion(node)
+        if to is not None or node.op_type == "Identity":
+            operand = self.folded_scalar(node.input[0], depth + 1) if len(node.input) in (1, 2) else None
+            return None if operand is None else _rounded(operand[0], to or operand[1], operand[2])
+        op = _FOLDED.get(node.op_type)
+        if op is None or len(node.input) != op.__code__.co_argcount:
+            return None
+        operands = [self.folded_scalar(t, depth + 1) for t in node.input]
+        if any(o is None for o in operands) or len({o[1] for o in operands}) != 1:
+            return None
+        with np.errstate(all="ignore"):
+            value = float(op(*(np.float64(o[0]) for o in operands)))
+        return _rounded(value, operands[0][1], max(o[2] for o in operands))
 
     # --- types -------------------------------------------------------------------------------------
     def dtype(self, name: str) -> int | None:
@@ -328,6 +393,28 @@ class GraphView:
         if name not in self._types and self._from_outer_scope(name):
             return self.outer.shape(name)
         return self._types.get(name, (None, None))[1]
+
+
+# The ops :meth:`GraphView.folded_scalar` computes on one-element constants (in float64, rounded once).
+_FOLDED = {
+    "Sqrt": lambda a: np.sqrt(a) if a >= 0 else np.nan,
+    "Reciprocal": lambda a: 1.0 / a if a else np.nan,
+    "Neg": lambda a: -a,
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Mul": lambda a, b: a * b,
+    "Div": lambda a, b: a / b if b else np.nan,
+}
+_FOLD_DEPTH = 8
+
+
+def _rounded(value: float, dtype: int, rank: int) -> tuple[float, int, int] | None:
+    """``value`` rounded once to the float type ``dtype``: (value, dtype, rank), or None if it is not finite
+    there or ``dtype`` is no float type."""
+    if dtype not in _FLOAT_RANK or not np.isfinite(value):
+        return None
+    rounded = float(np.array(value, dtype=np.float64).astype(onnx.helper.tensor_dtype_to_np_dtype(dtype)))
+    return (rounded, dtype, rank) if np.isfinite(rounded) else None
 
 
 _RANK_KEEPING = {"Identity", "Cast", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid",

@@ -10,7 +10,7 @@
 // float16/bfloat16: operands are widened to float32, the GEMM accumulates in float32, and each tile is
 // narrowed once after its activation (one rounding, at the very end). A constant weight is widened (and
 // packed) once, when the kernel is created.
-#include "fused_linear_gelu_cpu.h"
+#include "cpu/fused_linear_gelu_cpu.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -19,13 +19,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "../domain.h"
-#include "../fused_linear_gelu_common.h"
-#include "element_rows.h"
-#include "gemm.h"
-#include "packed_gemm.h"
-#include "parallel_for.h"
-#include "vector_kernels.h"
+#include "domain.h"
+#include "contract/fused_linear_gelu_common.h"
+#include "cpu/element_rows.h"
+#include "cpu/gemm/gemm.h"
+#include "cpu/gemm/packed_gemm.h"
+#include "cpu/parallel_for.h"
+#include "cpu/simd/vector_kernels.h"
 
 namespace onnxfuse::cpu {
 namespace {

@@ -1,0 +1,69 @@
+"""What several commands parse alike: the options they share (declared once, so their help texts cannot drift)
+and the parsing of their values. Checked values give the one-line exit-2 error every bad input gets."""
+
+from __future__ import annotations
+
+import click
+
+
+def target_option(f):
+    """--target, shared by optimize and inspect. A plain string checked by the cost model, so a bad value
+    is the one-line exit-2 error every bad input gets (not click's usage block)."""
+    from ..cost_model import DEFAULT_TARGET, TARGETS
+
+    lines = "; ".join(f"{t.name}: {t.summary}" for t in TARGETS.values())
+    return click.option(
+        "--target", default=DEFAULT_TARGET, show_default=True, metavar="|".join(TARGETS),
+        help=f"What will run the model; a block whose fusion does not pay there is left as it is, with its "
+             f"reason in the refusals. {lines}. The default is a named target, not a guess from this machine: "
+             f"the output must not depend on where it was optimized, and cuda (what the fused nodes are "
+             f"made for) fuses every block, as cpu does today.")(f)
+
+
+def ort_fusions_option(f):
+    """--ort-fusions/--no-ort-fusions, shared by optimize and inspect."""
+    return click.option(
+        "--ort-fusions/--no-ort-fusions", default=False, show_default=True,
+        help="Run ONNX Runtime's transformer fusions (SkipLayerNormalization, EmbedLayerNormalization, bias "
+             "and GELU forms; onnxruntime.transformers.optimizer) before onnxfuse's rules, where the model has "
+             "not been through them and the target is not tensorrt. Measured on the H200: 1.24-1.27x faster "
+             "than onnxfuse alone in fp16 (BERT-base, GPT-2, ViT-B/16, batch 32). Not the default: ORT's "
+             "fusions do not always keep the math (ONNX's tanh Gelu in GPT-NeoX's dynamo export becomes erf "
+             "BiasGelu); use it with --verify.")(f)
+
+
+def approximation_budget_options(f):
+    """--budget and --approximate-forms, the options of --approximate auto (tune, and optimize's one-step form)."""
+    f = click.option("--approximate-forms", "forms_text", default=None, metavar="tanh[,sigmoid]",
+                     help="With --approximate auto: the forms a node may take (default tanh, within 4.8e-4 of erf "
+                          "GELU; sigmoid, x*sigmoid(1.702x), is forty times coarser and only tried when named).")(f)
+    return click.option(
+        "--budget", type=float, default=None, metavar="REL",
+        help="With --approximate auto (required there): the largest error allowed, > 0. The error is the largest "
+             "over the model's outputs of rel-L2 = ||tuned - exact||_2 / ||exact||_2 over --samples random samples "
+             "at the largest batch, both models run on this GPU (exact: the fused model with every node at its own "
+             "GELU form); a changed integer output or NaN/Inf is over any budget. Over budget, the switch that "
+             "saves the least time is undone, one at a time, until the error is within it.")(f)
+
+
+def output_beside(model: str, output: str | None, kind: str) -> str:
+    """OUT as given, or else MODEL's own name with ``.KIND`` before its ``.onnx`` (model.onnx →
+    model.fused.onnx), in MODEL's folder: the terminal user's `onnxfuse optimize model.onnx` writes where the
+    model is, never over it (an output that is the input is refused, as with -o)."""
+    if output is not None:
+        return output
+    stem = model[:-len(".onnx")] if model.lower().endswith(".onnx") else model
+    return f"{stem}.{kind}.onnx"
+
+
+def parse_batches(text: str) -> list[int]:
+    """--batch B1,B2,... (optimize, tune, bench): positive integers, or the one-line exit-2 error."""
+    from ..errors import BadInputError
+
+    try:
+        batches = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        batches = []
+    if not batches or min(batches) < 1:
+        raise BadInputError(f"--batch {text!r}: expected positive integers separated by commas, e.g. 1,8,32")
+    return batches

@@ -1,0 +1,276 @@
+"""What the commands print: tables for people (rich, on stdout), the JSON report, warnings and progress bars on
+stderr. Shared by the commands whose output overlaps (optimize shows compare's and tune's tables); a table only
+one command prints lives in that command's module."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+def progress_bar(enabled: bool, label: str):
+    """A rich progress bar on stderr (so --json - stays clean), or nothing. Only on a terminal: into a
+    pipe or a log it would add a blank line to the one-line errors."""
+    import contextlib
+
+    if not enabled or not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), TextColumn(label + " {task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+
+
+def stdout_console():
+    """A rich console on stdout. Piped into a log, rich would squeeze the tables into 80 columns: give them
+    room instead."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def echo_warnings(report) -> None:
+    """What was tolerated in the input, one line each on stderr (stdout stays the report's)."""
+    for line in report.warnings:
+        click.echo(f"onnxfuse: warning: {line}", err=True)
+
+
+def emit_json(report, json_path, extra: dict | None = None, after_writing=None) -> None:
+    """The report as JSON: on stdout for '-', else written atomically to ``json_path`` (nothing for None).
+    ``after_writing``: the model this command has already written, which a failure to write the report (a
+    full disk: its folder was tried before the work) must not let the error line deny."""
+    if not json_path:
+        return
+    from ..atomic import json_text, write_json
+    from ..errors import BadInputError
+
+    data = {**report.to_dict(), **(extra or {})}
+    if json_path == "-":
+        click.echo(json_text(data))
+        return
+    try:
+        write_json(json_path, data)
+    except BadInputError as e:
+        if after_writing is None:
+            raise
+        raise BadInputError(f"{after_writing} written, but not the --json report: {e}") from None
+
+
+def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
+    """optimize's and inspect's tables: the blocks fused by source form, the refusals, the math changed; with
+    ``blocks`` (inspect) every block and a tuned model's path tables."""
+    from rich.table import Table
+
+    console = stdout_console()
+    console.print(title + (f" · target {report.target}" if report.target else ""), highlight=False)
+    if report.ort_fusions is not None:
+        from ..ort_fusions import OrtFusionsReport
+
+        console.print(OrtFusionsReport(**report.ort_fusions).summary(), highlight=False)
+    forms = Table()
+    forms.add_column("fused: source form")
+    forms.add_column("blocks", justify="right")
+    for form, count in report.fused_by_form.items():
+        forms.add_row(form, str(count))
+    forms.add_row("[bold]total fused[/]", f"[bold]{len(report.fused)}[/]")
+    forms.add_row("refused (left as they were)", str(len(report.refused)))
+    console.print(forms)
+    if blocks and report.fused:
+        fused = Table(title="blocks to fuse", title_justify="left")
+        for column in ("fused node", "op", "form", "replaces"):
+            fused.add_column(column)
+        for b in report.fused:
+            fused.add_row(b.name, b.op, b.form, ", ".join(b.replaced))
+        console.print(fused)
+    if report.refused:
+        refused = Table(title="refusals", title_justify="left")
+        for column in ("rule", "reason", "nodes"):
+            refused.add_column(column)
+        for r in report.refused:
+            refused.add_row(r.rule, r.reason, ", ".join(r.nodes))
+        console.print(refused)
+    for c in report.math_changed:
+        console.print(f"[yellow]math changed[/] {c.name}: {c.was} → {c.now}", highlight=False)
+    if blocks and report.tuning:
+        _render_tuning(console, report.tuning)
+    if report.seconds is not None:
+        console.print(f"{len(report.fused)} fused, {len(report.refused)} refused in {report.seconds:.2f} s"
+                      + (f" → {report.output}" if report.output else ""), highlight=False)
+
+
+def render_compare(report) -> None:
+    """compare's table (also optimize --verify's): each output's errors against its tolerance, and the verdict."""
+    from rich.table import Table
+
+    table = Table(title=f"{report.original} vs {report.optimized} · {report.provider} · {report.samples} sample(s),"
+                        f" inputs {report.inputs}", title_justify="left")
+    for column in ("output", "dtype", "max abs", "max rel", "mean abs", "p50", "p99", "p99.9", "cosine",
+                   "NaN/Inf", "rtol/atol", "verdict"):
+        table.add_column(column, justify="left" if column in ("output", "dtype", "verdict") else "right")
+    for o in report.outputs:
+        table.add_row(
+            o.name, o.dtype + (f" ({o.compute_dtype} math)" if o.compute_dtype else ""), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.mean_abs:.3g}", f"{o.p50_abs:.3g}",
+            f"{o.p99_abs:.3g}", f"{o.p999_abs:.3g}", f"{o.cosine:.8f}", str(o.nonfinite_mismatches),
+            f"{o.tolerance.rtol:g} / {o.tolerance.atol:g}",
+            "[green]pass[/]" if o.passed else f"[red]FAIL[/] ({o.violations} over)",
+        )
+    console = stdout_console()
+    console.print(table)
+    console.print("[green]PASS[/]: " + report.summary() if report.passed else "[red]FAIL[/]: " + report.summary(),
+                  highlight=False)
+
+
+def render_tune(report) -> None:
+    """tune's tables (also optimize --approximate auto's): each shape's times per path and row count, the
+    choice and why, each node's table, and the GELU forms chosen."""
+    from rich.table import Table
+
+    console = stdout_console()
+    d = report.device
+    console.print(f"{report.model} → {report.output}", highlight=False)
+    console.print(f"measured on {d.gpu} (sm {d.compute_capability}, driver CUDA {d.driver or '?'}), "
+                  f"signature [bold]{d.signature}[/]", highlight=False)
+    table = Table(title="choices (median µs per call)", title_justify="left")
+    for column in ("nodes", "shape", "M", "fused", "fallback", "gemv", "ORT unfused", "choice", "why"):
+        table.add_column(column, justify="right" if column in ("M", "fused", "fallback", "gemv", "ORT unfused") else "left")
+    groups: dict = {}
+    for t in report.tunings:
+        groups.setdefault(t.node.shape, []).append(t)
+    for shape, members in groups.items():
+        names, described = ", ".join(t.node.name for t in members), shape.describe()
+        for m, times in sorted({m: t for member in members for m, t in member.times.items()}.items()):
+            table.add_row(names, described, str(m), f"{times.fused_us:.1f}", _us(times.fallback_us),
+                          _us(times.gemv_us), _us(times.ort_unfused_us), times.choice, _why(times, m))
+            names = described = ""  # one measurement serves every node of the group
+    console.print(table)
+    for t in report.tunings:
+        bounds = ", ".join(f"M ≤ {r}: {p}" for r, p in zip(t.max_rows[:-1], t.paths[:-1]))
+        console.print(f"{t.node.name}: " + (bounds + f", beyond: {t.paths[-1]}" if bounds else f"every M: {t.paths[-1]}"),
+                      highlight=False)
+    behind = sorted({(t.node.shape.describe(), m) for t in report.tunings for m, x in t.times.items()
+                     if x.ort_unfused_us is not None and x.ort_unfused_us < x.best_us})
+    for shape, m in behind:
+        console.print(f"[yellow]note[/]: {shape} at M={m}: ORT's unfused ops were faster than every path",
+                      highlight=False)
+    if report.forced:
+        console.print(f"[yellow]note[/]: {', '.join(report.forced)} force a path with cuda_path: their tables are "
+                      "written but not used until cuda_path is auto", highlight=False)
+    if report.restored:
+        console.print(f"[yellow]note[/]: {', '.join(report.restored)}: back at exact GELU (an earlier "
+                      "`tune --approximate auto` had switched them)", highlight=False)
+    if report.choice is not None:
+        _render_forms(console, report)
+    console.print(f"{report.measurements} measurement(s), {len(report.tunings)} node(s) tuned in "
+                  f"{report.seconds:.1f} s → {report.output}", highlight=False)
+
+
+def _render_forms(console, report) -> None:
+    """tune --approximate auto: each node's GELU form, the time it saves and why, and the model's error."""
+    from rich.table import Table
+
+    choice = report.choice
+    table = Table(title=f"GELU form per node (--approximate auto, budget {choice.budget:g} rel-L2)", title_justify="left")
+    for column in ("node", "model", "chosen", "M", "best µs per form", "saves", "why"):
+        table.add_column(column, justify="right" if column in ("M", "saves") else "left")
+    for n in report.forms:
+        chosen = choice.forms.get(n.name, n.model_form)
+        times = ", ".join(f"{form} {by_m[n.largest_m]:.1f}" for form, by_m in n.best.items())
+        option = next((o for o in n.options if o.form == chosen), None)
+        saves = f"{option.gain:.1%} ({option.gain_us:.1f} µs)" if option else "—"
+        why = "; ".join(f"{form}: {text}" if form != "*" else text for form, text in n.rejected.items())
+        if n.options and option is None:
+            why = "; ".join(filter(None, ["backed off to stay within the budget", why]))
+        table.add_row(n.name, n.model_form, chosen, str(n.largest_m), times, saves, why)
+    console.print(table)
+    for c in choice.checks:
+        step = f" after {c.step[0]} → {c.step[1]}" if c.step else ""
+        verdict = "[green]within[/]" if c.within_budget else "[red]over[/]"
+        console.print(f"check{step}: {c.switched} node(s) switched, model error {c.error.error:.3g} {verdict} "
+                      f"the budget" + (f" ({'; '.join(c.error.problems)})" if c.error.problems else ""),
+                      highlight=False)
+    if choice.error is None:
+        console.print("no node switched: every node stays at its model's form", highlight=False)
+    else:
+        console.print(f"{len(choice.forms)} node(s) switched; model error {choice.error.error:.3g} "
+                      f"≤ budget {choice.budget:g}", highlight=False)
+
+
+def _us(value) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def _why(times, m: int) -> str:
+    """The choice in words: by how much it beat the next fastest path, the paths that could not run (gemv
+    only where M allowed it: above, its column says n/a), and how it stands against ORT's unfused ops."""
+    from ..domain import GEMV_MAX_ROWS
+
+    us, chosen = times.path_us(), times.choice
+    parts = []
+    runner = min((p for p in us if p != chosen), key=us.__getitem__, default=None)  # ties: PATHS order
+    if runner is not None:
+        slow, fast = us[runner], us[chosen]
+        tie = "tie: the one-kernel path" if chosen == "fused" else f"tie with {runner}: {chosen} goes first"
+        parts.append(f"{slow / fast:.2f}× faster than {runner}" if slow != fast else tie)
+    if times.fallback_us is None:
+        parts.append(f"fallback unavailable ({times.fallback_note})")
+    if times.gemv_us is None and m <= GEMV_MAX_ROWS:
+        parts.append(f"gemv unavailable ({times.gemv_note})")
+    text = "; ".join(parts)
+    if times.ort_unfused_us is not None:
+        text += f"; {times.ort_unfused_us / times.best_us:.2f}× over ORT unfused"
+    return text
+
+
+def _measured(m: dict) -> str:
+    """One recorded measurement for inspect: M and each path's µs (gemv only where the record has the key:
+    schema /1 records predate it), n/a where the path did not run."""
+    paths = ("fused_us", "fallback_us", "gemv_us") if "gemv_us" in m else ("fused_us", "fallback_us")
+    return f"{m.get('M')}: " + " / ".join("n/a" if m.get(k) is None else str(m[k]) for k in paths)
+
+
+def _render_tuning(console, tuning: dict) -> None:
+    """inspect's view of a tuned model: each node's table, and the device it was measured on."""
+    from rich.table import Table
+
+    device = tuning.get("device") or {}
+    where = device.get("signature") or "(no tuning record in metadata_props)"
+    table = Table(title=f"CUDA path tuning, measured on {where}", title_justify="left")
+    forms = any("approximation" in n for n in tuning["nodes"])
+    for column in ("node", "cuda_path", "tuned_device", "rows → path", "measured (M: fused / fallback / gemv µs)"):
+        table.add_column(column)
+    if forms:
+        table.add_column("GELU form (model → chosen, best µs per form at M)")
+    for n in tuning["nodes"]:
+        bounds = [f"≤ {r}: {p}" for r, p in zip(n["tuned_max_rows"], n["tuned_paths"])]
+        if bounds:
+            bounds[-1] += " (and beyond)"
+        measured = "; ".join(_measured(m) for m in n.get("measurements", []))
+        same = n["tuned_device"] == device.get("signature")
+        cells = [n["node"], n["cuda_path"], n["tuned_device"] if not same else "= above", ", ".join(bounds), measured]
+        if forms:
+            cells.append(_recorded_form(n.get("approximation")))
+        table.add_row(*cells)
+    console.print(table)
+    approximation = tuning.get("approximation")
+    if approximation:
+        error = (approximation.get("error") or {}).get("error")
+        console.print(f"GELU forms chosen by tune --approximate auto: budget {approximation.get('budget')} "
+                      f"({approximation.get('metric')}), measured error "
+                      f"{'none (nothing switched)' if error is None else _number(error)}", highlight=False)
+    if tuning.get("note"):
+        console.print(f"[yellow]note[/]: {tuning['note']}", highlight=False)
+
+
+def _number(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _recorded_form(entry) -> str:
+    if not isinstance(entry, dict):
+        return ""
+    m = str(entry.get("M"))
+    times = ", ".join(f"{form} {by_m.get(m)}" for form, by_m in (entry.get("best_us") or {}).items()
+                      if isinstance(by_m, dict))
+    return f"{entry.get('model')} → {entry.get('chosen')}" + (f" (M={m}: {times})" if times else "")

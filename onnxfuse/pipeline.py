@@ -1,0 +1,342 @@
+"""The library pipeline: ONNX Runtime's transformer fusions (where asked) → the fusion rules → (tune's
+``--approximate auto``) → (the ``--verify`` gate) → the written model. What ``onnxfuse optimize`` and
+``inspect`` run, and what a Python caller calls::
+
+    import onnxfuse
+
+    result = onnxfuse.optimize("bert.onnx", target="cuda")        # or an onnx.ModelProto
+    model, report = result                                         # the rewritten model and what was done
+    onnxfuse.save(result, "bert.fused.onnx")                       # atomic; external data streamed
+
+Each step is another module's (``ort_fusions``, ``fuse``, ``tune``, ``compare``, ``model_save``); this one
+chains them, reads the input (``model_io``, with ONNX Runtime judging what ``onnx.checker`` rejects) and fills
+in the report. The steps run in memory where they can: the rewrite is made once, and tuned from memory unless
+it has deferred weights (``deferred``: computed only while the model is written), which tune then reads
+from a staged copy. The output is written once, by the last step, and checked before it takes its place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import onnx
+
+from . import cost_model, model_io, model_save
+from .domain import DOMAIN, OP_TYPE
+from .errors import AccuracyGateError, BadInputError
+from .fuse import FuseResult, fuse_model
+from .patterns.graph import base_dir_of
+from .report import Report
+
+if TYPE_CHECKING:
+    from .compare import CompareReport
+    from .tune import TuneReport
+
+IN_MEMORY = "<in-memory model>"  # what messages and warnings call a ModelProto given to optimize()
+
+
+class Optimized(tuple):
+    """What :func:`optimize` returns: the pair ``(model, report)`` (unpack it as one), and what writing the
+    model needs. Where the input keeps its weights in external data, the model points at the input's data
+    files, and the weights the rewrite made from them (transposed, packed) are :attr:`deferred`: they exist
+    once :meth:`save` (or :func:`save`) writes the model, which is therefore the way to write it."""
+
+    def __new__(cls, result: FuseResult, *, check: bool, input_checker_error: str | None):
+        self = super().__new__(cls, (result.model, result.report))
+        self._result, self._check, self._input_checker_error = result, check, input_checker_error
+        return self
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        return self[0]
+
+    @property
+    def report(self) -> Report:
+        return self[1]
+
+    @property
+    def deferred(self) -> dict:
+        """The new tensors computed only while saving, by name (``deferred.Deferred`` recipes)."""
+        return self._result.derived
+
+    @property
+    def source_dir(self) -> str | None:
+        """The folder the model's external data is read from (None: the model holds every weight)."""
+        return self._result.source_dir
+
+    def save(self, path, *, before_publish: Callable[[str], None] | None = None) -> None:
+        """Write the model to ``path`` atomically, external data streamed into ``path``.data beside it, and set
+        the report's ``output``. Before the written model takes ``path``'s place it must pass ``onnx.checker``
+        wherever the input did, with no error the input did not have, and ``before_publish(temp_path)`` runs
+        on it when given (an exception it raises leaves ``path`` as it was)."""
+        self._result.save(path, check=self._check, before_publish=before_publish,
+                          input_checker_error=self._input_checker_error)
+        self.report.output = os.fspath(path)
+
+
+def _onnxruntime_load_error(model: onnx.ModelProto, source: str | None, *, base_dir: str | None = None) -> str | None:
+    """``runtime.onnxruntime_load_error``, imported when asked: only an input ``onnx.checker`` rejects needs
+    ONNX Runtime's word, and a rewrite that needs no runtime does not import one."""
+    from .runtime import onnxruntime_load_error
+
+    return onnxruntime_load_error(model, source, base_dir=base_dir)
+
+
+def _ort_implied_opsets() -> dict[str, int]:
+    """``runtime.ort_implied_opsets``, imported when asked: only a model that uses a domain it does not import
+    needs it."""
+    from .runtime import ort_implied_opsets
+
+    return ort_implied_opsets()
+
+
+# what validation asks ONNX Runtime (runtime.load_probes(), without importing ORT until a model needs it)
+_LOAD_PROBES = {"runtime_load_error": _onnxruntime_load_error, "implied_opsets": _ort_implied_opsets}
+
+
+def load_input(path, *, notes: model_io.LoadNotes | None = None, load_external_data: bool = False) -> onnx.ModelProto:
+    """The model at ``path`` as ``optimize`` reads it: ``model_io.load_model``, with ONNX Runtime judging a
+    model ``onnx.checker`` rejects (tolerated, and said in ``notes``, where ORT loads it) and telling the opset
+    versions it assumes for domains the model uses without importing them."""
+    return model_io.load_model(path, notes=notes, load_external_data=load_external_data, **_LOAD_PROBES)
+
+
+def _read(model, base_dir, notes: model_io.LoadNotes) -> tuple[onnx.ModelProto, str | None, str | None]:
+    """(the model to rewrite, its path or None, the folder of its external data) from a path or a ModelProto.
+    A ModelProto is checked as a file is, on a copy (its nodes may be sorted): the caller's is never changed."""
+    if not isinstance(model, onnx.ModelProto):
+        return load_input(model, notes=notes), os.fspath(model), base_dir_of(model)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    folder = None if base_dir is None else os.fspath(base_dir)
+    model_io.validate_model(copy, IN_MEMORY, base_dir=folder, notes=notes, **_LOAD_PROBES)
+    return copy, None, folder
+
+
+def _rules_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, ort_fusions: bool, **fuse_args):
+    """fuse_model on the model after ORT's transformer fusions, where asked and applicable (ort_fusions.py
+    says why and when). Of ORT's model types the one after which the rules fuse the most blocks is kept
+    (then the smaller graph, then ``MODEL_TYPES``' order). Returns the result, the model the rules ran on
+    and the step's report (None when not asked)."""
+    if not ort_fusions:
+        return fuse_model(model, target=target, **fuse_args), model, None
+    from .ort_fusions import (MODEL_TYPES, OrtFusionsReport, apply_ort_fusions, restore_external_references,
+                              why_not, with_external_data_loaded)
+
+    reason = why_not(model, target.name)
+    if reason is not None:
+        return fuse_model(model, target=target, **fuse_args), model, OrtFusionsReport(False, why_not=reason).to_dict()
+    source, references = model, {}
+    if model_io.external_tensors(model):  # ORT's fusions read constants: on a copy with the data loaded
+        source, references = with_external_data_loaded(model, fuse_args["base_dir"])
+    best, failures = None, []
+    for rank, model_type in enumerate(MODEL_TYPES):
+        fused_input, step = apply_ort_fusions(source, model_type=model_type, use_gpu=target.name == "cuda")
+        if not step.applied:
+            failures.append(step)
+            continue
+        if references:  # what ORT kept as it was is read from the input's data file again, and streamed
+            restore_external_references(fused_input, references, source)
+        result = fuse_model(fused_input, target=target, **fuse_args)
+        # a bias moved into an existing node is no block fused: the fusion set that lets both rank alike
+        fused = sum(not b.details.get("moves_only") for b in result.report.fused)
+        score = (fused, -len(result.model.graph.node), -rank)
+        if best is None or score > best[0]:
+            best = (score, result, fused_input, step)
+    if best is None:
+        return fuse_model(model, target=target, **fuse_args), model, failures[0].to_dict()
+    _, result, fused_input, step = best
+    return result, fused_input, step.to_dict()
+
+
+def _optimize(model, *, target, ort_fusions: bool, approximate: str | None,
+              base_dir) -> tuple[Optimized, onnx.ModelProto]:
+    """:func:`optimize`, and the input as read (which ``inspect`` reads a tuned model's tables from)."""
+    start = time.perf_counter()
+    target = cost_model.get_target(target)  # an unknown name is refused before the model is read
+    notes = model_io.LoadNotes()
+    source, path, folder = _read(model, base_dir, notes)
+    result, rewritten, step = _rules_after_ort_fusions(source, target, ort_fusions, approximate=approximate,
+                                                       base_dir=folder)
+    report = result.report
+    report.warnings = notes.warnings
+    report.ort_fusions = step
+    report.model = path
+    report.seconds = time.perf_counter() - start
+    # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
+    # default domain (ORT's transformers optimizer output), which it rejects before we touch them. An
+    # input it rejects (that ORT runs) may keep its own checker error, and gain none.
+    return Optimized(result, check=model_io.checkable(rewritten), input_checker_error=notes.checker_error), source
+
+
+def optimize(model, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False,
+             approximate: str | None = None, base_dir=None) -> Optimized:
+    """Rewrite ``model`` (a path, or an ``onnx.ModelProto``): ONNX Runtime's transformer fusions first where
+    ``ort_fusions`` asks (ort_fusions.py says when they apply), then every fusion rule, for ``target`` (a name
+    of ``cost_model.TARGETS``: a block whose fusion does not pay there is left as it is, with its reason).
+    ``approximate`` ("tanh" or "sigmoid") makes every fused GELU compute that form, changing the math on
+    purpose. Returns ``(model, report)`` (:class:`Optimized`: :func:`save` writes it).
+
+    The input is read as ``onnxfuse optimize`` reads it, and bad input raises the same ``BadInputError``.
+    From a path, weights in external data stay on disk: they are read while the model is saved, never here.
+    A ModelProto is checked on a copy (the one passed is not changed); ``base_dir`` is the folder of its
+    external data, if it has any."""
+    return _optimize(model, target=target, ort_fusions=ort_fusions, approximate=approximate, base_dir=base_dir)[0]
+
+
+def save(optimized: Optimized, path, *, before_publish: Callable[[str], None] | None = None) -> None:
+    """Write what :func:`optimize` returned to ``path``: :meth:`Optimized.save`."""
+    optimized.save(path, before_publish=before_publish)
+
+
+def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False) -> Report:
+    """What ``optimize`` would do to the model at ``path`` for ``target``: ORT's transformer fusions first
+    (``ort_fusions``), then the blocks it would fuse and every refusal, and a tuned model's path tables. The
+    rewrite runs in memory (on placeholders: external weights are not read, except where ORT's fusions are
+    asked for, which read the constants they fuse); nothing is written."""
+    from .tuning import read_tuning
+
+    optimized, source = _optimize(path, target=target, ort_fusions=ort_fusions, approximate=None, base_dir=None)
+    optimized.report.tuning = read_tuning(source)
+    return optimized.report
+
+
+def optimize_file(input_path, output_path, *, approximate: str | None = None, before_publish=None,
+                  target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False) -> Report:
+    """:func:`optimize` the model at ``input_path`` and write ``output_path`` atomically (external data
+    streamed); the output path is checked before the work. ``before_publish(temp_model_path)`` runs on the
+    finished file before it takes ``output_path``'s place; an exception it raises leaves ``output_path`` as
+    it was."""
+    start = time.perf_counter()
+    cost_model.get_target(target)
+    model_save.check_output_path(input_path, output_path)
+    optimized = optimize(input_path, target=target, ort_fusions=ort_fusions, approximate=approximate)
+    optimized.save(output_path, before_publish=before_publish)
+    optimized.report.seconds = time.perf_counter() - start
+    return optimized.report
+
+
+# --- optimize's later steps: --approximate auto, --verify ------------------------------------------------
+@dataclass(frozen=True)
+class AutoApproximation:
+    """``optimize --approximate auto``: tune's ``--approximate auto`` on the rewrite, on this machine's CUDA GPU
+    (``tune.tune_model``'s options of the same names)."""
+
+    budget: float
+    forms: Sequence[str] | None = None
+    shapes: dict = field(default_factory=dict)
+    batches: Sequence[int] | None = None
+    samples: int | None = None
+
+
+@dataclass(frozen=True)
+class Verify:
+    """``optimize --verify``: compare's gate on the written model against its input, before it is published
+    (``compare.compare_models``' options of the same names)."""
+
+    provider: str = "cpu"
+    samples: int = 2
+    shapes: dict = field(default_factory=dict)
+    rtol: float | None = None
+    atol: float | None = None
+    keep_failed: bool = False  # publish a model outside tolerance anyway (the verdict says it failed)
+
+
+@dataclass
+class Written:
+    """What :func:`write_optimized` did: the rewrite's report (``output`` where the model is), tune's report
+    (with ``--approximate auto`` on a model with FusedLinearGelu nodes) and the gate's verdict (with
+    ``--verify``; a failed one only with ``keep_failed``: the model was written anyway)."""
+
+    report: Report
+    tuned: TuneReport | None = None
+    verdict: CompareReport | None = None
+
+
+def _gate(model, output, verify: Verify, on_verdict, verdicts: list) -> Callable[[str], None]:
+    """The ``before_publish`` hook of ``--verify``: compare the written temporary model with ``model``, hand
+    the verdict to ``on_verdict`` (the command renders it), and stop the publication when it failed."""
+    def run_gate(written_model: str) -> None:
+        from .compare import verify_optimized
+
+        verdict = verify_optimized(model, written_model, published_as=output, provider=verify.provider,
+                                   samples=verify.samples, shapes=verify.shapes, rtol=verify.rtol,
+                                   atol=verify.atol, progress=False)
+        verdicts.append(verdict)
+        if on_verdict is not None:
+            on_verdict(verdict)
+        if not verdict.passed and not verify.keep_failed:
+            raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
+
+    return run_gate
+
+
+def _tune_and_save(model, optimized: Optimized, output, auto: AutoApproximation, before_publish,
+                   tune_progress) -> TuneReport | None:
+    """The rewrite's FusedLinearGelu nodes tuned (``--approximate auto``) into ``output``. In memory, unless
+    the rewrite has deferred weights: those exist only once written, so the exact rewrite is then staged in
+    a temporary folder beside ``output`` (gone whatever happens) and tuned from there. A rewrite with no
+    FusedLinearGelu node has no form to choose: ``output`` is then the rewrite itself, with a warning."""
+    from .tune import TuneInput, tune_file, tune_model
+
+    report = optimized.report
+    if not report.fused_by_op.get(f"{DOMAIN}.{OP_TYPE}"):
+        optimized.save(output, before_publish=before_publish)
+        report.warnings.append(f"--approximate auto: no {OP_TYPE} node in the rewrite, so no GELU form to "
+                               "choose: OUT is the exact rewrite")
+        return None
+    options = dict(shapes=auto.shapes, batches=auto.batches, approximate="auto", budget=auto.budget,
+                   forms=auto.forms, samples=auto.samples, before_publish=before_publish)
+    with contextlib.ExitStack() as stack:
+        if optimized.deferred:
+            folder = os.path.dirname(os.path.abspath(os.fspath(output)))
+            staging = stack.enter_context(tempfile.TemporaryDirectory(prefix=".onnxfuse-optimize-", dir=folder))
+            exact = os.path.join(staging, os.path.basename(os.fspath(output)))
+            optimized.save(exact)
+        bar = stack.enter_context(tune_progress()) if tune_progress is not None else None
+        try:
+            if optimized.deferred:
+                tuned = tune_file(exact, output, progress=bar, **options)
+            else:
+                source = TuneInput(optimized.model, report.model, optimized.source_dir, optimized._check,
+                                   optimized._input_checker_error)
+                tuned = tune_model(source, output, progress=bar, **options)
+        except BadInputError as e:
+            raise BadInputError(f"--approximate auto: {e}") from e
+    tuned.model = os.fspath(model)  # the exact rewrite it tuned was this run's, in memory or gone
+    return tuned
+
+
+def write_optimized(model, output, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False,
+                    approximate: str | None = None, auto: AutoApproximation | None = None,
+                    verify: Verify | None = None, on_verdict: Callable[[CompareReport], None] | None = None,
+                    tune_progress: Callable[[], contextlib.AbstractContextManager] | None = None) -> Written:
+    """``onnxfuse optimize``: the model at path ``model`` rewritten (:func:`optimize`), with ``auto`` tuned
+    on this machine's GPU (``--approximate auto``; not with ``approximate``), written to ``output`` once,
+    atomically. With ``verify`` the written model is judged against ``model`` before it takes ``output``'s
+    place: outside tolerance it is not published (``AccuracyGateError``) unless ``verify.keep_failed``. The
+    verdict goes to ``on_verdict`` as soon as it is known; ``tune_progress()`` is opened around the tuning
+    (a progress bar, or None). The output path is checked before the work."""
+    start = time.perf_counter()
+    cost_model.get_target(target)
+    if auto is not None and approximate is not None:
+        raise ValueError("write_optimized: approximate= makes every node one form; auto= chooses per node")
+    model_save.check_output_path(model, output)
+    verdicts: list = []
+    gate = None if verify is None else _gate(model, output, verify, on_verdict, verdicts)
+    optimized = optimize(model, target=target, ort_fusions=ort_fusions, approximate=approximate)
+    tuned = None
+    if auto is None:
+        optimized.save(output, before_publish=gate)
+    else:
+        tuned = _tune_and_save(model, optimized, output, auto, gate, tune_progress)
+    report = optimized.report
+    report.output = os.fspath(output)
+    report.seconds = time.perf_counter() - start
+    return Written(report, tuned, verdicts[0] if verdicts else None)
