@@ -139,6 +139,18 @@ def _sliding_window(b: _Bias) -> str:
                             causal], "padding_bias")
 
 
+def _flattened_keep(b: _Bias) -> str:
+    """The padding flattened and reshaped back (as optimum's exports index the mask), with the causal keep,
+    dropped where ``Not(keep)``: the padding that is no cone's (its Reshape flattens) is one leaf as the symbolic
+    evaluator reads it, and the flattened tensor inside it none (its formula reads the axes it was flattened from)."""
+    padding = b.keys_4d(b.node("Cast", ["attention_mask"], "mask_bool", to=T.BOOL))
+    flat = b.node("Reshape", [padding, b.const("flat_shape", [-1], T.INT64)], "padding_flat")
+    back = b.node("Reshape", [flat, b.node("Shape", [padding], "padding_shape")], "padding_again")
+    keep = b.node("And", [back, b.causal_keep()], "keep")
+    fill = b.node("CastLike", [b.const("fill", -math.inf, T.FLOAT), "x"], "fill_like")
+    return b.node("Where", [b.node("Not", [keep], "dropped"), fill, b.const("kept", 0.0)], "padding_bias")
+
+
 def _model(spelling, dtype: int = T.FLOAT, mask_type: int = T.INT64, mask_shape=("batch", "seq"),
            guard: bool = True) -> onnx.ModelProto:
     """An sdpa-style self-attention (``_attention``) whose scores get ``spelling``'s bias built from
@@ -182,7 +194,9 @@ FUSED = [
     (_finfo_min_bert, T.FLOAT, T.INT64, ("batch", "seq"), "key-padding", F32_MIN, "0 or 1"),
     (_finfo_min_bert, T.FLOAT16, T.INT64, ("batch", "seq"), "key-padding", F16_MIN, "0 or 1"),
     (_minus_10000, T.FLOAT16, T.INT64, ("batch", "seq"), "key-padding", -10000.0, "0 or 1"),
-    (_expand_mask, T.FLOAT, T.INT64, ("batch", "seq"), "key-padding", F32_MIN, "0 or 1"),
+    # the mask's length a symbol of its own (the scores' is the input's): the bias as it is is not shown to be of
+    # the scores' shape, the rebuilt one is checked by the fused op at run time
+    (_expand_mask, T.FLOAT, T.INT64, ("batch", "keys"), "key-padding", F32_MIN, "0 or 1"),
     (_expand_mask, T.FLOAT16, T.INT64, ("batch", "seq"), "key-padding", F16_MIN, "0 or 1"),
     (_equal_zero, T.FLOAT, T.INT64, ("batch", "seq"), "key-padding", -math.inf, None),
     (_equal_zero, T.FLOAT16, T.INT64, ("batch", "seq"), "key-padding", -math.inf, None),
@@ -193,6 +207,7 @@ FUSED = [
     (_given_4d_bool, T.FLOAT, T.BOOL, ("batch", 1, 1, "seq"), "key-padding", -math.inf, None),
     (_causal_and_padding, T.FLOAT, T.INT64, ("batch", "seq"), "causal+key-padding", -math.inf, None),
     (_causal_and_padding, T.FLOAT16, T.INT64, ("batch", "seq"), "causal+key-padding", -math.inf, None),
+    (_flattened_keep, T.FLOAT, T.INT64, ("batch", "seq"), "causal+key-padding", -math.inf, None),
     (_sliding_window, T.FLOAT, T.INT64, ("batch", "seq"), "causal+sliding-window+key-padding", -math.inf, "0 or 1"),
     (_sliding_window, T.FLOAT16, T.INT64, ("batch", "seq"), "causal+sliding-window+key-padding", -math.inf, "0 or 1"),
 ]

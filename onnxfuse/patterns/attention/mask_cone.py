@@ -101,7 +101,18 @@ def _reads_data(expr: tuple) -> bool:
     """The formula reads a tensor's values (a padding lookup), not only index positions and constants."""
     if expr[0] in ("data", "flatdata"):
         return True
-    return expr[0] not in ("axis", "const") and any(isinstance(e, tuple) and _reads_data(e) for e in expr[1:])
+    return expr[0] not in ("axis", "const") and any(_is_formula(e) and _reads_data(e) for e in expr[1:])
+
+
+def _is_formula(e) -> bool:
+    """A formula operand, not the extents a ``("flat", extents, inner)`` carries."""
+    return isinstance(e, tuple) and bool(e) and isinstance(e[0], str)
+
+
+def _reads_flattened(expr: tuple) -> bool:
+    if expr[0] == "flat":
+        return True
+    return expr[0] not in ("axis", "const") and any(_is_formula(e) and _reads_flattened(e) for e in expr[1:])
 
 
 class _NotACone(Exception):
@@ -204,6 +215,8 @@ class _Reader:
             return None
         if not isinstance(keep, Index) or (keep.expr[0] == "const" and not isinstance(keep.expr[1], bool)):
             return None
+        if _reads_flattened(keep.expr) or any(not 0 <= a < len(keep.extents) for a in axes_read(keep.expr)):
+            return None  # (a flattened index's formula reads the axes it was flattened from, not the tensor's)
         return _Formula(name, keep)
 
     def _keep_formula(self, formula: _Formula) -> Cone:
