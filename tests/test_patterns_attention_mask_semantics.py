@@ -229,7 +229,8 @@ def test_each_spelling_is_fused_and_matches_the_unfused_model(spelling, dtype, m
     assert not any(n.op_type == "Softmax" for n in result.model.graph.node)
     # the fill the graph computes, in its type, is the rebuilt bias's
     (fill_init,) = [t for t in result.model.graph.initializer if t.name.endswith("_mask_fill")]
-    assert numpy_helper.to_array(fill_init).tobytes() == np.array(fill, helper.tensor_dtype_to_np_dtype(dtype)).tobytes()
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    assert numpy_helper.to_array(fill_init).tobytes() == np.array(fill, np_type).tobytes()
     row_guard = any(n.name.endswith("_hidden_rows") for n in result.model.graph.node)
     assert row_guard == (fill == -math.inf)
     for masks in (PADDED, PADDED[::-1].copy()):
@@ -357,7 +358,8 @@ def test_fills_are_computed_in_the_graphs_type():
     assert scalar_ops.apply("Mul", [one_minus_zero, _v(F16_MIN, T.FLOAT16)]) == np.float16(F16_MIN)
     # finfo(float32).min cast to float16 overflows to -inf; (1 - 1) · min is -0.0
     assert scalar_ops.cast(_v(F32_MIN, T.FLOAT), T.FLOAT16) == -np.inf
-    kept = scalar_ops.apply("Mul", [scalar_ops.apply("Sub", [_v(1.0, T.FLOAT), _v(1.0, T.FLOAT)]), _v(F32_MIN, T.FLOAT)])
+    one_minus_one = scalar_ops.apply("Sub", [_v(1.0, T.FLOAT), _v(1.0, T.FLOAT)])
+    kept = scalar_ops.apply("Mul", [one_minus_one, _v(F32_MIN, T.FLOAT)])
     assert kept == 0 and np.signbit(kept)
     # float16 arithmetic rounds in float16: 2049 is not a float16 (2048 + 1 rounds to even)
     assert scalar_ops.apply("Add", [_v(2048.0, T.FLOAT16), _v(1.0, T.FLOAT16)]) == np.float16(2048.0)
