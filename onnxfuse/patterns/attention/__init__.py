@@ -21,6 +21,9 @@ a user can act on (``inspect`` shows it). Where to look:
   embeddings), one key/value head broadcast over the query's (multi-query), and the head merge;
 - ``masks``: what the bias is proved to be (padding, causal, windows) or why it is fed as it is; a new mask
   spelling plugs in there (``masks.FORMS``);
+- ``mask_semantics``: a mask read off what it computes, whatever its spelling, where the bias cannot be fed as
+  it is: ``mask_cone`` proves it a function of ``attention_mask[b, k]`` (and causal comparisons) alone,
+  ``scalar_ops`` evaluates that function in the graph's types;
 - ``score_keep``: GPT-Neo's literal keep on the product, ``Where(C, Q·Kᵀ, fill)``;
 - ``assemble``: from the matched parts to the plan: Q, K and V packed (``qkv``) or fed as they are, the
   nodes the block takes;

@@ -92,6 +92,7 @@ def finish(view: GraphView, ev: Evaluator, nodes: set, q: Heads, k: Heads, v: He
     scaling, guard_note = form_notes
     form = ", ".join(p for p in ("heads computed per head" if per_head else "", scaling,
                                  "Where(keep, Q·Kᵀ, fill)" if score_keep else "", mask.kind or "no mask",
+                                 f"attention_mask {mask.mask_values}" if mask.mask_values else "",
                                  guard_note) if p)
     extra = {"packed": packed} if packed else {"separate_because": separate_because}
     return (PackedAttentionPlan if packed else AttentionPlan)(
@@ -108,7 +109,7 @@ def finish(view: GraphView, ev: Evaluator, nodes: set, q: Heads, k: Heads, v: He
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
         score_keep=score_keep.literal if score_keep else None, score_fill=score_keep.fill if score_keep else None,
         score_keep_rank=score_keep.rank if score_keep else 4, score_keep_rows=score_keep.rows if score_keep else 0,
-        **extra)
+        padding_rank=mask.padding_rank, mask_values=mask.mask_values, **extra)
 
 
 def _packed_projection(view: GraphView, ev: Evaluator, heads, dtype: int, nodes: set,

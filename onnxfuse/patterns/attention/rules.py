@@ -10,8 +10,8 @@ visible key (−inf everywhere: NaN) into zeros. The block takes it in and the p
 
 Refused, with the reason shown by ``inspect``: probabilities read anywhere else (``output_attentions``),
 Softmax over another axis, a bias that is neither a proved padding/causal mask nor a finite tensor of the
-scores' type and shape (``-inf`` fills of masks it cannot prove, such as an anti-causal compare;
-``(1 - m) · finfo.min`` of an int64 mask; a bias of another type or one that broadcasts the scores up), scores scaled
+scores' type and shape (``-inf`` fills of masks it cannot prove, such as an anti-causal compare; a bias of
+another type or one that broadcasts the scores up), scores scaled
 after the bias is added, a query/key that reaches the product through other ops without proved [B, N, S, H]
 dimensions (``heads``), key and value heads of different sizes, inconsistent head counts.
 """
