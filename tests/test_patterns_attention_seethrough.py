@@ -430,3 +430,19 @@ def test_banded_attention_in_a_layout_not_taken_is_refused_with_its_reason():
     (refused,) = _refusals(result)
     assert "through Add ← Unsqueeze" in refused and "not a form taken" in refused, refused
     assert result.model.SerializeToString() == model.SerializeToString()
+
+
+def test_scores_of_an_einsum_are_refused_with_their_reason():
+    """Scores written as an Einsum of the query and key heads (no MatMul): listed, with why."""
+    n = helper.make_node
+    nodes = [n("Einsum", ["q", "k"], ["scores"], name="qk", equation="bnqh,bnkh->bnqk"),
+             n("Softmax", ["scores"], ["probs"], name="softmax", axis=-1),
+             n("Einsum", ["probs", "k"], ["y"], name="pv", equation="bnqk,bnkh->bnqh")]
+    heads = ["batch", N, "seq", H]
+    graph = helper.make_graph(nodes, "einsum", [helper.make_tensor_value_info(x, T.FLOAT, heads) for x in "qk"],
+                              [helper.make_tensor_value_info("y", T.FLOAT, heads)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    result = _fuse(model)
+    (refused,) = _refusals(result)
+    assert refused.startswith("the scores reach the Softmax from an Einsum of two computed tensors: not a form taken")
+    assert result.model.SerializeToString() == model.SerializeToString()

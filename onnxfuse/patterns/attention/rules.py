@@ -123,7 +123,6 @@ def _plan(view: GraphView, ev: Evaluator, softmax: int, sc: Scores, upcast: int 
     probs, guarded = node.output[0], False
     dims = tuple(ev.dim(qk.output[0], j) for j in range(4))
     ev.seed(probs, dims)
-    readers = view.consumers_of(probs)
     if probs in view.graph_outputs:
         raise Refused("the attention probabilities are a graph output (output_attentions)")
     casts = _ProbabilityCasts(view, ev, softmax_dtype, dtype, nodes, dims)

@@ -281,9 +281,9 @@ def scores_in_another_form(view: GraphView, t: str, depth: int = 8) -> str | Non
     if not path:
         return None
     if path[-1] in _OTHER_PRODUCTS:
-        return (f"the scores reach the Softmax from an {path[-1]} of two computed tensors through "
-                f"{' ← '.join(path[:-1]) or 'nothing else'}: not a form taken (the product is a MatMul of the query "
-                "and the transposed key)")
+        through = f" through {' ← '.join(path[:-1])}" if path[:-1] else ""
+        return (f"the scores reach the Softmax from an {path[-1]} of two computed tensors{through}: not a form taken "
+                "(the product is a MatMul of the query and the transposed key)")
     if "Tanh" in path:
         return (f"the scores reach the Softmax from their MatMul through {' ← '.join(path)}: soft-capped "
                 "(c·tanh(s / c), Gemma 2's attn_logit_softcapping), which MultiHeadAttention does not do; not a "
