@@ -18,8 +18,11 @@ steps:
    names them.
 
 ORT's own CPU provider runs these ops as copies, so such a model runs on it: a test compares its outputs with the
-fused model's directly. What this does not reproduce is everything else the session does (constant folding,
-initializer duplication for readers on both devices): the copies are what the rules must see through.
+fused model's directly. What this does not reproduce is everything else the session does: its constant folding
+first turns the Shape of a shape vector into a constant, so it copies fewer tensors than this writes (a superset:
+``test_patterns_attention_seethrough`` checks that the copies ORT 1.31's CUDA session wrote are among them), and it
+duplicates an initializer read on both devices instead of copying it. The copies are what the rules must see
+through.
 :func:`copy_to_host` adds the other direction, a ``MemcpyToHost`` in front of a tensor's readers (ORT writes one
 where a node without a CUDA kernel reads a CUDA tensor).
 """

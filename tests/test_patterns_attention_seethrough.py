@@ -151,11 +151,24 @@ def test_the_rebuilt_mask_reads_the_padding_mask_where_the_graph_copied_it(fill)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_the_copied_device_names_are_ort_s():
-    """(The helper writes the copies as ORT names them.)"""
-    copied = with_device_copies(_load("bert_torchscript_op14_ortopt.onnx"))
-    for node in _copies(copied):
-        assert node.domain == "" and node.name.startswith("Memcpy") and node.output[0] == f"{node.input[0]}_{CUDA}"
+# Where ORT 1.31.1's CUDA session (on an H100; ORT_ENABLE_BASIC, optimized_model_filepath, as ORT's optimizer runs
+# it with use_gpu=True) put its copies in these exports: one MemcpyFromHost each, of a Gather of the mask's shape
+# read by the Mul of its flattened lookup (b·T + k). Its own constant folding first removes the Shape nodes that
+# read other CPU tensors, so it writes no copy where tests/device_copies.py writes one for those.
+ORT_CUDA_SESSION_COPIES = {"bert_torchscript_op14_ortopt.onnx": {"/model/Gather_3_output_0": "Mul"},
+                           "gpt2_torchscript_op14_ortfp16.onnx": {"/model/Gather_5_output_0": "Mul"}}
+
+
+@pytest.mark.parametrize("file", sorted(ORT_CUDA_SESSION_COPIES))
+def test_the_copies_written_include_the_ones_ort_writes(file):
+    """The helper writes the copy ORT's session wrote, named and read as ORT's, in the default domain."""
+    copied = with_device_copies(_load(file))
+    made = {n.input[0]: n for n in _copies(copied)}
+    for tensor, reader in ORT_CUDA_SESSION_COPIES[file].items():
+        node = made[tensor]
+        assert node.op_type == "MemcpyFromHost" and node.domain == "" and node.name.startswith("Memcpy")
+        assert node.output[0] == f"{tensor}_{CUDA}"
+        assert [n.op_type for n in copied.graph.node if node.output[0] in n.input] == [reader]
 
 
 # --- Identity, no-op Casts and broadcast-only Expands on hand-built graphs -------------------------------------
