@@ -192,6 +192,20 @@ def _mask_expanded(model: onnx.ModelProto, batch: str = "shape") -> onnx.ModelPr
     return out
 
 
+def _heads_expanded(model: onnx.ModelProto, own: bool) -> onnx.ModelProto:
+    """The value heads expanded to Shape(heads) (``own``: a no-op) or to [2, N, S, H] before P·V."""
+    out = _between(model, "v_heads", "Expand", ["v_target"], [_i64("two_heads", [2]), _i64("from1", [1])])
+    made = [helper.make_node("Shape", ["v_heads"], ["v_target"], name="v_target")] if own else [
+        helper.make_node("Shape", ["v_heads"], ["v_rest"], name="v_rest", start=1),
+        helper.make_node("Concat", ["two_heads", "v_rest"], ["v_target"], name="v_target", axis=0)]
+    nodes = list(out.graph.node)
+    at = next(k for k, n in enumerate(nodes) if n.op_type == "Expand")
+    nodes[at:at] = made
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
 def _scale_expanded(model: onnx.ModelProto, target) -> onnx.ModelProto:
     """√scale on Q and on Kᵀ read through Expand(c, ``target``)."""
     return _between(model, "sqrt_scale", "Expand", ["scale_target"], [_i64("scale_target", target)])
@@ -207,6 +221,7 @@ SEEN_THROUGH = {
     "Identity in the query's head split": lambda m: _between(m, "q_split", "Identity"),
     "device copy of Kᵀ": lambda m: _between(m, "k_t", "MemcpyToHost"),
     "no-op Cast of the value heads": lambda m: _between(m, "v_heads", "Cast", to=T.FLOAT),
+    "Expand of the value heads to their own shape": lambda m: _heads_expanded(m, own=True),
     "Identity of the scores": lambda m: _between(m, "scores", "Identity"),
     "no-op Casts of P (LLaMA eager's two)": lambda m: _between(_between(m, "probs_guarded", "Cast", to=T.FLOAT),
                                                                "probs_guarded_Cast", "Cast", to=T.FLOAT),
@@ -246,6 +261,9 @@ CHANGED = {
                                                          "probs_guarded_Cast", "Cast", to=T.FLOAT),
                                       "rounded to float16 before P·V"),
     # an Expand that changes the result's shape: to a batch of 2 whatever the batch
+    # (read as heads the graph computes, which this graph's straight Kᵀ split cannot be fed beside)
+    "value heads expanded to a batch of 2": (lambda m: _heads_expanded(m, own=False),
+                                             "while other heads are computed per head"),
     "mask bias expanded to a batch of 2": (lambda m: _mask_expanded(m, batch="2"),
                                            "dimension 0 (2) is not shown to be 1 or the scores'"),
     "√scale expanded to a batch of 2": (lambda m: _scale_expanded(m, [2, 1, 1, 1]),

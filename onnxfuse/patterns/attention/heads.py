@@ -55,8 +55,8 @@ key or value returned as a graph output (a cache) is such a tensor, computed in 
 not keep the attention from being fused.
 
 Nodes that pass a value on unchanged (``graph.passes_value``: Identity, ORT's device copies, a Cast to the type
-the tensor has — GPT-Neo's ``query.to(float32)``) are seen through between every two steps of these forms and
-join the block. Where heads are read as computed, MHA reads them behind Identities and such Casts but at a device
+the tensor has — GPT-Neo's ``query.to(float32)``; in front of the product also an Expand to the heads' own
+dimensions) are seen through between every two steps of these forms and join the block. Where heads are read as computed, MHA reads them behind Identities and such Casts but at a device
 copy's output: the heads on the device the product read them on.
 """
 
@@ -99,7 +99,7 @@ def read_heads(view: GraphView, ev: Evaluator, t: str, nodes: set, what: str) ->
     """The heads ``t`` [B, N, S, H] that reach a product: a head split of a projection (which MHA reads
     as [B, S, D] and splits itself), or else any tensor of proved [B, N, S, ·] dimensions, which the graph
     computes from the heads itself (a rotary embedding): MHA then reads that tensor as it is."""
-    src, via = value_source(view, t, ev.dtype)
+    src, via = value_source(view, t, ev.dtype, lambda n: ev.expands_within(n, _dims(ev, n.input[0])))
     try:
         heads = _split_heads(view, ev, src, (0, 2, 1, 3), nodes, what)
     except _NotSplit as why:
@@ -108,6 +108,12 @@ def read_heads(view: GraphView, ev: Evaluator, t: str, nodes: set, what: str) ->
         return _computed_heads(ev, t, str(why))
     nodes.update(via)  # GPT-Neo's query.to(float32) of float32 heads: a Cast to the type they have
     return heads
+
+
+def _dims(ev: Evaluator, t: str) -> tuple:
+    """``t``'s dimensions (none where its rank is unknown): an Expand to them changes nothing."""
+    rank = ev.rank(t)
+    return () if rank is None else tuple(ev.dim(t, a) for a in range(rank))
 
 
 def _up_to_device_copy(view: GraphView, t: str, via: tuple) -> tuple[str, list]:
