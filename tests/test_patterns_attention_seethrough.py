@@ -306,8 +306,8 @@ def test_mha_rounds_the_probabilities_as_the_upcast_graph_does():
                             scale=scale)
     graph = helper.make_graph([node], "mha", [helper.make_tensor_value_info(n, T.FLOAT16, None) for n in "qkv"],
                               [helper.make_tensor_value_info("y", T.FLOAT16, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
-                              ir_version=9)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=9)
     (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"q": q, "k": k, "v": v})
     scores = (q.astype(np.float64) @ k.astype(np.float64).transpose(0, 2, 1) * np.float32(scale)).astype(np.float32)

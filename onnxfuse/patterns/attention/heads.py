@@ -56,8 +56,9 @@ not keep the attention from being fused.
 
 Nodes that pass a value on unchanged (``graph.passes_value``: Identity, ORT's device copies, a Cast to the type
 the tensor has — GPT-Neo's ``query.to(float32)``; in front of the product also an Expand to the heads' own
-dimensions) are seen through between every two steps of these forms and join the block. Where heads are read as computed, MHA reads them behind Identities and such Casts but at a device
-copy's output: the heads on the device the product read them on.
+dimensions) are seen through between every two steps of these forms and join the block. Where heads are read as
+computed, MHA reads them behind Identities and such Casts but at a device copy's output: the heads on the device
+the product read them on.
 """
 
 from __future__ import annotations
