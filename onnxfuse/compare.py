@@ -34,6 +34,7 @@ from .inputs import (
     random_inputs,
     resolve_shapes,
     size_candidates,
+    tried_sizes,
 )
 from .runtime import create_session, provider_list
 
@@ -310,7 +311,7 @@ def _runnable_sizes(session, model: onnx.ModelProto, specs, shapes, output_names
     the original's outputs on sample 0 at those shapes and the seconds that run took, the sizes said to
     the user when they are not the defaults or None). Raises ``BadInputError`` naming the ``--shape`` to
     give when the model runs at none."""
-    candidates = size_candidates(specs, shapes)
+    candidates = size_candidates(specs, shapes, model)
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # a size the model does not run is an answer here, not an error to log
     first_error = None
@@ -333,8 +334,8 @@ def _runnable_sizes(session, model: onnx.ModelProto, specs, shapes, output_names
         raise BadInputError(f"the original model cannot run on sample 0 ({shapes_text}; {hint}): {first_error}")
     dynamic = "; ".join(s.describe() for s in specs if any(not isinstance(d, int) for d in s.shape))
     raise BadInputError(
-        f"the original model cannot run on sample 0 ({shapes_text}, nor with {candidates[0][1]} halved down to "
-        f"1; give dynamic dims with --shape NAME=DIMS, inputs {dynamic}): {first_error}")
+        f"the original model cannot run on sample 0 ({shapes_text}, nor with {tried_sizes(candidates)}; give dynamic "
+        f"dims with --shape NAME=DIMS, inputs {dynamic}): {first_error}")
 
 
 def verify_optimized(original_path: str | Path, optimized_path: str | Path, published_as: str | Path | None = None,

@@ -11,7 +11,9 @@ Two anchors, one set of proofs:
 
 Nothing is assumed from names: the heads' dimensions, the mask and the bias are proved from the graph
 (``symbolic``, ``value_range``), and whatever the fused op cannot compute exactly is refused with a reason
-a user can act on (``inspect`` shows it). Where to look:
+a user can act on (``inspect`` shows it). Nodes that pass a value on unchanged — Identity, the device copies
+ONNX Runtime writes into a model it saved for a GPU (``MemcpyFromHost``/``MemcpyToHost``), a Cast to the type
+a tensor has — are seen through wherever a proof reads values or shapes (``graph.value_source``). Where to look:
 
 - ``rules``: the Softmax rule, from its anchor to the plan, the row guard after the Softmax, and what it refuses;
 - ``onnx_attention``: the rule for ONNX's ``Attention`` op;

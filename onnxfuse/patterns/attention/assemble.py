@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from .. import qkv
-from ..graph import GraphView
+from ..graph import DEVICE_COPIES, GraphView
 from ..match import Refused
 from ..rule import Refusal, T, dtype_name
 from ..symbolic import Evaluator
@@ -36,7 +36,8 @@ _SUPPORTED = (T.FLOAT, T.FLOAT16)
 # Ops of a shape-only subgraph that dies with the block (_shape_closure), the run-time scale's arithmetic
 # (1/√Shape(q)[-1], scores.strip_scale) included: a closure is taken only where every path ends inside the block.
 _SHAPE_OPS = ("Shape", "Slice", "Concat", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape", "CastLike", "Sqrt",
-              "Reciprocal", "Div", "Mul", "Sub")  # Sub: GPT-Neo's key_length - query_length
+              "Reciprocal", "Div", "Mul", "Sub",  # Sub: GPT-Neo's key_length - query_length
+              "Identity", *DEVICE_COPIES)  # a shape copied to the device that reads it
 
 
 def attention_dtype(ev: Evaluator, q: Heads, k: Heads) -> int:

@@ -105,6 +105,7 @@ def read_keep(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads, dty
     source = Data(leaves.source, ev.rank(leaves.source), as_bool=True) if leaves.source else None
     expr = _keep_expr(keep, source, leaves, where, what)
     extents = _extents(ev, bias, leaves, axes, len(cone.axes), what)
+    _check_broadcasts_onto_scores(ev, bias, len(cone.axes), q, k, what)
     if 2 not in axes_read(expr):
         extents = extents[:2] + (_rows(ev, leaves, extents[2], q, k, what),) + extents[3:]
     return ReadKeep(Index(extents, expr), fill, mask_values)
@@ -123,6 +124,19 @@ def _extents(ev: Evaluator, bias: str, leaves: Leaves, axes: tuple, rank: int, w
                           "equal")
         out.append(own.pop() if own else Dim(1) if a < 4 - rank else ev.dim(bias, a - (4 - rank)))
     return tuple(out)
+
+
+def _check_broadcasts_onto_scores(ev: Evaluator, bias: str, rank: int, q: Heads, k: Heads, what: str) -> None:
+    """The bias does not broadcast the scores [B, N, S, T] up. The rebuilt mask has the scores' shape, so a bias
+    dimension fixed at a size above 1 that the scores' is not shown to be (an Expand to a batch of 2, added to
+    scores of batch 1, widens the graph's sum to 2) would give the fused op another output shape than the
+    graph's. Dimensions the model's inputs name (the mask's key length beside the keys') are the inputs'
+    contract: the graph runs only where they agree or one is 1, and the leaves' extents are checked above."""
+    dims = (Dim(1),) * (4 - rank) + tuple(ev.dim(bias, j) for j in range(rank))
+    scores = (q.batch, Dim(q.heads), q.seq, k.seq)
+    for j, (d, s) in enumerate(zip(dims, scores)):
+        if d.is_int and d.coef > 1 and d != s:
+            raise Refused(f"{what}: its dimension {j} ({d}) is not shown to be 1 or the scores' ({s})")
 
 
 def _names(leaves: Leaves) -> str:

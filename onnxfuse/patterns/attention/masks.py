@@ -85,7 +85,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from ..graph import GraphView, is_op
+from ..graph import GraphView, is_op, value_source
 from ..match import Refused
 from ..rule import T, dtype_name
 from ..symbolic import Data, Dim, Evaluator, Index, NotSymbolic, clamped_to, conjuncts, shift_axes
@@ -190,8 +190,9 @@ def additive_bias(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads,
 
 def _keep_where(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads, dtype: int) -> Mask | None:
     """``Where(keep, 0, fill)`` with a negative constant fill (transformers' mask functions), its keep proved
-    (:func:`proved_keep`)."""
-    i = view.producer.get(bias)
+    (:func:`proved_keep`); read through a device copy and an Expand onto the scores (``graph.value_source``)."""
+    scores = (q.batch, Dim(q.heads), q.seq, k.seq)
+    i = view.producer.get(value_source(view, bias, ev.dtype, lambda n: ev.expands_within(n, scores))[0])
     w = view.nodes[i] if i is not None else None
     if w is None or not is_op(w, "Where") or len(w.input) != 3:
         return None
