@@ -8,13 +8,16 @@ into ``Attention``. Measured on the H200 (``bench/results/e2e_h200.md``, BERT-ba
 exported with transformers' defaults, batch 32): onnxfuse after ORT's fusions was 1.24-1.27x faster than
 onnxfuse on the export itself in fp16 and 1.08-1.15x in fp32.
 
-Why it is asked for, not the default: onnxfuse's rules never change the math, ORT's fusions sometimes do.
-On GPT-NeoX's dynamo export (tests/models/gpt_neox_tanh_dynamo_op20.onnx) ORT's GELU fusion turns ONNX's
-``Gelu(approximate="tanh")`` into the exact-erf ``BiasGelu``: the outputs move by 6e-4 (magnitude 3), five times
-``compare``'s float32 tolerance. Its output may also hold ops onnx.checker rejects (``LayerNormalization``
-below opset 17, which only ORT runs) and contrib ops whose shapes ``tune`` cannot follow. So the step runs
-where the user asks (``optimize --ort-fusions``, best with ``--verify``), or the user runs ORT's optimizer
-first, as its documentation says; onnxfuse then fuses what it left.
+Why it is asked for, not the default: onnxfuse's rules never change the math, ORT's fusions are not proven
+to keep it. The one known to change it is held in check: ORT's ``FusionBiasGelu`` writes the exact-erf
+``BiasGelu`` for ONNX's ``Gelu(approximate="tanh")`` (on GPT-NeoX's dynamo export,
+tests/models/gpt_neox_tanh_dynamo_op20.onnx, the outputs move by 6e-4 at magnitude 3, five times ``compare``'s
+float32 tolerance), so every GELU op ORT's fusions write is held to the form the model computes
+(``ort_gelu_forms``: rewritten into the op that computes it, or ORT's GELU fusions rerun off). Its output may
+hold ops onnx.checker rejects (``LayerNormalization`` below opset 17, which only ORT runs) and contrib ops
+whose shapes ``tune`` cannot follow. So the step runs where
+the user asks (``optimize --ort-fusions``, best with ``--verify``), or the user runs ORT's optimizer first, as
+its documentation says; onnxfuse then fuses what it left.
 
 What runs: ``optimize_model(model_type=..., opt_level=0)``, ORT's Python fusions only (the session applies
 its own graph optimizations when it loads the model anyway), for each of ``MODEL_TYPES``: "bert", ORT's
@@ -63,7 +66,9 @@ MAX_LOADED_BYTES = 1536 << 20
 
 @dataclass
 class OrtFusionsReport:
-    """What the library step did: ``applied`` with the ops it added, or why it did not run."""
+    """What the library step did: ``applied`` with the ops it added, or why it did not run. Where it kept
+    ORT's fusions from changing the math (``ort_gelu_forms``): ``gelu_corrected``, the GELU ops rewritten to
+    the model's approximation, and ``gelu_fusions_off``, why ORT's GELU fusions were turned off."""
 
     applied: bool
     why_not: str | None = None
@@ -71,16 +76,32 @@ class OrtFusionsReport:
     added: dict[str, int] = field(default_factory=dict)  # "domain.op" -> count, ops the step added
     nodes_before: int = 0
     nodes_after: int = 0
+    gelu_corrected: list[dict] = field(default_factory=list)
+    gelu_fusions_off: str | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The report's fields; those that say something happened only where it did, so that a run where
+        nothing was corrected reports what it always reported."""
+        data = asdict(self)
+        for key in ("gelu_corrected", "gelu_fusions_off"):
+            if not data[key]:
+                del data[key]
+        return data
 
     def summary(self) -> str:
         if not self.applied:
             return f"ORT's transformer fusions not run: {self.why_not}"
         added = ", ".join(f"{n} {op.rsplit('.', 1)[1]}" for op, n in self.added.items()) or "nothing"
-        return (f"ORT's transformer fusions ({self.model_type}): {added}; "
+        text = (f"ORT's transformer fusions ({self.model_type}): {added}; "
                 f"{self.nodes_before} → {self.nodes_after} nodes")
+        if self.gelu_corrected:
+            changes = Counter((c["ort_wrote"].rsplit(".", 1)[1], c["computes"], c["model_computes"],
+                               c["now"].rsplit(".", 1)[1]) for c in self.gelu_corrected)
+            text += "; " + ", ".join(f"{n} {wrote} computing {computes} where the model computes {model} made "
+                                     f"{now}" for (wrote, computes, model, now), n in changes.items())
+        if self.gelu_fusions_off:
+            text += f"; its GELU fusions off ({self.gelu_fusions_off})"
+        return text
 
 
 def _op_counts(model: onnx.ModelProto) -> Counter:
@@ -147,17 +168,20 @@ def why_not(model: onnx.ModelProto, target: str) -> str | None:
     return None
 
 
-def apply_ort_fusions(model: onnx.ModelProto, *, model_type: str, use_gpu: bool) -> tuple[onnx.ModelProto, OrtFusionsReport]:
-    """``model`` with ORT's ``model_type`` transformer fusions applied (a new ModelProto; ``model`` is not
-    changed), or ``model`` itself with the reason the step did not run. Call :func:`why_not` first."""
+def _run_fusions(model: onnx.ModelProto, model_type: str, use_gpu: bool,
+                 gelu_fusions: bool) -> tuple[onnx.ModelProto | None, str | None]:
+    """ORT's ``model_type`` fusions on a copy of ``model``: (ORT's output, None), or (None, why not) where ORT's
+    optimizer raised. ``gelu_fusions`` False turns off its GELU fusions (``enable_gelu``: erf, tanh and
+    sigmoid forms into one op; ``enable_bias_gelu``: the bias Add into it)."""
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions
 
     options = FusionOptions(model_type)
     options.enable_rotary_embeddings = False  # see the module's docstring
+    if not gelu_fusions:
+        options.enable_gelu = options.enable_bias_gelu = False
     work = onnx.ModelProto()
     work.CopyFrom(model)  # ORT's fusions edit the proto they are given
-    before = _op_counts(model)
     quiet = logging.getLogger("onnxruntime.transformers")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
@@ -168,15 +192,46 @@ def apply_ort_fusions(model: onnx.ModelProto, *, model_type: str, use_gpu: bool)
     except Exception as e:  # ORT's optimizer is another project's code: its failure must not fail optimize
         from .errors import one_line
 
-        return model, OrtFusionsReport(applied=False, why_not=f"ORT's optimizer failed ({type(e).__name__}: "
-                                                              f"{one_line(e)}); the model is left as it was")
+        return None, f"ORT's optimizer failed ({type(e).__name__}: {one_line(e)}); the model is left as it was"
     finally:
         quiet.setLevel(level)
     # ORT's optimizer adds the import of its domain only when it saves a file (OnnxModel.save_model_to_file)
-    if any(n.domain == ORT_DOMAIN for n in fused.graph.node) and all(o.domain != ORT_DOMAIN for o in fused.opset_import):
+    if (any(n.domain == ORT_DOMAIN for n in fused.graph.node)
+            and all(o.domain != ORT_DOMAIN for o in fused.opset_import)):
         fused.opset_import.append(onnx.helper.make_opsetid(ORT_DOMAIN, 1))
-    after = _op_counts(fused)
+    return fused, None
+
+
+def apply_ort_fusions(model: onnx.ModelProto, *, model_type: str,
+                      use_gpu: bool) -> tuple[onnx.ModelProto, OrtFusionsReport]:
+    """``model`` with ORT's ``model_type`` transformer fusions applied (a new ModelProto; ``model`` is not
+    changed), or ``model`` itself with the reason the step did not run. Call :func:`why_not` first.
+
+    A GELU op ORT's fusions wrote in another approximation than the model computes there (``ort_gelu_forms``)
+    is rewritten into the op computing the model's (``gelu_corrected``); where one cannot be, ORT's fusions
+    run again with their GELU fusions off (``gelu_fusions_off``, why)."""
+    from .ort_gelu_forms import hold_gelu_forms
+
+    fused, failed = _run_fusions(model, model_type, use_gpu, gelu_fusions=True)
+    if fused is None:
+        return model, OrtFusionsReport(applied=False, why_not=failed)
+    held = hold_gelu_forms(model, fused)
+    gelu_off = None
+    if held.unresolved:
+        more = len(held.unresolved) - 1
+        gelu_off = held.unresolved[0] + (f" (and {more} more)" if more else "")
+        fused, failed = _run_fusions(model, model_type, use_gpu, gelu_fusions=False)
+        if fused is None:
+            return model, OrtFusionsReport(applied=False, why_not=failed)
+        held = hold_gelu_forms(model, fused)
+        if held.unresolved:  # ORT wrote GELU ops with its GELU fusions off: nothing of ORT's is trusted
+            return model, OrtFusionsReport(applied=False, why_not=(
+                f"ORT's fusions write GELU ops that compute another form than the model's with their GELU "
+                f"fusions off ({'; '.join(held.unresolved)}); the model is left as it was"))
+    before, after = _op_counts(model), _op_counts(fused)
     added = {op: n - before.get(op, 0) for op, n in sorted(after.items()) if n > before.get(op, 0)}
     report = OrtFusionsReport(applied=True, model_type=model_type, added=added, nodes_before=len(model.graph.node),
-                              nodes_after=len(fused.graph.node))
+                              nodes_after=len(fused.graph.node), gelu_corrected=held.corrected,
+                              gelu_fusions_off=gelu_off)
     return fused, report
+

@@ -22,6 +22,7 @@ import pytest
 from onnxfuse import ort_fusions
 from onnxfuse.compare import compare_models
 from onnxfuse.pipeline import inspect_file, optimize_file
+from tests.graphs import build
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"
@@ -146,15 +147,70 @@ def test_ort_optimizer_failing_leaves_the_model_to_the_rules(tmp_path, monkeypat
     assert sum(n for op, n in _ops(out).items() if op.startswith("com.microsoft.Skip")) == 1
 
 
-def test_orts_gelu_fusion_can_change_the_math_which_is_why_the_step_is_asked_for():
-    """The reason the step is not the default: on GPT-NeoX's dynamo export ORT's fusion writes the exact
-    erf BiasGelu where the graph computes ONNX's Gelu(approximate="tanh")."""
+def _fused_linear_gelu_forms(path) -> list[str]:
+    return [onnx.helper.get_node_attr_value(n, "approximate").decode()
+            for n in onnx.load(str(path), load_external_data=False).graph.node if n.op_type == "FusedLinearGelu"]
+
+
+@pytest.mark.parametrize("model_type", ort_fusions.MODEL_TYPES)
+def test_orts_erf_bias_gelu_for_a_tanh_gelu_is_written_as_fast_gelu(model_type):
+    """ORT's FusionBiasGelu writes the exact-erf BiasGelu where GPT-NeoX's dynamo export computes ONNX's
+    Gelu(approximate="tanh"); the step writes FastGelu, tanh, on the same inputs, and says so."""
     model = onnx.load(str(MODELS / "gpt_neox_tanh_dynamo_op20.onnx"))
-    fused, step = ort_fusions.apply_ort_fusions(model, model_type="bert", use_gpu=False)
-    assert step.applied and step.added.get("com.microsoft.BiasGelu") == 2
-    tanh_gelu = [n for n in model.graph.node if n.op_type == "Gelu" and onnx.helper.get_node_attr_value(n, "approximate") == b"tanh"]
+    tanh_gelu = [n for n in model.graph.node
+                 if n.op_type == "Gelu" and onnx.helper.get_node_attr_value(n, "approximate") == b"tanh"]
     assert len(tanh_gelu) == 2
-    assert not any(n.op_type == "Gelu" for n in fused.graph.node)
+    orts, _ = ort_fusions._run_fusions(model, model_type, use_gpu=False, gelu_fusions=True)
+    bias_gelu = {n.output[0]: list(n.input) for n in orts.graph.node if n.op_type == "BiasGelu"}
+    assert sorted(bias_gelu) == sorted(n.output[0] for n in tanh_gelu)
+
+    fused, step = ort_fusions.apply_ort_fusions(model, model_type=model_type, use_gpu=False)
+    assert step.applied and step.added.get("com.microsoft.FastGelu") == 2 and "com.microsoft.BiasGelu" not in step.added
+    assert {n.output[0]: list(n.input) for n in fused.graph.node if n.op_type == "FastGelu"} == bias_gelu
+    assert not any(n.op_type in ("BiasGelu", "Gelu") for n in fused.graph.node)
+    assert [(c["ort_wrote"], c["computes"], c["model_computes"], c["now"]) for c in step.gelu_corrected] == [
+        ("com.microsoft.BiasGelu", "erf", "tanh", "com.microsoft.FastGelu")] * 2
+    assert step.gelu_fusions_off is None
+    assert "2 BiasGelu computing erf where the model computes tanh made FastGelu" in step.summary()
+    assert compare_models(model, fused, samples=2, progress=False).passed
+
+
+@pytest.mark.parametrize("model", [MODELS / "gpt_neox_tanh_dynamo_op20.onnx", "onnx:tanh", "tanh:pow"])
+def test_ort_fusions_alone_keep_a_tanh_gelu_model_within_tolerance(tmp_path, model):
+    """``--ort-fusions`` without ``--verify``: the tanh GELUs stay tanh through ORT's fusions and the rules, and
+    the output matches the input within compare's tolerance."""
+    if isinstance(model, str):  # a hand-built Linear+GELU: MatMul, bias Add, the tanh GELU (opset 20)
+        src = tmp_path / "tanh.onnx"
+        onnx.save(build(model), str(src))
+    else:
+        src = model
+    out = tmp_path / "out.onnx"
+    report = optimize_file(src, out, ort_fusions=True)
+    assert report.ort_fusions["applied"] and report.warnings == []
+    corrected = report.ort_fusions.get("gelu_corrected", [])
+    assert [c["now"] for c in corrected] == ["com.microsoft.FastGelu"] * (0 if model == "tanh:pow" else
+                                                                          1 if model == "onnx:tanh" else 2)
+    assert _fused_linear_gelu_forms(out) == ["tanh"] * (2 if isinstance(model, Path) else 1)
+    assert not any(op.endswith(("BiasGelu", ".Gelu")) for op in _ops(out))
+    assert compare_models(str(src), str(out), samples=2, progress=False).passed
+
+
+def test_a_gelu_ort_fuses_onnxfuse_cannot_read_turns_orts_gelu_fusions_off(tmp_path):
+    """ORT's FusionGelu takes an Erf divisor within 0.001 of √2 (here 1.4135) as √2 and writes the exact op: the
+    math changes. onnxfuse reads no GELU form there, so ORT's fusions run again with their GELU fusions off and
+    the block stays as the model wrote it (the rules refuse it too)."""
+    src = tmp_path / "near_miss.onnx"
+    onnx.save(build("erf:pytorch:div", perturb={"sqrt2": 1.4135}), str(src))
+    out = tmp_path / "out.onnx"
+    report = optimize_file(src, out, ort_fusions=True)
+    step = report.ort_fusions
+    assert step["applied"] and "is not a GELU form onnxfuse reads" in step["gelu_fusions_off"]
+    assert "its GELU fusions off (" in ort_fusions.OrtFusionsReport(**step).summary()
+    assert "gelu_corrected" not in step
+    ops = _ops(out)
+    assert ops.get("ai.onnx.Erf") == 1 and not any("Gelu" in op for op in ops), ops
+    assert [r.rule for r in report.refused] == ["erf-gelu"]
+    assert compare_models(str(src), str(out), samples=2, progress=False).passed
 
 
 def test_inspect_and_the_cli_report_the_step(tmp_path):
