@@ -14,8 +14,8 @@ to keep it. The one known to change it is held in check: ORT's ``FusionBiasGelu`
 tests/models/gpt_neox_tanh_dynamo_op20.onnx, the outputs move by 6e-4 at magnitude 3, five times ``compare``'s
 float32 tolerance), so every GELU op ORT's fusions write is held to the form the model computes
 (``ort_gelu_forms``: rewritten into the op that computes it, or ORT's GELU fusions rerun off). Its output may
-hold ops onnx.checker rejects (``LayerNormalization`` below opset 17, which only ORT runs) and contrib ops
-whose shapes ``tune`` cannot follow. So the step runs where
+hold ops onnx.checker cannot judge (``LayerNormalization`` below opset 17, which only ORT runs), or that it
+rejects (:func:`judge_checker`), and contrib ops whose shapes ``tune`` cannot follow. So the step runs where
 the user asks (``optimize --ort-fusions``, best with ``--verify``), or the user runs ORT's optimizer first, as
 its documentation says; onnxfuse then fuses what it left.
 
@@ -35,10 +35,19 @@ from the proto they are given, so the step runs on a copy with the external tens
 save treat it as before and the output keeps its weights in OUT.data; what ORT made (a packed weight of its
 own Attention fusion, on eager exports) stays inline in the output model.
 
+onnx.checker: ORT's output is judged as an input is (:func:`judge_checker`). Where the full check rejects it
+and ONNX Runtime loads it, it is kept with a warning, and the written output is held to load in ONNX Runtime
+in place of the checker, whose first error moves as the rules rewrite the nodes. The case met: exports the
+dynamo exporter writes with ``optimize=False`` and static shapes declare every tensor's shape, each weight's
+too, and feed each weight to its MatMul through a Transpose; ORT's ``FusionConstantFold`` transposes the
+weight in place, under its name, and leaves the declaration stale, which the checker's strict shape inference
+rejects and ONNX Runtime reads past.
+
 When it does not run (the report says which, and why): the target is TensorRT (it fuses for itself and runs
 no com.microsoft ops); the model already has ORT's fused ops (ORT's optimizer ran before); its external data
-is larger than ``MAX_LOADED_BYTES``; ORT's optimizer raises. The rules then run on the model as it was.
-``optimize --verify`` compares the final model with the input, so the gate covers both steps.
+is larger than ``MAX_LOADED_BYTES``; ORT's optimizer raises; its output is a model neither onnx.checker nor
+ONNX Runtime accepts (a warning too). The rules then run on the model as it was. ``optimize --verify``
+compares the final model with the input, so the gate covers both steps.
 """
 
 from __future__ import annotations
@@ -48,8 +57,12 @@ import io
 import logging
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import onnx
+
+if TYPE_CHECKING:
+    from .model_io import RuntimeLoadError
 
 ORT_DOMAIN = "com.microsoft"
 # ORT's fused ops: a model with any of them has been through ORT's optimizer (or was written with them).
@@ -68,7 +81,9 @@ MAX_LOADED_BYTES = 1536 << 20
 class OrtFusionsReport:
     """What the library step did: ``applied`` with the ops it added, or why it did not run. Where it kept
     ORT's fusions from changing the math (``ort_gelu_forms``): ``gelu_corrected``, the GELU ops rewritten to
-    the model's approximation, and ``gelu_fusions_off``, why ORT's GELU fusions were turned off."""
+    the model's approximation, and ``gelu_fusions_off``, why ORT's GELU fusions were turned off. Where
+    ``onnx.checker`` rejects ORT's output: ``checker_error`` (kept where ONNX Runtime loads it, else not
+    applied)."""
 
     applied: bool
     why_not: str | None = None
@@ -78,12 +93,13 @@ class OrtFusionsReport:
     nodes_after: int = 0
     gelu_corrected: list[dict] = field(default_factory=list)
     gelu_fusions_off: str | None = None
+    checker_error: str | None = None
 
     def to_dict(self) -> dict:
         """The report's fields; those that say something happened only where it did, so that a run where
         nothing was corrected reports what it always reported."""
         data = asdict(self)
-        for key in ("gelu_corrected", "gelu_fusions_off"):
+        for key in ("gelu_corrected", "gelu_fusions_off", "checker_error"):
             if not data[key]:
                 del data[key]
         return data
@@ -101,6 +117,8 @@ class OrtFusionsReport:
                                      f"{now}" for (wrote, computes, model, now), n in changes.items())
         if self.gelu_fusions_off:
             text += f"; its GELU fusions off ({self.gelu_fusions_off})"
+        if self.checker_error:
+            text += "; onnx.checker rejects its output, ONNX Runtime loads it"
         return text
 
 
@@ -235,3 +253,27 @@ def apply_ort_fusions(model: onnx.ModelProto, *, model_type: str,
                               gelu_fusions_off=gelu_off)
     return fused, report
 
+
+def judge_checker(fused: onnx.ModelProto, step: OrtFusionsReport, *, input_checker_error: str | None,
+                  runtime_load_error: RuntimeLoadError) -> OrtFusionsReport:
+    """ORT's output ``fused`` (its weights in the proto) held to ``onnx.checker`` (full check) as an input is:
+    where the checker rejects it and ONNX Runtime loads it (``runtime_load_error``:
+    ``runtime.onnxruntime_load_error``, the judge of inputs too) it is kept, ``step.checker_error`` saying why
+    the checker cannot be the judge of the output; where neither accepts it, a report that the step did not
+    run (with the checker's error). Nothing to judge where it passes, where the checker cannot judge its ops
+    (``model_io.checkable``), or where its error is the input's own, which loading the input tolerated
+    already. Returns the step."""
+    from .model_io import checkable, checker_error
+
+    if not step.applied or not checkable(fused):
+        return step
+    error = checker_error(fused)
+    if error is None or error == input_checker_error:
+        return step
+    refused = runtime_load_error(fused, None, base_dir=None)
+    if refused is not None:
+        return OrtFusionsReport(applied=False, model_type=step.model_type, checker_error=error, why_not=(
+            f"ORT's fusions ({step.model_type}) wrote a model that onnx.checker rejects ({error}) and ONNX Runtime "
+            f"cannot load ({refused}); the rules run on the model as it was"))
+    step.checker_error = error
+    return step
