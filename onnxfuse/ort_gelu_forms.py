@@ -85,34 +85,34 @@ def _linear_weight(view: GraphView, tensor: str) -> str | None:
 
 @dataclass
 class _ModelForms:
-    """Every GELU the model computes, by the tensor it computes and, where one Linear weight feeds it alone,
-    by that weight (ORT's "gpt2" fusions rename the tensors around GPT-2's Conv1D, never its weights)."""
+    """Every GELU the model computes, by the tensor it computes and by the weight of the Linear in front of
+    it, where that weight is read by that Linear alone (ORT's "gpt2" fusions rename the tensors around GPT-2's
+    Conv1D, never its weights)."""
 
+    view: GraphView
     by_output: dict[str, Activation]
     by_weight: dict[str, Activation]
 
     @classmethod
     def read(cls, view: GraphView) -> _ModelForms:
         anchors = {a for rule in ACTIVATION_RULES for a in rule.anchors}
-        by_output, by_weight, shared = {}, {}, set()
+        by_output, by_weight = {}, {}
         for i, node in enumerate(view.nodes):
             act = _activation(view, i) if op_key(node) in anchors else None
             if act is None or act.output in by_output:
                 continue
             by_output[act.output] = act
             weight = _linear_weight(view, act.input)
-            if weight in by_weight:
-                shared.add(weight)
-            elif weight is not None:
+            if weight is not None and len(view.consumers_of(weight)) == 1:
                 by_weight[weight] = act
-        return cls(by_output, {w: a for w, a in by_weight.items() if w not in shared})
+        return cls(view, by_output, by_weight)
 
     def at(self, after: GraphView, i: int) -> Activation | None:
-        """The GELU the model computed where ORT's op ``i`` of ``after`` is: at its output tensor, else after
-        the same Linear weight."""
+        """The GELU the model computed where ORT's op ``i`` of ``after`` is: at its output tensor, or, where
+        ORT renamed it (the model has no tensor of that name), after the same weight."""
         node = after.nodes[i]
-        if node.output[0] in self.by_output:
-            return self.by_output[node.output[0]]
+        if node.output[0] in self.by_output or node.output[0] in self.view.producer:
+            return self.by_output.get(node.output[0])
         weight = _linear_weight(after, node.input[0])
         return None if weight is None else self.by_weight.get(weight)
 
@@ -168,7 +168,7 @@ def hold_gelu_forms(before: onnx.ModelProto, after: onnx.ModelProto) -> HeldForm
             continue  # the model's own op, which ORT's fusions left as it was
         op = f"{node.domain or 'ai.onnx'}.{node.op_type}"
         wrote = _activation(after_view, i)
-        model = forms.at(after_view, i)
+        model = None if wrote is None else forms.at(after_view, i)
         if wrote is None or model is None:
             what = "what the op computes" if wrote is None else f"the GELU form the model computes at '{output}'"
             held.unresolved.append(f"{op} '{node.name}': {what} is not a GELU form onnxfuse reads")
