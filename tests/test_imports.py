@@ -46,7 +46,8 @@ LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
         "cost_model": ("domain", "errors", "patterns"),
     }),
     ("the rewrite: ORT's fusions, then the rules applied as one edit", {
-        "ort_fusions": ("domain", "errors", "model_io"),
+        "ort_gelu_forms": ("patterns",),
+        "ort_fusions": ("domain", "errors", "model_io", "ort_gelu_forms"),
         "fuse": ("cost_model", "deferred", "domain", "errors", "graph_order", "model_io", "model_save", "patterns",
                  "report"),
     }),
