@@ -196,3 +196,17 @@ def test_default_rules_take_onnx_attention():
     assert result.report.fused_by_op == {"com.microsoft.Attention": 1}
     assert result.report.fused[0].form == "attention (ONNX Attention, key-padding)"
     assert onnx.checker.check_model(result.model, full_check=True) is None
+
+
+def test_heads_given_as_graph_inputs_are_refused_with_that_reason():
+    # ONNX's own node tests feed 4-D Q, K and V as graph inputs: there is no projection to split heads from, and
+    # the reason says so (not "computed per head", which is the rotary case)
+    q, k, v = (helper.make_tensor_value_info(n, T.FLOAT, [2, 3, 4, 8]) for n in ("Q", "K", "V"))
+    node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"], name="attention")
+    graph = helper.make_graph([node], "g", [q, k, v], [helper.make_tensor_value_info("Y", T.FLOAT, [2, 3, 4, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    result = fuse_model(model)
+    assert result.report.fused == []
+    (refusal,) = result.report.refused
+    assert "query heads [B, N, S, H] are the graph input 'Q', not split from a projection" in refusal.reason
+    assert result.model.SerializeToString() == model.SerializeToString()

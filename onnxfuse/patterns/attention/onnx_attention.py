@@ -60,8 +60,14 @@ def _plan_onnx(view: GraphView, i: int) -> AttentionPlan:
     rank = ev.rank(ins[0])
     if rank == 4:
         q, k, v = (read_heads(view, ev, t, nodes, what) for t, what in zip(ins[:3], ("query", "key", "value")))
-        if q.computed or k.computed or v.computed:
-            raise Refused("ONNX Attention whose heads the graph computes per head (a rotary embedding): "
+        computed = [(t, what) for t, what, h in zip(ins[:3], ("query", "key", "value"), (q, k, v)) if h.computed]
+        if computed:
+            t, what = computed[0]
+            if t in view.graph_inputs:
+                # (ONNX's own node tests feed Q, K and V as inputs; no projection to pack or merge heads from)
+                raise Refused(f"ONNX Attention whose {what} heads [B, N, S, H] are the graph input '{t}', not "
+                              "split from a projection: not taken from this op")
+            raise Refused(f"ONNX Attention whose {what} heads the graph computes per head (a rotary embedding): "
                           "not taken from this op")
     elif rank == 3:
         q_heads, kv_heads = attr(node, "q_num_heads", 0), attr(node, "kv_num_heads", 0)
