@@ -6,18 +6,34 @@ from __future__ import annotations
 import click
 
 
+class _TargetOption(click.Option):
+    """--target, whose values, default and help are the cost model's (``cost_model.TARGETS``): read when the
+    help is shown or the option parsed, never when the command line starts (the cost model imports the rules
+    and ONNX, and ``onnxfuse --help`` must not wait for them)."""
+
+    def get_help_record(self, ctx):
+        from ..cost_model import DEFAULT_TARGET, TARGETS
+
+        lines = "; ".join(f"{t.name}: {t.summary}" for t in TARGETS.values())
+        self.metavar = "|".join(TARGETS)
+        self.default, self.show_default = DEFAULT_TARGET, True  # the value, not the function giving it
+        self.help = (f"What will run the model; a block whose fusion does not pay there is left as it is, with its "
+                     f"reason in the refusals. {lines}. The default is a named target, not a guess from this "
+                     f"machine: the output must not depend on where it was optimized, and cuda (what the fused "
+                     f"nodes are made for) fuses every block, as cpu does today.")
+        return super().get_help_record(ctx)
+
+
+def _default_target() -> str:
+    from ..cost_model import DEFAULT_TARGET
+
+    return DEFAULT_TARGET
+
+
 def target_option(f):
     """--target, shared by optimize and inspect. A plain string checked by the cost model, so a bad value
     is the one-line exit-2 error every bad input gets (not click's usage block)."""
-    from ..cost_model import DEFAULT_TARGET, TARGETS
-
-    lines = "; ".join(f"{t.name}: {t.summary}" for t in TARGETS.values())
-    return click.option(
-        "--target", default=DEFAULT_TARGET, show_default=True, metavar="|".join(TARGETS),
-        help=f"What will run the model; a block whose fusion does not pay there is left as it is, with its "
-             f"reason in the refusals. {lines}. The default is a named target, not a guess from this machine: "
-             f"the output must not depend on where it was optimized, and cuda (what the fused nodes are "
-             f"made for) fuses every block, as cpu does today.")(f)
+    return click.option("--target", cls=_TargetOption, default=_default_target, metavar="TARGET")(f)
 
 
 def ort_fusions_option(f):
