@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .options import ort_fusions_option, target_option
-from .render import echo_warnings, emit_json, render_rewrite
+from .render import StepStatus, echo_warnings, emit_json, render_rewrite
 
 
 @click.command("inspect", context_settings={"max_content_width": 110})
@@ -18,7 +18,8 @@ def inspect_command(model, json_out, target, ort_fusions):
     every refusal the rule and its reason (the cost model's, for a block --target leaves alone). Writes nothing."""
     from ..pipeline import inspect_file
 
-    report = inspect_file(model, target=target, ort_fusions=ort_fusions)
+    with StepStatus(show=True) as steps:
+        report = inspect_file(model, target=target, ort_fusions=ort_fusions, on_step=steps)
     echo_warnings(report)
     if json_out:
         emit_json(report, "-", extra={"exit_code": 0})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from .options import approximation_budget_options, ort_fusions_option, output_beside, parse_batches, target_option
-from .render import echo_warnings, emit_json, progress_bar, render_compare, render_rewrite, render_tune
+from .render import StepStatus, echo_warnings, emit_json, progress_bar, render_compare, render_rewrite, render_tune
 
 
 @click.command("optimize", context_settings={"max_content_width": 110})
@@ -95,10 +95,19 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
 
     verify_with = Verify(provider, samples or 2, shapes, rtol, atol, keep_failed) if verify else None
     auto_with = AutoApproximation(budget, forms, shapes, batches, samples) if auto else None
-    written = write_optimized(model, output, target=target, ort_fusions=ort_fusions,
-                              approximate=None if auto else approximate, auto=auto_with, verify=verify_with,
-                              on_verdict=render_compare if json_path != "-" else None,
-                              tune_progress=lambda: progress_bar(True, "tune:"))
+    with StepStatus(show=True) as steps:
+        def show_verdict(verdict) -> None:
+            steps.pause()  # the table on stdout, not under the status line on the same terminal
+            render_compare(verdict)
+
+        def tune_bar():
+            steps.pause()  # tune's progress bar takes the terminal
+            return progress_bar(True, "tune:")
+
+        written = write_optimized(model, output, target=target, ort_fusions=ort_fusions,
+                                  approximate=None if auto else approximate, auto=auto_with, verify=verify_with,
+                                  on_verdict=show_verdict if json_path != "-" else None, tune_progress=tune_bar,
+                                  on_step=steps)
     report, tuned, verdict = written.report, written.tuned, written.verdict
     echo_warnings(report)
     if json_path != "-":

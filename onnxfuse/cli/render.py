@@ -23,6 +23,62 @@ def progress_bar(enabled: bool, label: str):
                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)
 
 
+# What each of the pipeline's steps (pipeline.STEPS) is called while it runs, and in -v's timings.
+STEP_NAMES = {"read": "reading", "ort-fusions": "ORT's transformer fusions", "rules": "onnxfuse's rules",
+              "write": "writing", "verify": "verifying", "tune": "tuning"}
+
+
+class StepStatus:
+    """The pipeline's steps as they start (``pipeline.OnStep``): while one runs, a status line on stderr naming
+    it, on a terminal only (into a pipe, a CI log or beside ``--json -`` it would be noise), and their times.
+    ``pause()`` hands the terminal to a progress bar (rich shows one live display at a time); the next step
+    takes it back."""
+
+    def __init__(self, show: bool):
+        self.show = show and sys.stderr.isatty()
+        self.seconds: dict[str, float] = {}  # per step, in the order they first ran
+        self._step: str | None = None
+        self._started = 0.0
+        self._status = None
+
+    def __call__(self, step: str, detail: str = "") -> None:
+        import time
+
+        now = time.perf_counter()
+        self._stop_timing(now)
+        self._step, self._started = step, now
+        if not self.show:
+            return
+        text = STEP_NAMES.get(step, step) + (f": {detail}" if detail else "") + " …"
+        if self._status is None:
+            from rich.console import Console
+
+            self._status = Console(stderr=True).status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    def pause(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def _stop_timing(self, now: float) -> None:
+        if self._step is not None:
+            self.seconds[self._step] = self.seconds.get(self._step, 0.0) + now - self._started
+            self._step = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        import time
+
+        self._stop_timing(time.perf_counter())
+        self.pause()
+        return False
+
+
 def stdout_console():
     """A rich console on stdout. Piped into a log, rich would squeeze the tables into 80 columns: give them
     room instead."""
