@@ -29,7 +29,7 @@ try:  # a Ctrl-C during these imports is no traceback either
 
     from ..errors import EXIT_INTERNAL, OnnxfuseError
     from ..version import __version__
-    from . import bench, compare, doctor, inspect, optimize, tune
+    from . import bench, compare, doctor, inspect, optimize, options, tune
 except KeyboardInterrupt:
     _interrupted()
 
@@ -80,6 +80,7 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="onnxfuse")
+@options.verbosity_options
 def main() -> None:
     """Fuse Linear(+bias)+GELU blocks of ONNX models into one FusedLinearGelu node and run them
     with onnxfuse's CPU and CUDA kernels in ONNX Runtime.

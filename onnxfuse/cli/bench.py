@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from .options import parse_batches
-from .render import emit_json, progress_bar, stdout_console
+from .options import parse_batches, verbosity_options
+from .render import emit_json, progress_bar, quiet, result_line, stdout_console
 
 
 @click.command("bench", context_settings={"max_content_width": 110})
@@ -34,6 +34,7 @@ from .render import emit_json, progress_bar, stdout_console
 @click.option("--json", "json_path", metavar="FILE", help="Write the full report as JSON ('-' for stdout instead of the table).")
 @click.option("--plot", "plot_path", metavar="FILE.png", help="Write a PNG of latency and speedup vs batch size.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr.")
+@verbosity_options
 def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda_graph, op_shape, dtype, approximate,
                   peak_tflops, peak_gbps, budget, seed, json_path, plot_path, progress):
     """Latency (median, p90) and throughput of OPTIMIZED, and of its --baseline timed alongside it.
@@ -71,7 +72,7 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
         with progress_bar(progress, f"op {m}×{k}×{n} {dtype}:") as bar:
             report = bench_op(m, k, n, dtype=dtype, approximate=approximate, provider=provider, cuda_graph=cuda_graph,
                               policy=policy, peak_tflops=peak_tflops, peak_gbps=peak_gbps, progress=bar)
-        render = _render_op_bench
+        render = _render_op_bench if not quiet() else _op_bench_result
     else:
         if optimized is None:
             raise BadInputError("give the OPTIMIZED model to time, or --op M,K,N for the op-level benchmark")
@@ -86,7 +87,7 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
         with progress_bar(progress, "bench:") as bar:
             report = bench_models(optimized, baseline, provider=provider, shapes=shapes, batches=batches,
                                   cuda_graph=cuda_graph, policy=policy, seed=seed, progress=bar)
-        render = _render_model_bench
+        render = _render_model_bench if not quiet() else _model_bench_result
         if plot_path:
             from ..plots import plot_model_bench
 
@@ -95,6 +96,19 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     if json_path != "-":
         render(report)
     sys.exit(report.exit_code)
+
+
+def _model_bench_result(report) -> None:
+    """-q: the medians (and speedups) per batch size in one line."""
+    per_batch = ", ".join(f"batch {r.batch} {r.optimized.median_ms:.3f} ms"
+                          + (f" ({r.speedup:.3f}× over the baseline)" if report.baseline else "") for r in report.results)
+    result_line(f"{report.optimized} on {report.provider}: {per_batch}")
+
+
+def _op_bench_result(report) -> None:
+    """-q: the fused op's median and its speedup over ORT's unfused ops in one line."""
+    result_line(f"FusedLinearGelu {report.m}×{report.k}×{report.n} {report.dtype} on {report.provider}: "
+                f"{report.fused.timing.median_ms:.4f} ms, {report.speedup:.3f}× over ORT's unfused ops")
 
 
 def _timing_cells(t) -> list[str]:

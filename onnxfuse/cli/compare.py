@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, render_compare
+from .options import verbosity_options
+from .render import emit_json, quiet, render_compare, verbose
 
 
 @click.command("compare", context_settings={"max_content_width": 110})
@@ -24,6 +25,7 @@ from .render import emit_json, render_compare
 @click.option("--json", "json_path", metavar="FILE", help="Write the full report as JSON ('-' for stdout).")
 @click.option("--plot", "plot_path", metavar="FILE.png", help="Write a PNG with the absolute-error histogram of each output.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr for several samples.")
+@verbosity_options
 def compare_command(original, optimized, provider, samples, inputs_path, shape_options, seed, rtol, atol,
                     json_path, plot_path, progress):
     """Run ORIGINAL and OPTIMIZED in ONNX Runtime on the same inputs and judge every output.
@@ -64,8 +66,11 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
                        files_read=[inputs_path])
     report = compare_models(
         original, optimized, provider=provider, samples=samples or 1, inputs=inputs_path, shapes=shapes,
-        rtol=rtol, atol=atol, seed=seed, progress=progress,
+        rtol=rtol, atol=atol, seed=seed, progress=progress and not quiet(),
     )
+    if verbose():
+        click.echo(f"onnxfuse: time: the original {report.seconds_original:.2f} s, the optimized model "
+                   f"{report.seconds_optimized:.2f} s over {report.samples} sample(s)", err=True)
     emit_json(report, json_path)
     if json_path != "-":
         render_compare(report)

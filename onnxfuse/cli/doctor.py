@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, stdout_console
+from .options import verbosity_options
+from .render import emit_json, quiet, result_line, stdout_console
 
 
 @click.command("doctor")
 @click.option("--json", "json_out", is_flag=True, help="Print the report as JSON.")
+@verbosity_options
 def doctor_command(json_out):
     """Check this machine: versions, ONNX Runtime providers, the op library (found? loads? computes
     right on each usable provider?) and CUDA devices.
@@ -22,8 +24,11 @@ def doctor_command(json_out):
     report = run_doctor()
     if json_out:
         emit_json(report, "-")
-    else:
+    elif not quiet():
         _render_doctor(report)
+    elif not report.exit_code:  # a failure is the error line
+        usable = ", ".join(p["provider"] for p in report.probes if p["ok"])
+        result_line(f"ready: onnxfuse {report.onnxfuse_version}, the op library loads and computes right on {usable}")
     if report.exit_code:
         raise BadInputError(report.library_error or "the op library does not work")
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import click
 
-from .options import approximation_budget_options, ort_fusions_option, output_beside, parse_batches, target_option
-from .render import StepStatus, echo_warnings, emit_json, progress_bar, render_compare, render_rewrite, render_tune
+from .options import (approximation_budget_options, ort_fusions_option, output_beside, parse_batches, target_option,
+                      verbosity_options)
+from .render import (StepStatus, echo_warnings, emit_json, progress_bar, quiet, render_compare, render_rewrite,
+                     render_tune)
 
 
 @click.command("optimize", context_settings={"max_content_width": 110})
@@ -41,6 +43,7 @@ from .render import StepStatus, echo_warnings, emit_json, progress_bar, render_c
 @click.option("--atol", type=float, default=None, help="With --verify: absolute tolerance (default: per dtype).")
 @target_option
 @ort_fusions_option
+@verbosity_options
 def optimize_command(model, output, json_path, approximate, budget, forms_text, batch_list, verify, keep_failed,
                      provider, samples, shape_options, rtol, atol, target, ort_fusions):
     """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node, and every self-attention
@@ -106,13 +109,14 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
 
         written = write_optimized(model, output, target=target, ort_fusions=ort_fusions,
                                   approximate=None if auto else approximate, auto=auto_with, verify=verify_with,
-                                  on_verdict=show_verdict if json_path != "-" else None, tune_progress=tune_bar,
-                                  on_step=steps)
+                                  on_verdict=show_verdict if json_path != "-" and not quiet() else None,
+                                  tune_progress=tune_bar, on_step=steps)
     report, tuned, verdict = written.report, written.tuned, written.verdict
     echo_warnings(report)
+    steps.echo_times()
     if json_path != "-":
         render_rewrite(report, title=f"{report.model} → {report.output}")
-        if tuned is not None:
+        if tuned is not None and not quiet():  # quiet: the rewrite's line is the one result
             render_tune(tuned)
     failed = verdict is not None and not verdict.passed
     extra = {"verify": verdict.to_dict()} if verdict is not None else {}

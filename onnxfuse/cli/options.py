@@ -6,6 +6,34 @@ from __future__ import annotations
 import click
 
 
+QUIET, NORMAL, VERBOSE = -1, 0, 1
+_VERBOSITY = "onnxfuse.verbosity"  # in the context's meta, which the group and its command share
+
+
+def _set_verbosity(ctx: click.Context, param: click.Parameter, given: bool) -> None:
+    if not given:
+        return
+    level = VERBOSE if param.name == "verbose" else QUIET
+    if ctx.meta.setdefault(_VERBOSITY, level) != level:
+        raise click.UsageError("-v/--verbose and -q/--quiet contradict each other", ctx)
+
+
+def verbosity_options(f):
+    """-v/--verbose and -q/--quiet, taken by the group (``onnxfuse -q optimize ...``) and by each command
+    (``onnxfuse optimize ... -q``) alike; both at once is a usage error. Read with :func:`verbosity`."""
+    f = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_set_verbosity,
+                     help="Print only errors and the final one-line result: no tables, warnings or progress.")(f)
+    return click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set_verbosity,
+                        help="Print more: every refusal (optimize lists each, not one row per reason) and the "
+                             "time each step took (on stderr).")(f)
+
+
+def verbosity() -> int:
+    """QUIET, NORMAL or VERBOSE: what -q/-v asked for in this command line (NORMAL outside one)."""
+    ctx = click.get_current_context(silent=True)
+    return NORMAL if ctx is None else ctx.meta.get(_VERBOSITY, NORMAL)
+
+
 class _TargetOption(click.Option):
     """--target, whose values, default and help are the cost model's (``cost_model.TARGETS``): read when the
     help is shown or the option parsed, never when the command line starts (the cost model imports the rules

@@ -1,6 +1,9 @@
 """What the commands print: tables for people (rich, on stdout), the JSON report, warnings and progress bars on
 stderr. Shared by the commands whose output overlaps (optimize shows compare's and tune's tables); a table only
-one command prints lives in that command's module."""
+one command prints lives in that command's module.
+
+How much is said follows -q/-v (``options.verbosity``): quiet, only errors and the final one-line result (no
+table, warning, status line or progress bar); verbose, also every refusal and each step's time."""
 
 from __future__ import annotations
 
@@ -8,13 +11,34 @@ import sys
 
 import click
 
+from .options import QUIET, VERBOSE, verbosity
+
+
+def quiet() -> bool:
+    return verbosity() == QUIET
+
+
+def verbose() -> bool:
+    return verbosity() == VERBOSE
+
+
+def warn(line: str) -> None:
+    """A warning: one line on stderr (stdout stays the report's); none with -q."""
+    if not quiet():
+        click.echo(f"onnxfuse: warning: {line}", err=True)
+
+
+def result_line(text: str) -> None:
+    """The final one-line result, on stdout: what -q leaves."""
+    click.echo(text)
+
 
 def progress_bar(enabled: bool, label: str):
     """A rich progress bar on stderr (so --json - stays clean), or nothing. Only on a terminal: into a
-    pipe or a log it would add a blank line to the one-line errors."""
+    pipe or a log it would add a blank line to the one-line errors; and not with -q."""
     import contextlib
 
-    if not enabled or not sys.stderr.isatty():
+    if not enabled or quiet() or not sys.stderr.isatty():
         return contextlib.nullcontext(None)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -35,7 +59,7 @@ class StepStatus:
     takes it back."""
 
     def __init__(self, show: bool):
-        self.show = show and sys.stderr.isatty()
+        self.show = show and not quiet() and sys.stderr.isatty()
         self.seconds: dict[str, float] = {}  # per step, in the order they first ran
         self._step: str | None = None
         self._started = 0.0
@@ -49,19 +73,28 @@ class StepStatus:
         self._step, self._started = step, now
         if not self.show:
             return
-        text = STEP_NAMES.get(step, step) + (f": {detail}" if detail else "") + " …"
+        from rich.spinner import Spinner
+
+        line = Spinner("dots", STEP_NAMES.get(step, step) + (f": {detail}" if detail else "") + " …", style="green")
         if self._status is None:
             from rich.console import Console
+            from rich.live import Live
 
-            self._status = Console(stderr=True).status(text)
-            self._status.start()
+            self._status = Live(line, console=Console(stderr=True), transient=True, refresh_per_second=12.5)
+            self._status.start(refresh=True)  # drawn now: a step shorter than a refresh is still seen
         else:
-            self._status.update(text)
+            self._status.update(line, refresh=True)
 
     def pause(self) -> None:
         if self._status is not None:
             self._status.stop()
             self._status = None
+
+    def echo_times(self) -> None:
+        """With -v: each step's time, one line on stderr."""
+        if verbose() and self.seconds:
+            steps = " · ".join(f"{STEP_NAMES.get(step, step)} {seconds:.2f} s" for step, seconds in self.seconds.items())
+            click.echo(f"onnxfuse: time: {steps} (total {sum(self.seconds.values()):.2f} s)", err=True)
 
     def _stop_timing(self, now: float) -> None:
         if self._step is not None:
@@ -88,9 +121,9 @@ def stdout_console():
 
 
 def echo_warnings(report) -> None:
-    """What was tolerated in the input, one line each on stderr (stdout stays the report's)."""
+    """What was tolerated in the input, one line each on stderr (stdout stays the report's); none with -q."""
     for line in report.warnings:
-        click.echo(f"onnxfuse: warning: {line}", err=True)
+        warn(line)
 
 
 def emit_json(report, json_path, extra: dict | None = None, after_writing=None) -> None:
@@ -114,11 +147,25 @@ def emit_json(report, json_path, extra: dict | None = None, after_writing=None) 
         raise BadInputError(f"{after_writing} written, but not the --json report: {e}") from None
 
 
+def rewrite_result(report) -> str | None:
+    """optimize's (and inspect's) final line: the blocks fused and refused, the time, where the model went."""
+    if report.seconds is None:
+        return None
+    return (f"{len(report.fused)} fused, {len(report.refused)} refused in {report.seconds:.2f} s"
+            + (f" → {report.output}" if report.output else ""))
+
+
 def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     """optimize's and inspect's tables: the blocks fused by source form, the refusals, the math changed; with
-    ``blocks`` (inspect) every block and a tuned model's path tables."""
+    ``blocks`` (inspect) every block and a tuned model's path tables. optimize lists one refusal per rule and
+    reason (with how many blocks it left) unless -v asks for each; with -q only the final line is said."""
     from rich.table import Table
 
+    final = rewrite_result(report)
+    if quiet():
+        if final:
+            result_line(final)
+        return
     console = stdout_console()
     console.print(title + (f" · target {report.target}" if report.target else ""), highlight=False)
     if report.ort_fusions is not None:
@@ -141,24 +188,47 @@ def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
             fused.add_row(b.name, b.op, b.form, ", ".join(b.replaced))
         console.print(fused)
     if report.refused:
-        refused = Table(title="refusals", title_justify="left")
-        for column in ("rule", "reason", "nodes"):
-            refused.add_column(column)
-        for r in report.refused:
-            refused.add_row(r.rule, r.reason, ", ".join(r.nodes))
-        console.print(refused)
+        console.print(_refusals(report.refused, each=blocks or verbose()))
     for c in report.math_changed:
         console.print(f"[yellow]math changed[/] {c.name}: {c.was} → {c.now}", highlight=False)
     if blocks and report.tuning:
         _render_tuning(console, report.tuning)
-    if report.seconds is not None:
-        console.print(f"{len(report.fused)} fused, {len(report.refused)} refused in {report.seconds:.2f} s"
-                      + (f" → {report.output}" if report.output else ""), highlight=False)
+    if final:
+        console.print(final, highlight=False)
+
+
+def _refusals(refused, *, each: bool):
+    """The refusals table: every refused block with its nodes (``each``), or one row per rule and reason, with
+    the first block's nodes and how many more that reason left (a model repeats its layers)."""
+    from rich.table import Table
+
+    groups: dict[tuple[str, str], list] = {}
+    for r in refused:
+        groups.setdefault((r.rule, r.reason), []).append(r)
+    grouped = not each and any(len(members) > 1 for members in groups.values())
+    table = Table(title="refusals" + (" (one row per reason; -v lists each block)" if grouped else ""),
+                  title_justify="left")
+    for column in ("rule", "reason", "nodes"):
+        table.add_column(column)
+    if not grouped:
+        for r in refused:
+            table.add_row(r.rule, r.reason, ", ".join(r.nodes))
+        return table
+    for (rule, reason), members in groups.items():
+        more = f" (and {len(members) - 1} more block(s) for this reason)" if len(members) > 1 else ""
+        table.add_row(rule, reason, ", ".join(members[0].nodes) + more)
+    return table
 
 
 def render_compare(report) -> None:
-    """compare's table (also optimize --verify's): each output's errors against its tolerance, and the verdict."""
+    """compare's table (also optimize --verify's): each output's errors against its tolerance, and the verdict.
+    With -q the verdict line only where it passed (a failure is the error line)."""
     from rich.table import Table
+
+    if quiet():
+        if report.passed:
+            result_line("PASS: " + report.summary())
+        return
 
     table = Table(title=f"{report.original} vs {report.optimized} · {report.provider} · {report.samples} sample(s),"
                         f" inputs {report.inputs}", title_justify="left")
@@ -183,6 +253,11 @@ def render_tune(report) -> None:
     choice and why, each node's table, and the GELU forms chosen."""
     from rich.table import Table
 
+    final = (f"{report.measurements} measurement(s), {len(report.tunings)} node(s) tuned in {report.seconds:.1f} s "
+             f"→ {report.output}")
+    if quiet():
+        result_line(final)
+        return
     console = stdout_console()
     d = report.device
     console.print(f"{report.model} → {report.output}", highlight=False)
@@ -218,8 +293,7 @@ def render_tune(report) -> None:
                       "`tune --approximate auto` had switched them)", highlight=False)
     if report.choice is not None:
         _render_forms(console, report)
-    console.print(f"{report.measurements} measurement(s), {len(report.tunings)} node(s) tuned in "
-                  f"{report.seconds:.1f} s → {report.output}", highlight=False)
+    console.print(final, highlight=False)
 
 
 def _render_forms(console, report) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .options import approximation_budget_options, output_beside, parse_batches
+from .options import approximation_budget_options, output_beside, parse_batches, verbosity_options
 from .render import echo_warnings, emit_json, progress_bar, render_tune
 
 
@@ -33,6 +33,7 @@ from .render import echo_warnings, emit_json, progress_bar, render_tune
               help="With --approximate auto: random input samples the error is measured on (default 4).")
 @click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON ('-' for stdout instead of the table).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr.")
+@verbosity_options
 def tune_command(model, output, provider, batch_list, shape_options, reps, approximate, budget, forms_text,
                  samples, json_path, progress):
     """Measure, on this GPU, which CUDA path each FusedLinearGelu node of MODEL should take at the row
