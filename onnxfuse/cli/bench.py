@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .options import parse_batches, verbosity_options
+from .options import APPROXIMATE_MEANING, APPROXIMATE_VALUES, parse_batches, verbosity_options
 from .render import emit_json, progress_bar, quiet, result_line, stdout_console
 
 
@@ -24,8 +24,9 @@ from .render import emit_json, progress_bar, quiet, result_line, stdout_console
               help="Op-level mode: build X[M,K] -> FusedLinearGelu(W[N,K], B[N]) and its unfused MatMul+Add+Gelu twin; "
                    "report time, TFLOP/s and GB/s against the measured ceilings.")
 @click.option("--dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True, help="Op-level mode: data type.")
-@click.option("--approximate", type=click.Choice(["none", "tanh"]), default="none", show_default=True,
-              help="Op-level mode: GELU form (none = erf).")
+@click.option("--approximate", default="none", show_default=True, metavar="none|tanh",
+              help=f"Op-level mode: the GELU form of the node built. {APPROXIMATE_MEANING} Here none (exact erf) "
+                   "or tanh: the forms ONNX's Gelu has, which the unfused twin runs.")
 @click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), help="Op-level mode: compute ceiling to use instead of measuring a big MatMul.")
 @click.option("--peak-gbps", type=click.FloatRange(min=0, min_open=True), help="Op-level mode: bandwidth ceiling to use instead of measuring a big copy.")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=3.0, show_default=True,
@@ -65,6 +66,7 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     check_report_paths({"--json": json_path, "--plot": plot_path}, models_read=[optimized, baseline])
     if cuda_graph and provider != "cuda":
         raise BadInputError("--cuda-graph needs --provider cuda")
+    _check_op_approximate(approximate)
     if op_shape is not None:
         if optimized or baseline or shape_options or batch_list or plot_path:
             raise BadInputError("--op builds its own model: drop OPTIMIZED, --baseline, --shape, --batch and --plot")
@@ -96,6 +98,22 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     if json_path != "-":
         render(report)
     sys.exit(report.exit_code)
+
+
+def _check_op_approximate(approximate: str) -> None:
+    """--approximate of the op-level benchmark: a word of the vocabulary every command shares, and one this
+    benchmark can build (the others' reason said)."""
+    from ..errors import BadInputError
+
+    why = {"sigmoid": "ONNX's Gelu, which the unfused twin runs, has no sigmoid form",
+           "auto": "auto chooses per node of a model: `onnxfuse optimize` or `onnxfuse tune --approximate auto`"}
+    if approximate in ("none", "tanh"):
+        return
+    if approximate in why:
+        raise BadInputError(f"--approximate {approximate}: the op-level benchmark takes none or tanh "
+                            f"({why[approximate]})")
+    raise BadInputError(f"--approximate {approximate!r}: expected one of {', '.join(APPROXIMATE_VALUES)} (here none or "
+                        "tanh)")
 
 
 def _model_bench_result(report) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from .options import (approximation_budget_options, ort_fusions_option, output_beside, parse_batches, target_option,
-                      verbosity_options)
+from .options import (APPROXIMATE_MEANING, APPROXIMATE_VALUES, approximation_budget_options, error_budget,
+                      ort_fusions_option, output_beside, parse_batches, target_option, verbosity_options)
 from .render import (StepStatus, echo_warnings, emit_json, progress_bar, quiet, render_compare, render_rewrite,
                      render_tune)
 
@@ -16,13 +16,12 @@ from .render import (StepStatus, echo_warnings, emit_json, progress_bar, quiet, 
 @click.option("-o", "--output", metavar="OUT",
               help="Where to write the optimized model (default: beside MODEL, model.onnx → model.fused.onnx).")
 @click.option("--json", "json_path", metavar="REPORT", help="Write the report as JSON ('-' for stdout).")
-@click.option("--approximate", type=click.Choice(["tanh", "sigmoid", "auto"]), default=None,
-              help="tanh or sigmoid: make every fused node compute this GELU form, trading exactness on purpose "
-                   "(the report lists the nodes whose math changed). Default: keep each block's own math. "
-                   "auto: per node, on this machine's CUDA GPU, the approximate form only where it is faster "
-                   "and the model's outputs stay within --budget: the rewrite, then `onnxfuse tune "
-                   "--approximate auto` in the same run (OUT also carries tune's per-node path tables; "
-                   "--batch, --shape, --samples and --approximate-forms as tune takes them).")
+@click.option("--approximate", type=click.Choice(APPROXIMATE_VALUES), default="none", show_default=True,
+              help=f"{APPROXIMATE_MEANING} Here: none keeps each block's own math; tanh or sigmoid make every "
+                   "fused node compute that GELU form (the report lists the nodes whose math changed); auto is "
+                   "the rewrite, then `onnxfuse tune --approximate auto` in the same run (OUT also carries "
+                   "tune's per-node path tables; --batch, --shape, --samples and --approximate-forms as tune "
+                   "takes them).")
 @approximation_budget_options
 @click.option("--batch", "batch_list", metavar="B1,B2,...",
               help="With --approximate auto: batch sizes the model will run at (default 1,8,32 where axis 0 is "
@@ -44,8 +43,8 @@ from .render import (StepStatus, echo_warnings, emit_json, progress_bar, quiet, 
 @target_option
 @ort_fusions_option
 @verbosity_options
-def optimize_command(model, output, json_path, approximate, budget, forms_text, batch_list, verify, keep_failed,
-                     provider, samples, shape_options, rtol, atol, target, ort_fusions):
+def optimize_command(model, output, json_path, approximate, budget, deprecated_budget, forms_text, batch_list, verify,
+                     keep_failed, provider, samples, shape_options, rtol, atol, target, ort_fusions):
     """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node, and every self-attention
     it can prove into ONNX Runtime's fused attention ops, and write OUT (default: model.fused.onnx beside
     MODEL).
@@ -59,7 +58,7 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
 
     \b
     Exit codes: 0 ok · 1 internal error · 2 bad input (unreadable model, missing external data,
-    unwritable output; --approximate auto without --budget, or without a CUDA provider and GPU)
+    unwritable output; --approximate auto without --error-budget, or without a CUDA provider and GPU)
     · 3 --verify: outputs outside tolerance (OUT not written unless --keep-failed).
     """
     from ..approximation import parse_forms
@@ -70,6 +69,7 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
 
     get_target(target)  # a bad --target is said before anything else is looked at
     output = output_beside(model, output, "fused")
+    budget = error_budget(budget, deprecated_budget)
     auto = approximate == "auto"
     forms = parse_forms(forms_text) if forms_text is not None else None
     if auto:
@@ -79,7 +79,8 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
         if target != "cuda":
             raise BadInputError(f"--approximate auto times the CUDA kernel's forms: it needs --target cuda, not {target}")
     else:
-        auto_only = {"--budget": budget is not None, "--approximate-forms": forms is not None, "--batch": batch_list}
+        auto_only = {"--error-budget": budget is not None, "--approximate-forms": forms is not None,
+                     "--batch": batch_list}
         given = [name for name, value in auto_only.items() if value]
         if given:
             raise BadInputError(f"{', '.join(given)}: meaningful only with --approximate auto")
@@ -108,7 +109,8 @@ def optimize_command(model, output, json_path, approximate, budget, forms_text, 
             return progress_bar(True, "tune:")
 
         written = write_optimized(model, output, target=target, ort_fusions=ort_fusions,
-                                  approximate=None if auto else approximate, auto=auto_with, verify=verify_with,
+                                  approximate=None if auto or approximate == "none" else approximate,
+                                  auto=auto_with, verify=verify_with,
                                   on_verdict=show_verdict if json_path != "-" and not quiet() else None,
                                   tune_progress=tune_bar, on_step=steps)
     report, tuned, verdict = written.report, written.tuned, written.verdict

@@ -28,6 +28,11 @@ def warn(line: str) -> None:
         click.echo(f"onnxfuse: warning: {line}", err=True)
 
 
+def warn_deprecated(old: str, new: str, why: str) -> None:
+    """A deprecated spelling that still works: what to say instead, and why (each is listed in the CHANGELOG)."""
+    warn(f"{old} is deprecated ({why}): use {new}; the old spelling goes in the next release")
+
+
 def result_line(text: str) -> None:
     """The final one-line result, on stdout: what -q leaves."""
     click.echo(text)
