@@ -102,15 +102,25 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
 
 
 def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
-    """``"input_ids=1,128"`` (or ``1x128``) -> ``("input_ids", (1, 128))``."""
-    name, sep, dims = text.partition("=")
+    """One ``--shape``: ``input_ids=1,128``, or as onnxsim, onnxslim and polygraphy write it
+    ``input_ids:1,128`` (also ``input_ids:[1,128]``); the dims separated by ``,`` or ``x`` (``1x128``) ->
+    ``("input_ids", (1, 128))``. A name may hold ``:`` (TensorFlow's ``input:0``) but no dim does: with ``=``
+    the name is what comes before the first ``=``, without it what comes before the last ``:``."""
+    if "=" in text:
+        name, sep, dims = text.partition("=")
+    else:
+        name, sep, dims = text.rpartition(":")
     name, dims = name.strip(), dims.strip()
+    if dims.startswith("[") and dims.endswith("]"):
+        dims = dims[1:-1].strip()
     if not sep or not name or not dims:
-        raise BadInputError(f"--shape '{text}': expected NAME=DIMS, e.g. input_ids=1,128")
+        raise BadInputError(f"--shape '{text}': expected NAME=DIMS or NAME:DIMS, e.g. input_ids=1,128 or "
+                            "input_ids:1x128")
     try:
         values = tuple(int(d) for d in re.split(r"[,x×]", dims))
     except ValueError:
-        raise BadInputError(f"--shape '{text}': dimensions must be integers, e.g. input_ids=1,128") from None
+        raise BadInputError(f"--shape '{text}': dimensions must be integers separated by ',' or 'x', e.g. "
+                            "input_ids=1,128") from None
     if any(v < 0 for v in values):
         raise BadInputError(f"--shape '{text}': dimensions must not be negative")
     return name, values

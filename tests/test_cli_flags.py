@@ -135,3 +135,12 @@ def test_approximate_values_a_command_cannot_take_say_why(command, value, says):
     assert r.exit_code == 2 and r.stdout == ""
     (line,) = r.stderr.splitlines()
     assert line.startswith(f"onnxfuse: error: {says}"), line
+
+
+# --- --shape NAME:DIMS -----------------------------------------------------------------------------------------
+def test_shape_takes_name_colon_dims_beside_name_equals_dims(tmp_path, library_path):
+    r = _run("optimize", SAMPLE, "-o", tmp_path / "out.onnx", "--verify", "--shape", "input_ids:2x16",
+             "--shape", "attention_mask:[2,16]", "--json", "-")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["verify"]["input_shapes"] == {"input_ids": [2, 16], "attention_mask": [2, 16]}
+    assert "--shape NAME:DIMS" in " ".join(_run("compare", "--help").stdout.split())

@@ -109,7 +109,20 @@ def test_parse_shape_option(text, expected):
     assert parse_shape_option(text) == expected
 
 
-@pytest.mark.parametrize("text", ["input_ids", "=1,2", "x=", "x=1,a", "x=-1"])
+@pytest.mark.parametrize("text, expected", [
+    ("input_ids:1,128", ("input_ids", (1, 128))),      # onnxsim's and onnxslim's NAME:DIMS
+    ("input_ids:1x128", ("input_ids", (1, 128))),
+    ("input_ids:[1,128]", ("input_ids", (1, 128))),    # polygraphy's
+    (" y : 7 ", ("y", (7,))),
+    ("input:0:1,128", ("input:0", (1, 128))),          # a TensorFlow name holds ':', a dim never does
+    ("input:0=1x128", ("input:0", (1, 128))),          # with '=' the name is everything before it
+    ("x=[2,3]", ("x", (2, 3))),
+])
+def test_parse_shape_option_name_colon_dims(text, expected):
+    assert parse_shape_option(text) == expected
+
+
+@pytest.mark.parametrize("text", ["input_ids", "=1,2", "x=", "x=1,a", "x=-1", ":1,2", "x:", "x:1,,2", "x:[]", "x:1;2"])
 def test_parse_shape_option_rejects(text):
     with pytest.raises(BadInputError, match="--shape"):
         parse_shape_option(text)

@@ -15,8 +15,9 @@ from .render import emit_json, progress_bar, quiet, result_line, stdout_console
 @click.option("--baseline", metavar="ORIGINAL", help="The model before onnxfuse: timed interleaved with OPTIMIZED, same inputs.")
 @click.option("--provider", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
               help="Execution provider; cuda fails (exit 2) where CUDA cannot start, never falls back to the CPU.")
-@click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
-              help="Concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable). Default: batch 1, other dynamic dims 128.")
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME:DIMS",
+              help="Concrete shape of a dynamic input, e.g. input_ids:1,128, input_ids:1x128 or input_ids=1,128 "
+                   "(repeatable). Default: batch 1, other dynamic dims 128.")
 @click.option("--batch", "batch_list", metavar="B1,B2,...",
               help="Batch sizes to time (axis 0 of every input whose axis 0 is dynamic), e.g. 1,8,32.")
 @click.option("--cuda-graph", is_flag=True, help="Capture and replay a CUDA graph (provider option enable_cuda_graph=1).")

@@ -17,8 +17,9 @@ from .render import emit_json, quiet, render_compare, verbose
               help="Random samples to run (default 1); not with --inputs.")
 @click.option("--inputs", "inputs_path", metavar="FILE.npz|DIR",
               help="Your inputs: a .npz (keys = input names), a folder of .npz files, or ONNX test_data_set_* folder(s) of .pb tensors.")
-@click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
-              help="Concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable). Default: batch 1, other dynamic dims 128.")
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME:DIMS",
+              help="Concrete shape of a dynamic input, e.g. input_ids:1,128, input_ids:1x128 or input_ids=1,128 "
+                   "(repeatable). Default: batch 1, other dynamic dims 128.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs (sample i uses seed+i).")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance for every floating output (default: per dtype).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance for every floating output (default: per dtype).")

@@ -35,9 +35,10 @@ from .render import (StepStatus, echo_warnings, emit_json, progress_bar, quiet, 
 @click.option("--samples", type=click.IntRange(min=1), default=None,
               help="With --verify: random input samples (default 2: attention masks whole in the first, padded "
                    "in the others); with --approximate auto also those its error check runs (default 4).")
-@click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME:DIMS",
               help="With --verify or --approximate auto: concrete shape of a dynamic input, e.g. "
-                   "input_ids=1,128 (repeatable; auto replaces its axis 0 by each batch size).")
+                   "input_ids:1,128, input_ids:1x128 or input_ids=1,128 (repeatable; auto replaces its axis 0 by "
+                   "each batch size).")
 @click.option("--rtol", type=float, default=None, help="With --verify: relative tolerance (default: per dtype).")
 @click.option("--atol", type=float, default=None, help="With --verify: absolute tolerance (default: per dtype).")
 @target_option

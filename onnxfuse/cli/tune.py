@@ -18,8 +18,9 @@ from .render import echo_warnings, emit_json, progress_bar, render_tune
 @click.option("--batch", "batch_list", metavar="B1,B2,...",
               help="Batch sizes the model will run at (axis 0 of every input whose axis 0 is dynamic); "
                    "default 1,8,32 where axis 0 is dynamic, else the model's fixed shape.")
-@click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
-              help="Concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable; its axis 0 is replaced "
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME:DIMS",
+              help="Concrete shape of a dynamic input, e.g. input_ids:1,128, input_ids:1x128 or "
+                   "input_ids=1,128 (repeatable; its axis 0 is replaced "
                    "by each batch size). Default: other dynamic dims 128.")
 @click.option("--reps", type=click.IntRange(min=1), default=30, show_default=True,
               help="Timed runs per path and row count at least (more until the median is stable).")
