@@ -158,6 +158,16 @@ def _rules_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, 
     return result, fused_input, step.to_dict()
 
 
+def op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """How many nodes of each op type ``model`` has, in its main graph and every If/Loop/Scan body, by name
+    (``op_type`` in ONNX's domain, else ``domain.op_type``, as the report names the ops it writes)."""
+    counts: dict[str, int] = {}
+    for node in model_io.all_nodes(model.graph):
+        name = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def _optimize(model, *, target, ort_fusions: bool, approximate: str | None, base_dir,
               on_step: OnStep = _no_step) -> tuple[Optimized, onnx.ModelProto]:
     """:func:`optimize`, and the input as read (which ``inspect`` reads a tuned model's tables from)."""
@@ -172,6 +182,7 @@ def _optimize(model, *, target, ort_fusions: bool, approximate: str | None, base
     report.warnings = notes.warnings
     report.ort_fusions = step
     report.model = path
+    report.op_counts = {"before": op_counts(source), "after": op_counts(result.model)}
     report.seconds = time.perf_counter() - start
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
     # default domain (ORT's transformers optimizer output), which it rejects before we touch them. An

@@ -61,6 +61,9 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     # The library step before the rules (ort_fusions.OrtFusionsReport.to_dict()); None when it was not asked
     ort_fusions: dict | None = None
+    # Nodes per op type ("domain.op_type" outside ONNX's domain, subgraphs counted) in the input and in the
+    # model written: {"before": {...}, "after": {...}}; None before a rewrite ran
+    op_counts: dict[str, dict[str, int]] | None = None
 
     @property
     def fused_by_form(self) -> dict[str, int]:
@@ -88,5 +91,6 @@ class Report:
             "tuning": self.tuning,
             "warnings": list(self.warnings),
             "ort_fusions": self.ort_fusions,
+            "op_counts": self.op_counts,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }

@@ -185,6 +185,9 @@ def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     forms.add_row("[bold]total fused[/]", f"[bold]{len(report.fused)}[/]")
     forms.add_row("refused (left as they were)", str(len(report.refused)))
     console.print(forms)
+    ops = _op_counts(report)
+    if ops is not None:
+        console.print(ops)
     if blocks and report.fused:
         fused = Table(title="blocks to fuse", title_justify="left")
         for column in ("fused node", "op", "form", "replaces"):
@@ -200,6 +203,30 @@ def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
         _render_tuning(console, report.tuning)
     if final:
         console.print(final, highlight=False)
+
+
+def _op_counts(report):
+    """The nodes per op type before and after: the ops onnxfuse writes first, then every other op whose count
+    changed (what the fused blocks replaced); None when nothing changed."""
+    from rich.table import Table
+
+    if not report.op_counts:
+        return None
+    from ..domain import DOMAIN
+
+    before, after = report.op_counts["before"], report.op_counts["after"]
+    # the fused blocks' ops, and every op of onnxfuse's domain (the attention's row guard beside its op)
+    written = sorted(set(report.fused_by_op) | {op for op in after if op.startswith(f"{DOMAIN}.")})
+    changed = [op for op in sorted(set(before) | set(after), key=str.lower)
+               if before.get(op, 0) != after.get(op, 0) and op not in written]
+    if not written and not changed:
+        return None
+    table = Table(title="ops written, then ops changed", title_justify="left")
+    table.add_column("op")
+    table.add_column("before → after", justify="right")
+    for op in written + changed:
+        table.add_row(f"[bold]{op}[/]" if op in written else op, f"{before.get(op, 0)} → {after.get(op, 0)}")
+    return table
 
 
 def _refusals(refused, *, each: bool):
