@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from . import cost_model, model_io, model_save
+from . import cost_model, model_io, model_save, provenance
 from .domain import DOMAIN, OP_TYPE
 from .errors import AccuracyGateError, BadInputError
 from .fuse import FuseResult, fuse_model
@@ -179,6 +179,8 @@ def _optimize(model, *, target, ort_fusions: bool, approximate: str | None, base
     result, rewritten, step = _rules_after_ort_fusions(source, target, ort_fusions, on_step,
                                                        approximate=approximate, base_dir=folder)
     report = result.report
+    if report.fused:  # what fused nothing stays byte for byte the input (or only its nodes sorted): no stamp
+        provenance.stamp(result.model, {b.rule for b in report.fused})
     report.warnings = notes.warnings
     report.ort_fusions = step
     report.model = path

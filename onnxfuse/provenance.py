@@ -1,0 +1,54 @@
+"""Provenance: the mark onnxfuse leaves in ``metadata_props`` of a model it rewrote, so that the model says
+later which onnxfuse made it and with which rules (``optimize`` reads it to say a model is already optimized).
+
+Two keys, written only where something was fused (a model nothing fused in stays as it was, byte for byte):
+
+* ``onnxfuse.version``: the version that rewrote it last (``version.__version__``);
+* ``onnxfuse.rules``: the rules that fused something, sorted and comma-separated; optimizing again with a later
+  version adds the rules that rewrote more, since the model holds the work of both.
+
+No time, host or path: optimizing stays deterministic and idempotent (the stamp of an optimized model is already
+what optimizing it again would write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import onnx
+
+from .version import __version__
+
+VERSION_KEY = "onnxfuse.version"
+RULES_KEY = "onnxfuse.rules"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a model's stamp says: the onnxfuse version that rewrote it and the rules that fused something."""
+
+    version: str
+    rules: tuple[str, ...]
+
+
+def read(model: onnx.ModelProto) -> Provenance | None:
+    """The stamp of ``model``, or None where onnxfuse left none (never optimized, or before stamps existed)."""
+    props = {p.key: p.value for p in model.metadata_props}
+    if VERSION_KEY not in props:
+        return None
+    rules = tuple(r for r in props.get(RULES_KEY, "").split(",") if r)
+    return Provenance(props[VERSION_KEY], rules)
+
+
+def stamp(model: onnx.ModelProto, rules: Iterable[str]) -> None:
+    """Mark ``model`` (in place) as rewritten by this onnxfuse with ``rules``, and with the rules its earlier
+    stamp names. A key the model has keeps its place and takes the new value; a new key is appended."""
+    earlier = read(model)
+    values = {VERSION_KEY: __version__,
+              RULES_KEY: ",".join(sorted(set(rules) | set(earlier.rules if earlier else ())))}
+    for prop in model.metadata_props:
+        if prop.key in values:
+            prop.value = values.pop(prop.key)
+    for key, value in values.items():
+        model.metadata_props.add(key=key, value=value)
