@@ -179,6 +179,8 @@ def _optimize(model, *, target, ort_fusions: bool, approximate: str | None, base
     result, rewritten, step = _rules_after_ort_fusions(source, target, ort_fusions, on_step,
                                                        approximate=approximate, base_dir=folder)
     report = result.report
+    earlier = provenance.already_optimized(source, len(report.fused))
+    report.already_optimized = None if earlier is None else earlier.to_dict()
     if report.fused:  # what fused nothing stays byte for byte the input (or only its nodes sorted): no stamp
         provenance.stamp(result.model, {b.rule for b in report.fused})
     report.warnings = notes.warnings
@@ -277,6 +279,8 @@ class Written:
     report: Report
     tuned: TuneReport | None = None
     verdict: CompareReport | None = None
+    # nothing written: onnxfuse had optimized the input already (report.already_optimized says by which)
+    skipped_already_optimized: bool = False
 
 
 def _gate(model, output, verify: Verify, on_verdict, verdicts: list, on_step: OnStep) -> Callable[[str], None]:
@@ -341,14 +345,15 @@ def write_optimized(model, output, *, target: str = cost_model.DEFAULT_TARGET, o
                     approximate: str | None = None, auto: AutoApproximation | None = None,
                     verify: Verify | None = None, on_verdict: Callable[[CompareReport], None] | None = None,
                     tune_progress: Callable[[], contextlib.AbstractContextManager] | None = None,
-                    on_step: OnStep | None = None) -> Written:
+                    on_step: OnStep | None = None, force: bool = False) -> Written:
     """``onnxfuse optimize``: the model at path ``model`` rewritten (:func:`optimize`), with ``auto`` tuned
     on this machine's GPU (``--approximate auto``; not with ``approximate``), written to ``output`` once,
     atomically. With ``verify`` the written model is judged against ``model`` before it takes ``output``'s
     place: outside tolerance it is not published (``AccuracyGateError``) unless ``verify.keep_failed``. The
     verdict goes to ``on_verdict`` as soon as it is known; ``tune_progress()`` is opened around the tuning
     (a progress bar, or None); ``on_step(step, detail)`` is called as each step of ``STEPS`` starts. The output
-    path is checked before the work."""
+    path is checked before the work. A model onnxfuse optimized already (``provenance.already_optimized``) is
+    not written again, unless ``force``: the report says so, and nothing runs after the rewrite."""
     start = time.perf_counter()
     on_step = on_step or _no_step
     cost_model.get_target(target)
@@ -358,6 +363,9 @@ def write_optimized(model, output, *, target: str = cost_model.DEFAULT_TARGET, o
     verdicts: list = []
     gate = None if verify is None else _gate(model, output, verify, on_verdict, verdicts, on_step)
     optimized = optimize(model, target=target, ort_fusions=ort_fusions, approximate=approximate, on_step=on_step)
+    if optimized.report.already_optimized is not None and not force:
+        optimized.report.seconds = time.perf_counter() - start
+        return Written(optimized.report, skipped_already_optimized=True)
     tuned = None
     if auto is None:
         on_step("write", os.fspath(output))

@@ -1,5 +1,6 @@
 """Provenance: the mark onnxfuse leaves in ``metadata_props`` of a model it rewrote, so that the model says
-later which onnxfuse made it and with which rules (``optimize`` reads it to say a model is already optimized).
+later which onnxfuse made it and with which rules, and whether a model is already optimized (``optimize`` then
+writes no second copy unless forced).
 
 Two keys, written only where something was fused (a model nothing fused in stays as it was, byte for byte):
 
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from .domain import DOMAIN
+from .model_io import all_nodes
 from .version import __version__
 
 VERSION_KEY = "onnxfuse.version"
@@ -26,10 +29,14 @@ RULES_KEY = "onnxfuse.rules"
 
 @dataclass(frozen=True)
 class Provenance:
-    """What a model's stamp says: the onnxfuse version that rewrote it and the rules that fused something."""
+    """What a model's stamp says: the onnxfuse version that rewrote it and the rules that fused something
+    (``version`` None: a model onnxfuse optimized before it left stamps, known by its ops)."""
 
-    version: str
+    version: str | None
     rules: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "rules": list(self.rules)}
 
 
 def read(model: onnx.ModelProto) -> Provenance | None:
@@ -39,6 +46,18 @@ def read(model: onnx.ModelProto) -> Provenance | None:
         return None
     rules = tuple(r for r in props.get(RULES_KEY, "").split(",") if r)
     return Provenance(props[VERSION_KEY], rules)
+
+
+def already_optimized(model: onnx.ModelProto, fusable_blocks: int) -> Provenance | None:
+    """Whether onnxfuse already optimized ``model``: its stamp; or, for a model written before stamps, a
+    Provenance without version where ``model`` has nodes of onnxfuse's domain and ``fusable_blocks`` (what the
+    rules would fuse in it now) is 0. None for a model onnxfuse has not optimized."""
+    stamped = read(model)
+    if stamped is not None:
+        return stamped
+    if fusable_blocks == 0 and any(n.domain == DOMAIN for n in all_nodes(model.graph)):
+        return Provenance(None, ())
+    return None
 
 
 def stamp(model: onnx.ModelProto, rules: Iterable[str]) -> None:

@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
         "model_io": ("domain", "errors", "graph_order"),
         "model_save": ("atomic", "deferred", "domain", "errors", "model_io"),
         "report_paths": ("errors", "model_io", "model_save"),
-        "provenance": ("version",),  # the onnxfuse.version / onnxfuse.rules stamp of a rewritten model
+        "provenance": ("domain", "model_io", "version"),  # the onnxfuse.version / .rules stamp of a rewrite
     }),
     ("the rules: what may be fused, and what pays on each target", {
         "patterns": ("domain", "dtypes", "graph_order"),

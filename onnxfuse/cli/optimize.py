@@ -7,8 +7,8 @@ import click
 
 from .options import (APPROXIMATE_MEANING, APPROXIMATE_VALUES, approximation_budget_options, error_budget,
                       ort_fusions_option, output_beside, parse_batches, target_option, verbosity_options)
-from .render import (StepStatus, echo_warnings, emit_json, progress_bar, quiet, render_compare, render_rewrite,
-                     render_tune)
+from .render import (StepStatus, already_optimized_line, echo_warnings, emit_json, progress_bar, quiet, render_compare,
+                     render_rewrite, render_tune, result_line)
 
 
 @click.command("optimize", context_settings={"max_content_width": 110})
@@ -39,13 +39,17 @@ from .render import (StepStatus, echo_warnings, emit_json, progress_bar, quiet, 
               help="With --verify or --approximate auto: concrete shape of a dynamic input, e.g. "
                    "input_ids:1,128, input_ids:1x128 or input_ids=1,128 (repeatable; auto replaces its axis 0 by "
                    "each batch size).")
+@click.option("--force", is_flag=True,
+              help="Write OUT even where MODEL is already optimized by onnxfuse (its provenance stamp says so, or, "
+                   "for a model written before the stamp, it has onnxfuse's ops and nothing is left to fuse): "
+                   "without it such a model is said to be optimized already, exit 0, and nothing is written.")
 @click.option("--rtol", type=float, default=None, help="With --verify: relative tolerance (default: per dtype).")
 @click.option("--atol", type=float, default=None, help="With --verify: absolute tolerance (default: per dtype).")
 @target_option
 @ort_fusions_option
 @verbosity_options
 def optimize_command(model, output, json_path, approximate, budget, deprecated_budget, forms_text, batch_list, verify,
-                     keep_failed, provider, samples, shape_options, rtol, atol, target, ort_fusions):
+                     keep_failed, provider, samples, shape_options, force, rtol, atol, target, ort_fusions):
     """Rewrite every Linear(+bias)+GELU block of MODEL into one FusedLinearGelu node, and every self-attention
     it can prove into ONNX Runtime's fused attention ops, and write OUT (default: model.fused.onnx beside
     MODEL).
@@ -113,10 +117,15 @@ def optimize_command(model, output, json_path, approximate, budget, deprecated_b
                                   approximate=None if auto or approximate == "none" else approximate,
                                   auto=auto_with, verify=verify_with,
                                   on_verdict=show_verdict if json_path != "-" and not quiet() else None,
-                                  tune_progress=tune_bar, on_step=steps)
+                                  tune_progress=tune_bar, on_step=steps, force=force)
     report, tuned, verdict = written.report, written.tuned, written.verdict
     echo_warnings(report)
     steps.echo_times()
+    if written.skipped_already_optimized:
+        emit_json(report, json_path, extra={"exit_code": EXIT_OK})
+        if json_path != "-":
+            result_line(already_optimized_line(report, output))
+        return
     if json_path != "-":
         render_rewrite(report, title=f"{report.model} → {report.output}")
         if tuned is not None and not quiet():  # quiet: the rewrite's line is the one result

@@ -160,6 +160,19 @@ def rewrite_result(report) -> str | None:
             + (f" → {report.output}" if report.output else ""))
 
 
+def already_optimized_line(report, output) -> str:
+    """optimize's one line for a model onnxfuse optimized already: by which version, and that OUT was not
+    written (with what --force would add, where a later onnxfuse fuses more)."""
+    more = (f" ({len(report.fused)} more block(s) would fuse: --force writes them)" if report.fused
+            else " (--force writes it)")
+    return f"{report.model}: already optimized by {_optimized_by(report.already_optimized)}; {output} not written{more}"
+
+
+def _optimized_by(provenance: dict) -> str:
+    """Who optimized a model, from ``report.already_optimized``: 'onnxfuse 0.2.0'."""
+    return f"onnxfuse {provenance['version'] or '(a version before provenance stamps)'}"
+
+
 def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     """optimize's and inspect's tables: the blocks fused by source form, the refusals, the math changed; with
     ``blocks`` (inspect) every block and a tuned model's path tables. optimize lists one refusal per rule and
@@ -173,6 +186,10 @@ def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
         return
     console = stdout_console()
     console.print(title + (f" · target {report.target}" if report.target else ""), highlight=False)
+    if report.already_optimized is not None:
+        by = report.already_optimized
+        rules = f" (rules: {', '.join(by['rules'])})" if by["rules"] else ""
+        console.print(f"already optimized by {_optimized_by(by)}{rules}", highlight=False)
     if report.ort_fusions is not None:
         from ..ort_fusions import OrtFusionsReport
 
