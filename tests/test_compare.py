@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -359,6 +361,55 @@ def test_cli_pass_prints_the_table_and_exits_0(files):
     result = _cli(files["erf"], files["op"], "--samples", "2", "--no-progress")
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output and "p99.9" in result.output and "cosine" in result.output
+
+
+TINY_BERT = Path(__file__).resolve().parent.parent / "sample_models" / "tiny_bert.onnx"
+SHAPES = ["--shape", "input_ids=1,16", "--shape", "attention_mask=1,16"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_fused(tmp_path_factory, library_path):
+    out = tmp_path_factory.mktemp("fused") / "tiny_bert.fused.onnx"
+    assert CliRunner().invoke(main, ["optimize", str(TINY_BERT), "-o", str(out), "-q"]).exit_code == 0
+    return out
+
+
+def _significant_digits(number: str) -> int:
+    return len(number.split("e")[0].replace(".", "").lstrip("0"))
+
+
+def _table(stdout: str) -> list[list[str]]:
+    """The cells of the table's body rows (│ … │ lines), stripped."""
+    return [[c.strip() for c in line.strip("│").split("│")] for line in stdout.splitlines() if line.startswith("│")]
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("tolerance", [[], ["--rtol", "0", "--atol", "0"]], ids=["pass", "fail"])
+def test_cli_table_fits_the_terminal_with_no_cell_cut(tiny_bert_fused, columns, tolerance):
+    """COLUMNS (or the terminal) chooses a layout the table fits in: no line wider than the terminal, no cell
+    ending in an ellipsis, the numbers in 3 significant digits."""
+    result = CliRunner().invoke(main, ["compare", str(TINY_BERT), str(tiny_bert_fused), *SHAPES, *tolerance],
+                                env={"COLUMNS": str(columns)})
+    assert result.exit_code == (3 if tolerance else 0), result.output
+    assert "…" not in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= columns
+    rows = [row for row in _table(result.stdout) if row[0] in ("last_hidden_state", "pooler_output")]
+    assert len(rows) == 2, result.stdout  # the names are not cut either
+    numbers = [cell for row in rows for cell in row[1:] if re.fullmatch(r"[\d.]+(e-?\d+)?", cell)]
+    assert len(numbers) >= 4 and all(_significant_digits(n) <= 3 for n in numbers), numbers
+    assert ("mean abs" in result.stdout) == (columns >= 120)
+    if tolerance:
+        assert all("FAIL" in row[-1] for row in rows) and "FAIL: 2 of 2 outputs outside tolerance" in result.stdout
+
+
+def test_cli_wide_table_has_every_column(tiny_bert_fused):
+    result = CliRunner().invoke(main, ["compare", str(TINY_BERT), str(tiny_bert_fused), *SHAPES],
+                                env={"COLUMNS": "200"})
+    header = " ".join(result.stdout.split())
+    for column in ("output", "dtype", "max abs", "max rel", "mean abs", "p50", "p99", "p99.9", "cosine", "NaN/Inf",
+                   "rtol/atol", "verdict"):
+        assert f" {column} " in header
+    assert "1e-4/1e-4" in result.stdout and re.search(r"1−\d\.\d\de-\d+", result.stdout)  # cosine: its distance to 1
 
 
 def test_zero_tolerance_says_so_and_its_json_is_strict(files, tmp_path):

@@ -118,11 +118,15 @@ class StepStatus:
 
 
 def stdout_console():
-    """A rich console on stdout. Piped into a log, rich would squeeze the tables into 80 columns: give them
-    room instead."""
+    """A rich console on stdout, as wide as the terminal, or as ``COLUMNS`` says. Piped into a log without
+    ``COLUMNS``, rich would squeeze the tables into 80 columns: give them room instead."""
+    import os
+
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()  # rich reads COLUMNS itself, before the terminal's size
+    return Console(width=200)
 
 
 def echo_warnings(report) -> None:
@@ -271,30 +275,82 @@ def _refusals(refused, *, each: bool):
 
 def render_compare(report) -> None:
     """compare's table (also optimize --verify's): each output's errors against its tolerance, and the verdict.
-    With -q the verdict line only where it passed (a failure is the error line)."""
-    from rich.table import Table
-
+    The widest layout of ``_COMPARE_LAYOUTS`` that fits the console (a terminal of 80 columns gets the compact
+    one; no cell is cut); numbers in 3 significant digits. With -q the verdict line only where it passed (a
+    failure is the error line)."""
     if quiet():
         if report.passed:
             result_line("PASS: " + report.summary())
         return
+    from rich.measure import Measurement
 
-    table = Table(title=f"{report.original} vs {report.optimized} · {report.provider} · {report.samples} sample(s),"
-                        f" inputs {report.inputs}", title_justify="left")
-    for column in ("output", "dtype", "max abs", "max rel", "mean abs", "p50", "p99", "p99.9", "cosine",
-                   "NaN/Inf", "rtol/atol", "verdict"):
-        table.add_column(column, justify="left" if column in ("output", "dtype", "verdict") else "right")
-    for o in report.outputs:
-        table.add_row(
-            o.name, o.dtype + (f" ({o.compute_dtype} math)" if o.compute_dtype else ""), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.mean_abs:.3g}", f"{o.p50_abs:.3g}",
-            f"{o.p99_abs:.3g}", f"{o.p999_abs:.3g}", f"{o.cosine:.8f}", str(o.nonfinite_mismatches),
-            f"{o.tolerance.rtol:g} / {o.tolerance.atol:g}",
-            "[green]pass[/]" if o.passed else f"[red]FAIL[/] ({o.violations} over)",
-        )
     console = stdout_console()
-    console.print(table)
+    console.print(f"{report.original} vs {report.optimized} · {report.provider} · {report.samples} sample(s), "
+                  f"inputs {report.inputs}", highlight=False)
+    unbounded = console.options.update_width(10_000)  # the table's own width, not the width it is given
+    for layout in _COMPARE_LAYOUTS:
+        table = _compare_table(report, layout)
+        if Measurement.get(console, unbounded, table).maximum <= console.width:
+            break
+    console.print(table)  # the narrowest layout where none fits: its cells fold, never end in "…"
     console.print("[green]PASS[/]: " + report.summary() if report.passed else "[red]FAIL[/]: " + report.summary(),
                   highlight=False)
+
+
+# compare's columns, widest layout first: a narrower terminal drops the columns said least often (the other
+# quantiles, NaN/Inf: the verdict names those that differ; the mean), moves the type under the output's name and
+# leaves the counts of a FAIL to the line below the table, then drops p99.
+_COMPARE_COLUMNS = ("output", "dtype", "max abs", "max rel", "mean abs", "p50", "p99", "p99.9", "cosine", "NaN/Inf",
+                    "rtol/atol", "verdict")
+_COMPARE_LAYOUTS = (
+    _COMPARE_COLUMNS,
+    ("output", "dtype", "max abs", "max rel", "mean abs", "p99", "cosine", "rtol/atol", "verdict"),
+    ("output", "max abs", "max rel", "p99", "cosine", "rtol/atol", "verdict"),
+    ("output", "max abs", "max rel", "cosine", "rtol/atol", "verdict"),
+)
+
+
+def _compare_table(report, columns: tuple[str, ...]):
+    from rich.table import Table
+
+    table = Table()
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("output", "dtype", "verdict") else "right",
+                         overflow="fold")
+    for o in report.outputs:
+        dtype = o.dtype + (f" ({o.compute_dtype} math)" if o.compute_dtype else "")
+        # the narrow layouts leave the counts to the FAIL line below the table
+        verdict = ("[green]pass[/]" if o.passed else "[red]FAIL[/]" if "dtype" not in columns
+                   else f"[red]FAIL[/] ({o.violations} over)")
+        if o.nonfinite_mismatches and "NaN/Inf" not in columns and "dtype" in columns:
+            verdict += f", {o.nonfinite_mismatches} NaN/Inf"
+        cells = {"output": o.name if "dtype" in columns else f"{o.name}\n{dtype}", "dtype": dtype,
+                 "max abs": _g3(o.max_abs), "max rel": _g3(o.max_rel), "mean abs": _g3(o.mean_abs),
+                 "p50": _g3(o.p50_abs), "p99": _g3(o.p99_abs), "p99.9": _g3(o.p999_abs), "cosine": _cosine(o.cosine),
+                 "NaN/Inf": str(o.nonfinite_mismatches),
+                 "rtol/atol": f"{_g3(o.tolerance.rtol)}/{_g3(o.tolerance.atol)}", "verdict": verdict}
+        table.add_row(*(cells[c] for c in columns))
+    return table
+
+
+def _g3(value: float) -> str:
+    """3 significant digits in the fewest characters: 1.01e-5, 3.28e-4, 0.0123, 412, 1e-4, 0."""
+    import math
+
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    if 1e-3 <= abs(value) < 1e4:
+        return f"{value:.3g}"
+    mantissa, _, exponent = f"{value:.2e}".partition("e")
+    return mantissa.rstrip("0").rstrip(".") + f"e{int(exponent)}"
+
+
+def _cosine(value: float) -> str:
+    """A cosine similarity: near 1 its distance from 1 in 3 significant digits (1−2.3e-9), which is what
+    tells two close outputs apart; else the value."""
+    if value == 1:
+        return "1"
+    return f"1−{_g3(1 - value)}" if 0 < 1 - value < 1e-3 else _g3(value)
 
 
 def render_tune(report) -> None:
