@@ -29,6 +29,7 @@ from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError, on
 from .inputs import (
     Sample,
     check_sample,
+    default_samples,
     input_specs,
     load_inputs,
     random_inputs,
@@ -198,7 +199,7 @@ def compare_models(
     optimized: str | Path | onnx.ModelProto,
     *,
     provider: str = "cpu",
-    samples: int = 1,
+    samples: int | None = None,
     inputs: str | Path | list[Sample] | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
     rtol: float | None = None,
@@ -210,13 +211,15 @@ def compare_models(
     original's.
 
     ``inputs``: a path (see ``onnxfuse.inputs.load_inputs``) or a list of samples; then every given sample
-    is used and ``samples`` / ``shapes`` do not apply. Otherwise ``samples`` random samples are drawn
-    (seeds ``seed``, ``seed+1``…) with dynamic dims from ``shapes`` or the defaults of ``onnxfuse.inputs``,
-    attention masks whole in the first and padded on the right in the others. Raises ``BadInputError`` for unusable models or inputs; an accuracy failure is *not* raised but
-    reported (``report.exit_code == 3``; ``report.raise_if_failed()`` turns it into ``AccuracyGateError``).
+    is used and ``samples`` / ``shapes`` do not apply. Otherwise ``samples`` random samples are drawn (seeds
+    ``seed``, ``seed+1``…) with dynamic dims from ``shapes`` or the defaults of ``onnxfuse.inputs``, attention
+    masks whole in the first and padded on the right in the others; ``samples`` None is
+    ``inputs.default_samples``: 2 where the model has a mask to pad, else 1. Raises ``BadInputError`` for
+    unusable models or inputs; an accuracy failure is *not* raised but reported (``report.exit_code == 3``;
+    ``report.raise_if_failed()`` turns it into ``AccuracyGateError``).
     """
     provider_list(provider)  # an unknown provider, or CUDA where it is not usable: one line before any work
-    if samples < 1:
+    if samples is not None and samples < 1:
         raise BadInputError(f"samples must be at least 1, got {samples}")
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and not (value >= 0 and np.isfinite(value)):
@@ -231,7 +234,7 @@ def compare_models(
         resolve_shapes(specs, shapes)  # reject bad --shape before any session starts
         feeds = None
         source = f"random (seed {seed})"
-        count = samples
+        count = default_samples(original_model) if samples is None else samples
     else:
         if isinstance(inputs, (str, Path)):
             feeds = load_inputs(inputs, original_model)

@@ -248,6 +248,20 @@ def gather_bounds(model: onnx.ModelProto) -> dict[str, int]:
     return bounds
 
 
+def padded_masks(model: onnx.ModelProto) -> list[str]:
+    """The inputs a ``padded`` sample pads (``random_inputs``): masks (integer or bool inputs named like one)
+    of shape [batch, sequence] whose sequence is not fixed at 1."""
+    return [spec.name for spec in input_specs(model)
+            if "mask" in spec.name.lower() and len(spec.shape) == 2 and spec.shape[1] != 1
+            and (spec.dtype == np.bool_ or np.issubdtype(spec.dtype, np.integer))]
+
+
+def default_samples(model: onnx.ModelProto) -> int:
+    """How many random samples the accuracy gate draws unless told: 2 where the model has a mask to pad (whole
+    in the first, padded on the right in the second, so that the gate sees the mask used), else 1."""
+    return 2 if padded_masks(model) else 1
+
+
 def random_inputs(
     model: onnx.ModelProto,
     shapes: dict[str, tuple[int, ...]] | None = None,

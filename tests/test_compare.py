@@ -412,6 +412,37 @@ def test_cli_wide_table_has_every_column(tiny_bert_fused):
     assert "1e-4/1e-4" in result.stdout and re.search(r"1−\d\.\d\de-\d+", result.stdout)  # cosine: its distance to 1
 
 
+def _masked_embedding(honours_mask: bool) -> onnx.ModelProto:
+    """Token embeddings times the attention mask; or, a rewrite that lost the mask, the embeddings alone: the
+    two agree wherever the mask is whole."""
+    table = numpy_helper.from_array(np.random.default_rng(3).standard_normal((50, 8)).astype(np.float32), "table")
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["tok"])]
+    if honours_mask:
+        nodes += [helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+                  helper.make_node("Unsqueeze", ["maskf", "axes"], ["mask3"]),
+                  helper.make_node("Mul", ["tok", "mask3"], ["out"])]
+    else:
+        nodes += [helper.make_node("Identity", ["tok"], ["out"])]
+    return _model(nodes, [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
+                          for name in ("input_ids", "attention_mask")],
+                  [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "sequence", 8])],
+                  [table, axes] if honours_mask else [table])
+
+
+def test_cli_default_runs_a_padded_sample_where_the_model_has_a_mask(tmp_path, files):
+    """By default a model with an attention mask is run twice, the mask whole then padded on the right: a rewrite
+    that lost the mask fails the gate; --samples 1 (the mask whole only) cannot see it. Without a mask, one."""
+    original, lost = tmp_path / "masked.onnx", tmp_path / "lost.onnx"
+    onnx.save(_masked_embedding(True), str(original))
+    onnx.save(_masked_embedding(False), str(lost))
+    result = _cli(str(original), str(lost), "--shape", "input_ids=1,16", "--json", "-")
+    assert result.exit_code == 3 and json.loads(result.stdout)["samples"] == 2
+    result = _cli(str(original), str(lost), "--shape", "input_ids=1,16", "--samples", "1", "--json", "-")
+    assert result.exit_code == 0 and json.loads(result.stdout)["samples"] == 1
+    assert json.loads(_cli(files["erf"], files["op"], "--json", "-").stdout)["samples"] == 1
+
+
 def test_zero_tolerance_says_so_and_its_json_is_strict(files, tmp_path):
     """atol = rtol = 0 makes the error ratio infinite: the line says what the tolerance asks instead of
     "inf×", and the report stays strict JSON (null, not Infinity, which jq and JSON.parse reject)."""

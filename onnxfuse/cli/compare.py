@@ -14,7 +14,9 @@ from .render import emit_json, quiet, render_compare, verbose
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Execution provider for both models; cuda fails (exit 2) if CUDA cannot start, never falls back.")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
-              help="Random samples to run (default 1); not with --inputs.")
+              help="Random samples to run; not with --inputs. Default: 2 where the model has an attention mask "
+                   "(whole in the first sample, padded on the right in the second), else 1; --samples 1 runs "
+                   "the whole mask only.")
 @click.option("--inputs", "inputs_path", metavar="FILE.npz|DIR",
               help="Your inputs: a .npz (keys = input names), a folder of .npz files, or ONNX test_data_set_* folder(s) of .pb tensors.")
 @click.option("--shape", "shape_options", multiple=True, metavar="NAME:DIMS",
@@ -66,7 +68,7 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
     check_report_paths({"--json": json_path, "--plot": plot_path}, models_read=[original, optimized],
                        files_read=[inputs_path])
     report = compare_models(
-        original, optimized, provider=provider, samples=samples or 1, inputs=inputs_path, shapes=shapes,
+        original, optimized, provider=provider, samples=samples, inputs=inputs_path, shapes=shapes,
         rtol=rtol, atol=atol, seed=seed, progress=progress and not quiet(),
     )
     if verbose():
