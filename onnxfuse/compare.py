@@ -24,7 +24,7 @@ from onnx import TensorProto
 
 from .domain import DOMAIN
 from .dtypes import dtype_name
-from .error_statistics import OutputStats, output_accumulators
+from .error_statistics import OutputStats, Tolerance, output_accumulators, passing_tolerance
 from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError, one_line
 from .inputs import (
     Sample,
@@ -73,6 +73,11 @@ class CompareReport:
             return f"all {len(self.outputs)} outputs within tolerance over {self.samples} sample(s)"
         bad = [o.name for o in self.outputs if not o.passed]
         return f"{len(bad)} of {len(self.outputs)} outputs outside tolerance: {'; '.join(self.failures())}"
+
+    def passing_tolerance(self) -> Tolerance | None:
+        """The --rtol/--atol under which every output would have passed on these samples (None where no
+        tolerance would: ``error_statistics.passing_tolerance``)."""
+        return passing_tolerance(self.outputs)
 
     def raise_if_failed(self) -> None:
         if not self.passed:

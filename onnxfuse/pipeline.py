@@ -18,6 +18,7 @@ from a staged copy. The output is written once, by the last step, and checked be
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -283,9 +284,33 @@ class Written:
     skipped_already_optimized: bool = False
 
 
-def _gate(model, output, verify: Verify, on_verdict, verdicts: list, on_step: OnStep) -> Callable[[str], None]:
+def approximation_hint(verdict: CompareReport, *, approximate: str | None, auto: AutoApproximation | None) -> str:
+    """For a gate that failed on a model whose GELU math was changed on purpose (``--approximate``): what would
+    have let it pass, from the errors it measured: the --rtol/--atol under which every output passes on these
+    samples, and with ``auto`` a smaller --error-budget (the largest rel-L2 the gate measured: a budget below
+    it makes tune switch fewer nodes). "" where the math was not changed on purpose, which no tolerance hint
+    should paper over."""
+    if verdict.passed or (approximate is None and auto is None):
+        return ""
+    ways = []
+    tolerance = verdict.passing_tolerance()
+    if tolerance is not None:
+        ways.append(f"--rtol {tolerance.rtol:g} --atol {tolerance.atol:g} would have passed")
+    if auto is not None:
+        measured = max(o.rel_l2 for o in verdict.outputs)
+        ways.append(f"an --error-budget below {measured:.2g} (the largest rel-L2 measured here; it was "
+                    f"{auto.budget:g}) makes tune switch fewer nodes")
+    if not ways:
+        return ""
+    what = "--approximate auto" if auto is not None else f"--approximate {approximate}"
+    return f" ({what} changes the math on purpose: {'; or '.join(ways)})"
+
+
+def _gate(model, output, verify: Verify, on_verdict, verdicts: list, on_step: OnStep,
+          hint: Callable[[CompareReport], str]) -> Callable[[str], None]:
     """The ``before_publish`` hook of ``--verify``: compare the written temporary model with ``model``, hand
-    the verdict to ``on_verdict`` (the command renders it), and stop the publication when it failed."""
+    the verdict to ``on_verdict`` (the command renders it), and stop the publication when it failed (with
+    ``hint(verdict)``: what would have passed, where the math was changed on purpose)."""
     def run_gate(written_model: str) -> None:
         from .compare import verify_optimized
 
@@ -297,7 +322,7 @@ def _gate(model, output, verify: Verify, on_verdict, verdicts: list, on_step: On
         if on_verdict is not None:
             on_verdict(verdict)
         if not verdict.passed and not verify.keep_failed:
-            raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
+            raise AccuracyGateError(f"{output} not written: {verdict.summary()}{hint(verdict)}")
 
     return run_gate
 
@@ -361,7 +386,8 @@ def write_optimized(model, output, *, target: str = cost_model.DEFAULT_TARGET, o
         raise ValueError("write_optimized: approximate= makes every node one form; auto= chooses per node")
     model_save.check_output_path(model, output)
     verdicts: list = []
-    gate = None if verify is None else _gate(model, output, verify, on_verdict, verdicts, on_step)
+    hint = functools.partial(approximation_hint, approximate=approximate, auto=auto)
+    gate = None if verify is None else _gate(model, output, verify, on_verdict, verdicts, on_step, hint)
     optimized = optimize(model, target=target, ort_fusions=ort_fusions, approximate=approximate, on_step=on_step)
     if optimized.report.already_optimized is not None and not force:
         optimized.report.seconds = time.perf_counter() - start

@@ -350,6 +350,33 @@ def test_fused_model_against_its_unfused_original(library_path):
     assert not compare_models(linear_gelu("erf"), wrong, inputs=[{"x": x}], atol=1e-7, rtol=1e-7, progress=False).passed
 
 
+def test_passing_tolerance_is_the_tolerance_the_same_gate_passes_at(files):
+    failed = compare_models(files["op"], files["shifted"], samples=2, progress=False)
+    assert not failed.passed
+    tolerance = failed.passing_tolerance()
+    worst = failed.outputs[0].worst_ratio
+    assert tolerance.rtol == pytest.approx(1e-4 * worst, rel=0.1) and tolerance.atol == tolerance.rtol
+    again = compare_models(files["op"], files["shifted"], samples=2, rtol=tolerance.rtol, atol=tolerance.atol,
+                           progress=False)
+    assert again.passed
+    # at a zero tolerance the ratio is infinite: the largest error, as an atol, is what passes
+    exact = compare_models(files["op"], files["shifted"], samples=2, rtol=0, atol=0, progress=False)
+    tolerance = exact.passing_tolerance()
+    assert tolerance.rtol == 0 and tolerance.atol >= exact.outputs[0].max_abs
+    assert compare_models(files["op"], files["shifted"], samples=2, rtol=0, atol=tolerance.atol,
+                          progress=False).passed
+
+
+def test_no_tolerance_passes_a_changed_integer_output():
+    def model(op):
+        return _model([helper.make_node(op, ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.INT64, [4])])
+
+    x = np.array([-2, -1, 1, 2], np.int64)
+    report = compare_models(model("Abs"), model("Neg"), inputs=[{"x": x}], progress=False)
+    assert not report.passed and report.passing_tolerance() is None
+
+
 # --- the command line -----------------------------------------------------------------------------------
 
 

@@ -70,7 +70,7 @@ def optimize_command(model, output, json_path, approximate, budget, deprecated_b
     from ..cost_model import get_target
     from ..errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError
     from ..inputs import parse_shape_option
-    from ..pipeline import AutoApproximation, Verify, write_optimized
+    from ..pipeline import AutoApproximation, Verify, approximation_hint, write_optimized
 
     get_target(target)  # a bad --target is said before anything else is looked at
     output = output_beside(model, output, "fused")
@@ -139,4 +139,6 @@ def optimize_command(model, output, json_path, approximate, budget, deprecated_b
     emit_json(report, json_path, extra={**extra, "exit_code": EXIT_ACCURACY if failed else EXIT_OK},
               after_writing=output)
     if failed:
-        raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {verdict.summary()}")
+        hint = approximation_hint(verdict, approximate=None if auto or approximate == "none" else approximate,
+                                  auto=auto_with)
+        raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {verdict.summary()}{hint}")
