@@ -369,7 +369,8 @@ def test_passing_tolerance_is_the_tolerance_the_same_gate_passes_at(files):
 
 def test_no_tolerance_passes_a_changed_integer_output():
     def model(op):
-        return _model([helper.make_node(op, ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
+        return _model([helper.make_node(op, ["x"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
                       [helper.make_tensor_value_info("y", TensorProto.INT64, [4])])
 
     x = np.array([-2, -1, 1, 2], np.int64)
