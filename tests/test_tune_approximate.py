@@ -365,7 +365,8 @@ def test_auto_where_no_form_is_faster_keeps_exact_and_checks_nothing(tmp_path, t
 def test_sigmoid_is_tried_only_when_named(tmp_path, tiny_bert, monkeypatch):
     out = tmp_path / "tuned.onnx"
     factors, errors = {"tanh": 0.95, "sigmoid": 0.85}, {"tanh": 1e-4, "sigmoid": 1e-4}
-    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3", "--json", "-"], monkeypatch, factors, errors)
+    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3", "--json", "-"], monkeypatch, factors,
+              errors)
     assert {e["chosen"] for e in json.loads(r.output)["approximation"]["nodes"].values()} == {"tanh"}
     r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3", "--approximate-forms", "sigmoid,tanh",
                "--json", "-"], monkeypatch, factors, errors)
@@ -414,8 +415,8 @@ def test_inspect_shows_each_nodes_form_and_the_error(tmp_path, tiny_bert, monkey
     (["--error-budget", "1e-3"], "--error-budget: meaningful only with --approximate auto"),
     (["--approximate-forms", "tanh"], "--approximate-forms: meaningful only with --approximate auto"),
     (["--samples", "8"], "--samples: meaningful only with --approximate auto"),
-    (["--approximate", "auto"], "--approximate auto needs --error-budget REL, the largest error the model's outputs may take "
-                                "(rel-L2 against the exact model, e.g. 1e-3)"),
+    (["--approximate", "auto"], "--approximate auto needs --error-budget REL, the largest error the model's outputs "
+                                "may take (rel-L2 against the exact model, e.g. 1e-3)"),
     (["--approximate", "auto", "--error-budget", "0"], "--error-budget must be a finite number > 0, got 0.0"),
     (["--approximate", "auto", "--error-budget", "-1"], "--error-budget must be a finite number > 0, got -1.0"),
     (["--approximate", "auto", "--error-budget", "nan"], "--error-budget must be a finite number > 0, got nan"),
@@ -435,8 +436,8 @@ def test_bad_approximation_options_are_exit_2_before_anything_is_read(tmp_path, 
 def _optimize_auto(tmp_path, monkeypatch, *extra, factors=None, per_node=None, seen=None):
     out = tmp_path / "out" / "tiny_bert.auto.onnx"
     out.parent.mkdir()
-    r = _tune(["optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", out, *AUTO, "--error-budget", "1e-3",
-               *extra], monkeypatch, factors or {"tanh": 0.9}, per_node or {"tanh": 4e-4}, seen)
+    r = _tune(["optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", out, *AUTO, "--error-budget",
+               "1e-3", *extra], monkeypatch, factors or {"tanh": 0.9}, per_node or {"tanh": 4e-4}, seen)
     return r, out
 
 
@@ -505,8 +506,8 @@ def test_optimize_approximate_auto_without_a_gpu_is_exit_2_and_writes_nothing(tm
     (["--error-budget", "1e-3"], "--error-budget: meaningful only with --approximate auto"),
     (["--approximate", "tanh", "--batch", "1,8"], "--batch: meaningful only with --approximate auto"),
     (["--approximate-forms", "tanh"], "--approximate-forms: meaningful only with --approximate auto"),
-    (["--approximate", "auto"], "--approximate auto needs --error-budget REL, the largest error the model's outputs may take "
-                                "(rel-L2 against the exact model, e.g. 1e-3)"),
+    (["--approximate", "auto"], "--approximate auto needs --error-budget REL, the largest error the model's outputs "
+                                "may take (rel-L2 against the exact model, e.g. 1e-3)"),
     (["--approximate", "auto", "--error-budget", "1e-3", "--target", "cpu"],
      "--approximate auto times the CUDA kernel's forms: it needs --target cuda, not cpu"),
     (["--samples", "2"], "--samples: meaningful only with --verify (or --approximate auto, for --shape and --samples)"),

@@ -120,7 +120,8 @@ def _check_op_approximate(approximate: str) -> None:
 def _model_bench_result(report) -> None:
     """-q: the medians (and speedups) per batch size in one line."""
     per_batch = ", ".join(f"batch {r.batch} {r.optimized.median_ms:.3f} ms"
-                          + (f" ({r.speedup:.3f}× over the baseline)" if report.baseline else "") for r in report.results)
+                          + (f" ({r.speedup:.3f}× over the baseline)" if report.baseline else "")
+                          for r in report.results)
     result_line(f"{report.optimized} on {report.provider}: {per_batch}")
 
 

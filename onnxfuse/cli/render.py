@@ -98,7 +98,8 @@ class StepStatus:
     def echo_times(self) -> None:
         """With -v: each step's time, one line on stderr."""
         if verbose() and self.seconds:
-            steps = " · ".join(f"{STEP_NAMES.get(step, step)} {seconds:.2f} s" for step, seconds in self.seconds.items())
+            steps = " · ".join(f"{STEP_NAMES.get(step, step)} {seconds:.2f} s"
+                               for step, seconds in self.seconds.items())
             click.echo(f"onnxfuse: time: {steps} (total {sum(self.seconds.values()):.2f} s)", err=True)
 
     def _stop_timing(self, now: float) -> None:
