@@ -61,6 +61,9 @@ def optimize_command(model, output, json_path, approximate, budget, deprecated_b
     With --approximate auto the rewrite is followed, in the same run and on this machine's CUDA GPU, by
     `onnxfuse tune --approximate auto`: OUT is the tuned model, and --verify judges that one.
 
+    A model something was fused in says so in its metadata_props (onnxfuse.version, onnxfuse.rules); a
+    model onnxfuse optimized already is said to be so, and not written again unless --force.
+
     \b
     Exit codes: 0 ok · 1 internal error · 2 bad input (unreadable model, missing external data,
     unwritable output; --approximate auto without --error-budget, or without a CUDA provider and GPU)
@@ -76,6 +79,7 @@ def optimize_command(model, output, json_path, approximate, budget, deprecated_b
     output = output_beside(model, output, "fused")
     budget = error_budget(budget, deprecated_budget)
     auto = approximate == "auto"
+    every_node = approximate if approximate in ("tanh", "sigmoid") else None  # the form every fused node takes
     forms = parse_forms(forms_text) if forms_text is not None else None
     if auto:
         from ..tune import check_approximation_options
@@ -114,8 +118,7 @@ def optimize_command(model, output, json_path, approximate, budget, deprecated_b
             return progress_bar(True, "tune:")
 
         written = write_optimized(model, output, target=target, ort_fusions=ort_fusions,
-                                  approximate=None if auto or approximate == "none" else approximate,
-                                  auto=auto_with, verify=verify_with,
+                                  approximate=every_node, auto=auto_with, verify=verify_with,
                                   on_verdict=show_verdict if json_path != "-" and not quiet() else None,
                                   tune_progress=tune_bar, on_step=steps, force=force)
     report, tuned, verdict = written.report, written.tuned, written.verdict
@@ -139,6 +142,5 @@ def optimize_command(model, output, json_path, approximate, budget, deprecated_b
     emit_json(report, json_path, extra={**extra, "exit_code": EXIT_ACCURACY if failed else EXIT_OK},
               after_writing=output)
     if failed:
-        hint = approximation_hint(verdict, approximate=None if auto or approximate == "none" else approximate,
-                                  auto=auto_with)
+        hint = approximation_hint(verdict, approximate=every_node, auto=auto_with)
         raise AccuracyGateError(f"{output} written (--keep-failed) but outside tolerance: {verdict.summary()}{hint}")
