@@ -26,7 +26,7 @@ def inspect_command(model, json_value, target, ort_fusions):
         ctx = click.get_current_context()
         raise click.MissingParameter(ctx=ctx, param=next(p for p in ctx.command.params if p.name == "model"))
     check_report_paths({"--json": report_path}, models_read=[model])
-    with StepStatus(show=True) as steps:
+    with StepStatus() as steps:
         report = inspect_file(model, target=target, ort_fusions=ort_fusions, on_step=steps)
     echo_warnings(report)
     steps.echo_times()

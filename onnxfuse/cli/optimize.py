@@ -108,7 +108,7 @@ def optimize_command(model, output, json_path, approximate, budget, deprecated_b
 
     verify_with = Verify(provider, samples or 2, shapes, rtol, atol, keep_failed) if verify else None
     auto_with = AutoApproximation(budget, forms, shapes, batches, samples) if auto else None
-    with StepStatus(show=True) as steps:
+    with StepStatus() as steps:
         def show_verdict(verdict) -> None:
             steps.pause()  # the table on stdout, not under the status line on the same terminal
             render_compare(verdict)

@@ -8,6 +8,7 @@ table, warning, status line or progress bar); verbose, also every refusal and ea
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
@@ -63,16 +64,14 @@ class StepStatus:
     ``pause()`` hands the terminal to a progress bar (rich shows one live display at a time); the next step
     takes it back."""
 
-    def __init__(self, show: bool):
-        self.show = show and not quiet() and sys.stderr.isatty()
+    def __init__(self):
+        self.show = not quiet() and sys.stderr.isatty()
         self.seconds: dict[str, float] = {}  # per step, in the order they first ran
         self._step: str | None = None
         self._started = 0.0
         self._status = None
 
     def __call__(self, step: str, detail: str = "") -> None:
-        import time
-
         now = time.perf_counter()
         self._stop_timing(now)
         self._step, self._started = step, now
@@ -111,8 +110,6 @@ class StepStatus:
         return self
 
     def __exit__(self, *exc):
-        import time
-
         self._stop_timing(time.perf_counter())
         self.pause()
         return False
