@@ -35,6 +35,7 @@ from .inputs import (
     random_inputs,
     resolve_shapes,
     size_candidates,
+    tried_sizes,
 )
 from .runtime import create_session, provider_list
 
@@ -114,10 +115,10 @@ def _load(model: str | Path | onnx.ModelProto, role: str) -> _Loaded:
         return _Loaded(model, f"<{role} model in memory>", model.SerializeToString())
     path = Path(model)
     from . import model_io
-    from .runtime import onnxruntime_load_error
+    from .runtime import load_probes
 
     try:  # every way a file can be bad (empty, truncated, a folder, an LFS pointer, external data), one line
-        proto = model_io.load_model(path, runtime_load_error=onnxruntime_load_error)
+        proto = model_io.load_model(path, **load_probes())
     except BadInputError as e:
         raise BadInputError(f"{role} model {e}") from None
     return _Loaded(proto, str(path), str(path))
@@ -318,7 +319,7 @@ def _runnable_sizes(session, model: onnx.ModelProto, specs, shapes, output_names
     the original's outputs on sample 0 at those shapes and the seconds that run took, the sizes said to
     the user when they are not the defaults or None). Raises ``BadInputError`` naming the ``--shape`` to
     give when the model runs at none."""
-    candidates = size_candidates(specs, shapes)
+    candidates = size_candidates(specs, shapes, model)
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # a size the model does not run is an answer here, not an error to log
     first_error = None
@@ -341,8 +342,8 @@ def _runnable_sizes(session, model: onnx.ModelProto, specs, shapes, output_names
         raise BadInputError(f"the original model cannot run on sample 0 ({shapes_text}; {hint}): {first_error}")
     dynamic = "; ".join(s.describe() for s in specs if any(not isinstance(d, int) for d in s.shape))
     raise BadInputError(
-        f"the original model cannot run on sample 0 ({shapes_text}, nor with {candidates[0][1]} halved down to "
-        f"1; give dynamic dims with --shape NAME=DIMS, inputs {dynamic}): {first_error}")
+        f"the original model cannot run on sample 0 ({shapes_text}, nor with {tried_sizes(candidates)}; give dynamic "
+        f"dims with --shape NAME=DIMS, inputs {dynamic}): {first_error}")
 
 
 def verify_optimized(original_path: str | Path, optimized_path: str | Path, published_as: str | Path | None = None,

@@ -7,7 +7,7 @@ why that block is better left to the runtime. The rules themselves know nothing 
 driver knows no target by name: ``TARGETS`` is the whole cost model.
 
     cuda      fuses every block (the default; see :class:`Cuda`)
-    cpu       fuses every block: measured never slower (see :class:`Cpu` for the numbers)
+    cpu       fuses every block: measured never slower (see :class:`Cpu` for the files that show it)
     tensorrt  leaves every block alone (see :class:`TensorRt`)
 
 Why the default is a named target and not ``auto``: ``optimize`` runs where a model is built, which is
@@ -45,12 +45,13 @@ class Target(Protocol):
 @dataclass(frozen=True)
 class Cuda:
     """ORT's CUDA execution provider (CPU provider behind it). Every block pays: FusedLinearGelu's CUDA
-    kernel chooses its path inside the node for each call — the one-kernel GEMM+bias+GELU, or cuBLASLt's
-    GEMM with its bias epilogue then the library's activation kernel where the one kernel loses (few rows,
-    odd alignment: the contract in CONTRACT.md's ``cuda_path``) — so leaving a block alone can only lose
-    the launch and the pre-activation round trip. Attention and MultiHeadAttention reach ORT's flash /
-    memory-efficient / cuDNN attention kernels, which the unfused Softmax subgraph never does (bench/results/e2e_h200.md:
-    ViT-B/16 1.93-1.95x at 32 images)."""
+    kernel chooses its path inside the node for each call — the one-kernel GEMM+bias+GELU, cuBLASLt's GEMM
+    then the library's activation kernel, or the few-rows gemv kernel, where the one kernel loses (few rows,
+    odd alignment: the contract in docs/ops.md, "CUDA kernel: which path a call takes") — so leaving a block
+    alone can only lose the launch and the pre-activation round trip. Attention and MultiHeadAttention reach
+    ORT's flash / memory-efficient / cuDNN attention kernels, which the unfused Softmax subgraph never does
+    (where the GPU time goes: bench/results/e2e_kernels_h200_sdpa.md; end to end, ViT-B/16 included:
+    bench/results/e2e_h200_sdpa_fp16_mask_flags.md)."""
 
     name: str = "cuda"
     summary: str = "ONNX Runtime's CUDA provider: fuse every block (each fused node picks its fastest path per call)"
@@ -61,28 +62,18 @@ class Cuda:
 
 @dataclass(frozen=True)
 class Cpu:
-    """ORT's CPU execution provider. Every block pays, on the measurements committed in bench/results/:
+    """ORT's CPU execution provider. Every block pays, on the measurements committed in bench/results/.
 
     FusedLinearGelu's CPU kernel against ORT's MLAS MatMul + Add + Gelu (float32, erf, 2 intra-op threads,
-    interleaved calls in one process), fused/unfused time:
-
-    ============== ======================== ==================================
-    M×K×N          AMD EPYC (cpu_kernel)    Xeon, AVX-512 (cpu_kernel_h200_host)
-    ============== ======================== ==================================
-    128×768×3072   0.905                    0.856
-    1024×768×3072  0.944                    0.775
-    128×1024×4096  0.959                    0.570
-    2048×1024×4096 0.771                    0.879
-    ============== ======================== ==================================
-
-    never slower (0.57-0.96), at few rows and many, so no class of (K, N) is left alone; and at the shapes
-    the CUDA kernel found hardest, 1-8 rows with K and N off multiples of 8 (``cpu_kernel_small_m_odd``,
-    Xeon, 10 shapes), 0.50-0.98. Not evidence:
-    ``cpu_kernel_h200host_xeon_avx512`` and ``..._avx2cap`` (1.06-3.03, ORT 1.30) measured the kernel
-    before its blocked-K and sliver-order rewrites, which those two later files replace; and a run capped
-    with ``ONNXFUSE_CPU_ISA=avx2`` on an AVX-512 host pits the AVX2 kernel against MLAS's AVX-512 one,
-    which is no AVX2 machine. float16/bfloat16 and the OpenBLAS path (CPUs without AVX2) are not
-    measured; nothing shows them slower, so they fuse as well.
+    interleaved calls in one process) is faster at every shape measured, on an AMD EPYC (``cpu_kernel.md``) and
+    on a Xeon with AVX-512 (``cpu_kernel_h200_host.md``), at few rows and many, so no class of (K, N) is left
+    alone; and at the shapes the CUDA kernel found hardest, 1-8 rows with K and N off multiples of 8
+    (``cpu_kernel_small_m_odd.md``, Xeon). ``tests/test_cost_model.py`` holds those files to it: a committed
+    measurement that shows the fused kernel slower fails there until this target says what to do about it. Not
+    evidence: a run capped with ``ONNXFUSE_CPU_ISA=avx2`` on an AVX-512 host
+    (``cpu_kernel_h200host_xeon_avx2cap.md``) pits the AVX2 kernel against MLAS's AVX-512 one, which is no AVX2
+    machine, and it measured the kernel before its blocked-K and sliver-order rewrites. float16/bfloat16 and the
+    OpenBLAS path (CPUs without AVX2) are not measured; nothing shows them slower, so they fuse as well.
 
     Attention and MultiHeadAttention have CPU kernels in ORT; nothing measured says they lose to the
     unfused subgraph (the committed CPU measurements are of FusedLinearGelu only), so attention stays
@@ -91,9 +82,9 @@ class Cpu:
     name: str = "cpu"
     summary: str = "ONNX Runtime's CPU provider: fuse every block (the CPU kernel is measured never slower than ORT's)"
 
-    # The committed measurements the table above cites (tests check the numbers against them).
+    # The committed measurements the docstring cites (tests/test_cost_model.py: the fused kernel faster in each).
     measurements: tuple[str, ...] = ("bench/results/cpu_kernel.json", "bench/results/cpu_kernel_h200_host.json")
-    # Few rows and odd K, N (the range above cites it).
+    # Few rows and odd K, N.
     small_row_measurements: str = "bench/results/cpu_kernel_small_m_odd.json"
 
     def review(self, view: GraphView, plan: Plan) -> str | None:

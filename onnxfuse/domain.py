@@ -10,7 +10,7 @@ a row none of whose K flags is set equal to the ``fill`` attribute (default 0):
 ``Where(ReduceMax(row_kept, axes=[-1]), X, fill)``, bit for bit (K = 1: ``Where(row_kept, X, fill)``). The
 attention rule writes it as its row guard on the attention mask itself ([B, 1, S|1, T]: a query row is kept
 when it sees a key); its kernels may write Y into X's buffer, so that a call costs only the flags and the
-rows it fills (custom_ops/src/fill_masked_rows_common.h).
+rows it fills (custom_ops/src/contract/fill_masked_rows_common.h).
 
 ``MaskedSkipLayerNormalization(input [B, S, D], skip, row_kept, gamma [D], beta?, bias?) -> (Y, sum?)``: ORT's
 ``SkipLayerNormalization`` (com.microsoft) in which a row none of whose flags is set takes its ``input`` as 0:
@@ -49,8 +49,8 @@ EMITTED_DOMAIN_VERSIONS = {DOMAIN: DOMAIN_VERSION, "com.microsoft": 1}
 APPROXIMATIONS = ("none", "tanh", "sigmoid")
 # The values of the CUDA kernel's `cuda_path` attribute, and of each `tuned_paths` entry (all but "auto").
 CUDA_PATHS = ("auto", "fused", "fallback", "gemv")
-# The most rows the "gemv" path runs (kGemvMaxRows in custom_ops/src/cuda/gemv_gelu.h): it keeps every row's
-# fp32 accumulators in registers while W streams past once, which pays only while the rows are few. A forced
+# The most rows the "gemv" path runs (kGemvMaxRows in custom_ops/src/cuda/kernels/gemv_gelu.h): it keeps every
+# row's fp32 accumulators in registers while W streams past once, which pays only while the rows are few. A forced
 # cuda_path="gemv" fails a call with more rows, and a tuning table may name it only for bounds up to here.
 GEMV_MAX_ROWS = 16
 DEFAULT_SIGMOID_ALPHA = 1.702

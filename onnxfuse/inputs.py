@@ -19,6 +19,11 @@ Defaults, when the user gives no ``--shape`` for an input:
   uniformly in ``[0, table rows)`` (token ids stay inside the vocabulary); other integers in
   ``[0, DEFAULT_INT_HIGH)``.
 * bool inputs: masks are all True (or padded, as integer masks), others random.
+
+Where a model does not run at the default sizes, ``compare`` tries others (:func:`size_candidates`): the defaulted
+non-batch dims halved down to 1, then the lengths the model itself implies — the fixed dimensions it declares
+(inputs, outputs, ``value_info``) and the small integer constants of its graph (a window or chunk a Reshape splits
+the sequence into), each as the largest multiple of it up to the default and as itself.
 """
 
 from __future__ import annotations
@@ -172,12 +177,14 @@ def resolve_shapes(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]] | 
     return resolved
 
 
-def size_candidates(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]] | None = None
-                    ) -> list[tuple[dict[str, tuple[int, ...]], str]]:
+def size_candidates(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]] | None = None,
+                    model: onnx.ModelProto | None = None) -> list[tuple[dict[str, tuple[int, ...]], str]]:
     """The input shapes to try, in order, when the user leaves dynamic dims to the defaults: the defaults
     first, then every defaulted non-batch dim halved, down to 1 (a model may cap a sequence: a CLIP text
-    tower with a 77-row position table does not run at 128 tokens). Each is (full shapes, a description
-    of the defaulted dims, e.g. ``"sequence=64"``); a model without defaulted non-batch dims gets one."""
+    tower with a 77-row position table does not run at 128 tokens), then, given ``model``, the lengths it
+    implies (:func:`implied_lengths`: a model exported with a fixed window may run only at multiples of it).
+    Each is (full shapes, a description of the defaulted dims, e.g. ``"sequence=64"``); a model without
+    defaulted non-batch dims gets one. :func:`tried_sizes` says which were tried, for an error."""
     user = dict(shapes or {})
     resolved = resolve_shapes(specs, user)
     bound_by_user = {d for s in specs if s.name in user for d in s.shape if isinstance(d, str)}
@@ -191,16 +198,59 @@ def size_candidates(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]] |
             if resolved[spec.name][axis] == DEFAULT_DYNAMIC:
                 sized.append((spec.name, axis, d if isinstance(d, str) else f"{spec.name}[{axis}]"))
     labels = list(dict.fromkeys(label for _, _, label in sized))
-    out = []
-    size = DEFAULT_DYNAMIC
-    while True:
+
+    def at(size: int) -> tuple[dict[str, tuple[int, ...]], str]:
         candidate = {name: list(dims) for name, dims in resolved.items()}
         for name, axis, _ in sized:
             candidate[name][axis] = size
-        out.append(({k: tuple(v) for k, v in candidate.items()}, ", ".join(f"{label}={size}" for label in labels)))
-        if not sized or size == 1:
-            return out
-        size //= 2
+        return {k: tuple(v) for k, v in candidate.items()}, ", ".join(f"{label}={size}" for label in labels)
+
+    if not sized:
+        return [at(DEFAULT_DYNAMIC)]
+    halved = [DEFAULT_DYNAMIC >> k for k in range(_HALVINGS)]
+    implied = [n for n in implied_lengths(model) if n not in halved] if model is not None else []
+    return [at(size) for size in halved + implied]
+
+
+_HALVINGS = DEFAULT_DYNAMIC.bit_length()  # DEFAULT_DYNAMIC, its half, ... 1
+_MAX_IMPLIED = 1024  # a length a model implies is tried only up to this (one run of the model at batch 1)
+_MAX_IMPLIED_TRIED = 12
+
+
+def implied_lengths(model: onnx.ModelProto) -> list[int]:
+    """Sequence lengths a model's own numbers suggest it runs at, longest first: for each fixed dimension it
+    declares (inputs, outputs, ``value_info``) and each entry of its small integer constants (up to 8 entries,
+    stored inline: reshape targets, window sizes, slice bounds) from 2 to ``_MAX_IMPLIED``, the largest multiple of
+    it up to ``DEFAULT_DYNAMIC`` and itself. A guess to try, never an assumption: ``compare`` keeps the first the
+    original model runs at."""
+    graph = model.graph
+    values: set[int] = set()
+    for vi in (*graph.input, *graph.output, *graph.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            values.update(d.dim_value for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value"))
+    stored = list(graph.initializer) + [a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute
+                                        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR]
+    for t in stored:
+        if t.data_type in (TensorProto.INT64, TensorProto.INT32) and len(t.dims) <= 1 and \
+                int(np.prod(t.dims, dtype=np.int64)) <= 8 and t.data_location != TensorProto.EXTERNAL:
+            values.update(int(v) for v in numpy_helper.to_array(t).reshape(-1))
+    lengths: list[int] = []
+    for v in sorted((v for v in values if 2 <= v <= _MAX_IMPLIED), reverse=True):
+        lengths += [v * (DEFAULT_DYNAMIC // v)] if v <= DEFAULT_DYNAMIC else []
+        lengths.append(v)
+    return sorted(set(lengths), reverse=True)[:_MAX_IMPLIED_TRIED]
+
+
+def tried_sizes(candidates: list[tuple[dict[str, tuple[int, ...]], str]]) -> str:
+    """The sizes :func:`size_candidates` tried, as an error says them: ``"sequence=128 halved down to 1"``, and
+    the lengths the model implies where there were any (``", nor at 126 or 3, lengths the model's dims and
+    constants imply"``)."""
+    text = f"{candidates[0][1]} halved down to 1"
+    implied = [label.rsplit("=", 1)[-1] for _, label in candidates[_HALVINGS:]]  # every sized dim has the one size
+    if implied:
+        listed = f"{', '.join(implied[:-1])} or {implied[-1]}" if len(implied) > 1 else implied[0]
+        text += f", nor at {listed}, lengths the model's dims and constants imply"
+    return text
 
 
 def _default_dim(name: str | None, axis: int) -> int:

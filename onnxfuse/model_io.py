@@ -23,6 +23,7 @@ from onnx.external_data_helper import ExternalDataInfo
 from . import domain
 from .errors import BadInputError
 from .graph_order import node_reads, stable_order
+from .implied_opsets import declare_implied
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
 _FOUR_BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4,
@@ -30,6 +31,9 @@ _FOUR_BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4,
 # Why ONNX Runtime cannot load a model (None: it can), asked of a model onnx.checker rejects, as
 # runtime.onnxruntime_load_error(model, its file or None, base_dir=its external data's folder)
 RuntimeLoadError = Callable[..., str | None]
+# {domain: version} that ONNX Runtime imports by itself into a model that uses a domain without importing it,
+# as runtime.ort_implied_opsets() asks the installed ORT (implied_opsets.py says why it is asked, not tabled)
+ImpliedOpsets = Callable[[], dict[str, int]]
 
 
 # --- walking tensors ---------------------------------------------------------------------------------
@@ -112,7 +116,15 @@ def external_span(t: onnx.TensorProto, base_dir: str) -> tuple[str, int, int]:
 
 
 # --- loading ---------------------------------------------------------------------------------------
-def _check_opsets(model: onnx.ModelProto, path: str) -> None:
+def _check_opsets(model: onnx.ModelProto, path: str, notes: LoadNotes | None = None,
+                  implied_opsets: ImpliedOpsets | None = None) -> None:
+    """Every domain a node uses is imported, at a version this onnx (and onnxfuse) reads. A domain the model
+    uses without importing it that ONNX Runtime imports by itself (``com.microsoft``, ``ai.onnx.ml``) is
+    declared in ``model`` at the version ORT assumes (``implied_opsets()``; without it, nothing is assumed),
+    and recorded in ``notes``."""
+    declared = declare_implied(model, list(all_nodes(model.graph)), implied_opsets or dict)
+    if notes is not None:
+        notes.declared_opsets = tuple(declared.items())
     imported = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     if "" in imported and not 1 <= imported[""] <= onnx.defs.onnx_opset_version():
         raise BadInputError(f"{path}: ONNX opset {imported['']} is not supported (this onnx knows up to "
@@ -201,14 +213,25 @@ def _check_well_formed(model: onnx.ModelProto, path: str) -> None:
                                     "shape says") from None
 
 
-def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = frozenset()) -> bool:
+def _is_constant(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = frozenset(),
+                duplicates: dict[str, int] | None = None) -> bool:
     """Put ``graph``'s nodes (and its subgraphs') in topological order if they are not; True if any moved.
 
     ONNX Runtime sorts a graph itself, so exporters and converters write models whose node list is out of
     order (ORT's ``float16.convert_float_to_float16`` appends the input Casts at the end) and ORT runs
     them. The sort is ``graph_order.stable_order``: nodes already in order keep their places relative to
-    each other. A tensor read that no node computes (undefined, or a cycle), or one computed twice, is
-    garbage and refused."""
+    each other. A tensor read that no node computes (undefined, or a cycle) is garbage and refused, and so
+    is one computed twice, except as ORT takes it: ORT turns every ``Constant`` node into an initializer,
+    appended after the model's own, and of initializers of one name uses the last
+    (``onnxruntime/core/graph/graph.cc``). So a tensor that ``Constant`` nodes define more than once, or that
+    one defines beside an initializer or graph input of its name, is the last such node's value; each is
+    counted in ``duplicates`` (tensor: definitions). A node of another op writing a defined name ORT refuses
+    too. (Constant nodes read nothing: the stable sort keeps their order, so the last one stays last, which
+    is where ``patterns.graph.GraphView`` reads it.)"""
     moved = False
     scope = None  # what a subgraph may read from here: everything this graph and its enclosing ones define
     for node in graph.node:
@@ -217,24 +240,28 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
                 if scope is None:
                     scope = outer | {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
                         o for n in graph.node for o in n.output if o}
-                moved |= _sort_nodes(g, path, scope)
+                moved |= _sort_nodes(g, path, scope, duplicates)
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer if t.values.name}
-    producer: dict[str, int] = {}
+    producers: dict[str, list[int]] = {}
     for k, node in enumerate(graph.node):
         for name in node.output:
             if not name:
                 continue
-            if name in defined or name in producer:
-                raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
-                                    f"(node '{node.name or node.op_type}')")
-            producer[name] = k
+            earlier = producers.setdefault(name, [])
+            if earlier or name in defined:
+                if not (_is_constant(node) and all(_is_constant(graph.node[j]) for j in earlier)):
+                    raise BadInputError(f"{path}: not a valid ONNX model: tensor '{name}' is computed twice "
+                                        f"(node '{node.name or node.op_type}')")
+                if duplicates is not None:
+                    duplicates[name] = len(earlier) + (name in defined) + 1
+            earlier.append(k)
     waits_on: list[set[int]] = []  # per node: the producers it waits for
     for k, node in enumerate(graph.node):
         deps = set()
         for name in sorted(node_reads(node)):
-            if name in producer:
-                deps.add(producer[name])
+            if name in producers:
+                deps.update(producers[name])
             elif name not in defined and name not in outer and name in node.input:
                 raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads "
                                     f"'{name}' before any node computes it (undefined)")
@@ -244,7 +271,7 @@ def _sort_nodes(graph: onnx.GraphProto, path: str, outer: frozenset[str] = froze
         placed = set(order)
         stuck = min(k for k in range(len(graph.node)) if k not in placed)
         node = graph.node[stuck]
-        name = next(n for n in sorted(node_reads(node)) if n in producer and producer[n] not in placed)
+        name = next(n for n in sorted(node_reads(node)) if any(j not in placed for j in producers.get(n, ())))
         raise BadInputError(f"{path}: not a valid ONNX model: node '{node.name or node.op_type}' reads '{name}' "
                             "before any node computes it (a cycle)")
     if order == sorted(order):
@@ -294,14 +321,19 @@ def checker_error(target) -> str | None:
     return None
 
 
-def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
-    """The checker's verdict on the sorted model, which exists in memory only. The checker looks for
-    external data relative to a model *file*, so external initializers are judged by their type and
-    dims: as graph inputs of a copy (their data files were checked by ``external_span`` already)."""
-    if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
-        return checker_error(model)
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
+def sorted_checker_error(model: onnx.ModelProto) -> str | None:
+    """The checker's verdict on the model as loaded (sorted, opsets declared), which exists in memory only, read
+    as ONNX defines it (:func:`_spell_default_domain_empty`). The checker looks for external data relative
+    to a model *file*, so external initializers are judged by their type and dims: as graph inputs of a copy
+    (their data files were checked by ``external_span`` already)."""
+    restore = _spell_default_domain_empty(model)
+    try:
+        if not any(t.data_location == EXTERNAL for t in model.graph.initializer):
+            return checker_error(model)
+        light = onnx.ModelProto()
+        light.CopyFrom(model)
+    finally:
+        restore()
     declared = {v.name for v in light.graph.input}
     kept = [t for t in light.graph.initializer if t.data_location != EXTERNAL]
     for t in light.graph.initializer:
@@ -312,6 +344,41 @@ def _sorted_checker_error(model: onnx.ModelProto) -> str | None:
     return checker_error(light)
 
 
+def spells_default_domain_ai_onnx(model: onnx.ModelProto) -> bool:
+    """Whether the model names the default domain "ai.onnx" on a node or an opset import."""
+    return any(o.domain == "ai.onnx" for o in model.opset_import) or any(
+        n.domain == "ai.onnx" for n in all_nodes(model.graph))
+
+
+def _spell_default_domain_empty(model: onnx.ModelProto) -> Callable[[], None]:
+    """Spell the default domain "" on ``model``'s nodes and opset imports; returns what puts the spelling back.
+
+    ONNX defines "ai.onnx" as "", and ORT reads it so, but ``onnx.checker`` looks a node's schema up under the
+    domain as spelled: "ai.onnx" nodes fail it with an error naming their op, so a rewrite that removes the
+    first such node would seem to add an error. Judged as ONNX reads it, the model gets the verdict its math
+    deserves; the model written keeps its spelling. (Of two imports of the default domain the last one
+    counts, as in ORT's ``Model`` and :func:`_check_opsets`.)"""
+    if not spells_default_domain_ai_onnx(model):
+        return lambda: None
+    respelled = [n for n in all_nodes(model.graph) if n.domain == "ai.onnx"]
+    imports = [(o.domain, o.version) for o in model.opset_import]
+    versions: dict[str, int] = {}
+    for d, v in imports:
+        versions["" if d == "ai.onnx" else d] = v
+    for n in respelled:
+        n.domain = ""
+    del model.opset_import[:]
+    model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in versions.items())
+
+    def restore() -> None:
+        for n in respelled:
+            n.domain = "ai.onnx"
+        del model.opset_import[:]
+        model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in imports)
+
+    return restore
+
+
 @dataclass
 class LoadNotes:
     """What :func:`load_model` tolerated in an input ONNX Runtime runs: said to the user as warnings, and
@@ -320,6 +387,15 @@ class LoadNotes:
     reordered: bool = False  # the nodes were not in topological order; the model returned is sorted
     checker_error: str | None = None  # onnx.checker's first error on the (sorted) input; None: it passes
     path: str = ""
+    # (domain, version) of each domain the nodes use unimported that ORT imports by itself: declared in the model
+    declared_opsets: tuple[tuple[str, int], ...] = ()
+    # (tensor, definitions) of each tensor several Constant nodes (and maybe an initializer) define
+    duplicate_constants: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def normalized(self) -> bool:
+        """The model returned differs from the file: sorted, or with opsets declared."""
+        return self.reordered or bool(self.declared_opsets)
 
     @property
     def warnings(self) -> list[str]:
@@ -327,6 +403,14 @@ class LoadNotes:
         if self.reordered:
             out.append(f"{self.path}: the nodes are not in topological order (ONNX Runtime sorts them when it "
                        "loads the model); they were re-ordered, and the output lists them sorted")
+        for d, version in self.declared_opsets:
+            out.append(f"{self.path}: nodes use domain '{d or 'ai.onnx'}', which the model does not import; ONNX "
+                       f"Runtime reads it at version {version} (its latest), and so does onnxfuse: the output "
+                       "declares it")
+        for name, count in self.duplicate_constants:
+            out.append(f"{self.path}: tensor '{name}' is defined {count} times, by Constant nodes (and maybe an "
+                       "initializer); ONNX Runtime reads the last Constant node's value, and so does onnxfuse "
+                       "(the output keeps every definition)")
         if self.checker_error is not None:
             out.append(f"{self.path}: onnx.checker rejects the input ({self.checker_error}); ONNX Runtime loads "
                        "it, so it is optimized, and its output is held to add no checker error")
@@ -334,14 +418,17 @@ class LoadNotes:
 
 
 def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | None = None,
-               runtime_load_error: RuntimeLoadError | None = None) -> onnx.ModelProto:
+               runtime_load_error: RuntimeLoadError | None = None,
+               implied_opsets: ImpliedOpsets | None = None) -> onnx.ModelProto:
     """Read an ONNX model, or raise ``BadInputError`` with one line saying what is wrong with it.
 
     External data is checked (present, inside the model's folder, long enough) but not loaded unless
     ``load_external_data``. A model whose nodes are out of topological order is returned sorted. A model
     ``onnx.checker`` rejects is refused unless ``runtime_load_error`` (``runtime.onnxruntime_load_error``)
     says ONNX Runtime loads it (graph outputs without a shape, as onnx-graphsurgeon writes them); without
-    one it is refused. What was tolerated is recorded in ``notes``."""
+    one it is refused. A domain used but not imported is declared at the version ``implied_opsets()`` says
+    ORT assumes (``runtime.ort_implied_opsets``); without it, refused. ``runtime.load_probes()`` gives both.
+    What was tolerated is recorded in ``notes``."""
     path = os.fspath(path)
     notes = notes if notes is not None else LoadNotes()
     notes.path = path
@@ -367,14 +454,16 @@ def load_model(path, *, load_external_data: bool = False, notes: LoadNotes | Non
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadInputError(f"{path}: not an ONNX model or truncated ({first})") from None
     base_dir = os.path.dirname(os.path.abspath(path))
-    validate_model(model, path, base_dir=base_dir, notes=notes, runtime_load_error=runtime_load_error, source=path)
+    validate_model(model, path, base_dir=base_dir, notes=notes, runtime_load_error=runtime_load_error,
+                   implied_opsets=implied_opsets, source=path)
     if load_external_data:
         onnx.external_data_helper.load_external_data_for_model(model, base_dir)
     return model
 
 
 def validate_model(model: onnx.ModelProto, name: str, *, base_dir: str | None, notes: LoadNotes,
-                   runtime_load_error: RuntimeLoadError | None = None, source: str | None = None) -> None:
+                   runtime_load_error: RuntimeLoadError | None = None,
+                   implied_opsets: ImpliedOpsets | None = None, source: str | None = None) -> None:
     """What :func:`load_model` checks once the file is parsed, on a model in memory (``name`` says which in
     the messages): ``BadInputError`` for a model no step after this can trust, the nodes sorted in place
     where they are out of order, what was tolerated in ``notes``. ``base_dir``: where its external data is
@@ -387,17 +476,20 @@ def validate_model(model: onnx.ModelProto, name: str, *, base_dir: str | None, n
         raise BadInputError(f"{name}: IR version {model.ir_version} is newer than this onnx supports "
                             f"({onnx.IR_VERSION})")
     _check_well_formed(model, name)
-    notes.reordered = _sort_nodes(model.graph, name)
-    _check_opsets(model, name)
+    duplicates: dict[str, int] = {}
+    notes.reordered = _sort_nodes(model.graph, name, duplicates=duplicates)
+    notes.duplicate_constants = tuple(sorted(duplicates.items()))
+    _check_opsets(model, name, notes, implied_opsets)
     external = external_tensors(model)
     if external and base_dir is None:
         raise ValueError(f"{name}: the model has external data; say where it is (base_dir)")
     for t in external:
         external_span(t, base_dir)
     if checkable(model):
-        # full (shape inference) as the output will be; the sorted model is what gets rewritten
-        in_file = source is not None and not notes.reordered
-        error = checker_error(source) if in_file else _sorted_checker_error(model)
+        # full (shape inference) as the output will be; the sorted model, opsets declared, is what gets
+        # rewritten, judged as ONNX reads the default domain's spelling
+        in_file = source is not None and not notes.normalized and not spells_default_domain_ai_onnx(model)
+        error = checker_error(source) if in_file else sorted_checker_error(model)
         if error is not None:
             if runtime_load_error is None or runtime_load_error(model, source, base_dir=base_dir) is not None:
                 raise BadInputError(f"{name}: not a valid ONNX model: {error}")

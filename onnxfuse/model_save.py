@@ -23,7 +23,8 @@ from . import domain
 from .atomic import create_temp_file, fsync_dir, remove_stale_temps, temp_prefix
 from .deferred import Deferred, is_pending
 from .errors import BadInputError
-from .model_io import check_file, checker_error, external_span, external_tensors, tensor_nbytes
+from .model_io import (check_file, checker_error, external_span, external_tensors, sorted_checker_error,
+                       spells_default_domain_ai_onnx, tensor_nbytes)
 
 # Offsets of tensors in the data file are page-aligned, so runtimes can memory-map them.
 ALIGNMENT = 4096
@@ -67,10 +68,21 @@ def check_output_path(input_path, output_path, *, what: str = "output model") ->
 
 
 # --- after the work: the output guarantee --------------------------------------------------------
-def check_output(model_path: str, path: str, input_checker_error: str | None = None) -> None:
+def check_output(model_path: str, path: str, input_checker_error: str | None = None,
+                 model: onnx.ModelProto | None = None) -> None:
     """The output guarantee: it passes ``onnx.checker`` wherever the input does, and adds no checker
     error the input did not have (an input the checker rejects, which ONNX Runtime runs, may keep its
-    own error, e.g. graph outputs without a shape)."""
+    own error, e.g. graph outputs without a shape). ``model``: the proto written at ``model_path``; one that
+    spells the default domain "ai.onnx" is judged in memory as ONNX reads it, as its input was
+    (``model_io.sorted_checker_error``)."""
+    if model is not None and spells_default_domain_ai_onnx(model):
+        error = sorted_checker_error(model)
+        if error is None or error == input_checker_error:
+            return
+        if input_checker_error is None:
+            raise onnx.checker.ValidationError(error)  # as check_file raises it: an output the rewrite broke
+        raise BadInputError(f"{path}: not written: the output fails onnx.checker with an error the input "
+                            f"did not have ({error}; the input's: {input_checker_error})")
     if input_checker_error is not None:
         error = checker_error(model_path)
         if error is not None and error != input_checker_error:
@@ -229,7 +241,7 @@ def save_model(model: onnx.ModelProto, path, *, source_dir=None,
             raise BadInputError(f"{path}: cannot write: {e.strerror or e}") from None
         if check:
             domain.register_schema()
-            check_output(model_tmp, path, input_checker_error)
+            check_output(model_tmp, path, input_checker_error, model)
         if before_publish is not None:
             before_publish(model_tmp)
         if ext:

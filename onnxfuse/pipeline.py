@@ -57,9 +57,11 @@ class Optimized(tuple):
     files, and the weights the rewrite made from them (transposed, packed) are :attr:`deferred`: they exist
     once :meth:`save` (or :func:`save`) writes the model, which is therefore the way to write it."""
 
-    def __new__(cls, result: FuseResult, *, check: bool, input_checker_error: str | None):
+    def __new__(cls, result: FuseResult, *, check: bool, input_checker_error: str | None,
+                runtime_loads: bool = False):
         self = super().__new__(cls, (result.model, result.report))
         self._result, self._check, self._input_checker_error = result, check, input_checker_error
+        self._runtime_loads = runtime_loads  # the written model must load in ONNX Runtime (checker: see _optimize)
         return self
 
     @property
@@ -83,11 +85,27 @@ class Optimized(tuple):
     def save(self, path, *, before_publish: Callable[[str], None] | None = None) -> None:
         """Write the model to ``path`` atomically, external data streamed into ``path``.data beside it, and set
         the report's ``output``. Before the written model takes ``path``'s place it must pass ``onnx.checker``
-        wherever the input did, with no error the input did not have, and ``before_publish(temp_path)`` runs
-        on it when given (an exception it raises leaves ``path`` as it was)."""
-        self._result.save(path, check=self._check, before_publish=before_publish,
+        wherever the input did, with no error the input did not have (where ORT's fusions wrote a model the
+        checker rejects: load in ONNX Runtime), and ``before_publish(temp_path)`` runs on it when given (an
+        exception it raises leaves ``path`` as it was)."""
+        self._result.save(path, check=self._check, before_publish=self._before_publish(path, before_publish),
                           input_checker_error=self._input_checker_error)
         self.report.output = os.fspath(path)
+
+    def _before_publish(self, path, before_publish: Callable[[str], None] | None) -> Callable[[str], None] | None:
+        """``before_publish``, after the check that ONNX Runtime loads the written model where that is the
+        output's guarantee (ORT's fusions wrote a model onnx.checker rejects)."""
+        if not self._runtime_loads:
+            return before_publish
+
+        def loads_then(written: str) -> None:
+            refused = _onnxruntime_load_error(onnx.load(written, load_external_data=False), written)
+            if refused is not None:
+                raise BadInputError(f"{os.fspath(path)}: not written: ONNX Runtime cannot load the output ({refused})")
+            if before_publish is not None:
+                before_publish(written)
+
+        return loads_then
 
 
 def _onnxruntime_load_error(model: onnx.ModelProto, source: str | None, *, base_dir: str | None = None) -> str | None:
@@ -98,11 +116,23 @@ def _onnxruntime_load_error(model: onnx.ModelProto, source: str | None, *, base_
     return onnxruntime_load_error(model, source, base_dir=base_dir)
 
 
+def _ort_implied_opsets() -> dict[str, int]:
+    """``runtime.ort_implied_opsets``, imported when asked: only a model that uses a domain it does not import
+    needs it."""
+    from .runtime import ort_implied_opsets
+
+    return ort_implied_opsets()
+
+
+# what validation asks ONNX Runtime (runtime.load_probes(), without importing ORT until a model needs it)
+_LOAD_PROBES = {"runtime_load_error": _onnxruntime_load_error, "implied_opsets": _ort_implied_opsets}
+
+
 def load_input(path, *, notes: model_io.LoadNotes | None = None, load_external_data: bool = False) -> onnx.ModelProto:
     """The model at ``path`` as ``optimize`` reads it: ``model_io.load_model``, with ONNX Runtime judging a
-    model ``onnx.checker`` rejects (tolerated, and said in ``notes``, where ORT loads it)."""
-    return model_io.load_model(path, notes=notes, load_external_data=load_external_data,
-                               runtime_load_error=_onnxruntime_load_error)
+    model ``onnx.checker`` rejects (tolerated, and said in ``notes``, where ORT loads it) and telling the opset
+    versions it assumes for domains the model uses without importing them."""
+    return model_io.load_model(path, notes=notes, load_external_data=load_external_data, **_LOAD_PROBES)
 
 
 def _read(model, base_dir, notes: model_io.LoadNotes) -> tuple[onnx.ModelProto, str | None, str | None]:
@@ -113,21 +143,22 @@ def _read(model, base_dir, notes: model_io.LoadNotes) -> tuple[onnx.ModelProto, 
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     folder = None if base_dir is None else os.fspath(base_dir)
-    model_io.validate_model(copy, IN_MEMORY, base_dir=folder, notes=notes, runtime_load_error=_onnxruntime_load_error)
+    model_io.validate_model(copy, IN_MEMORY, base_dir=folder, notes=notes, **_LOAD_PROBES)
     return copy, None, folder
 
 
 def _rules_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, ort_fusions: bool,
-                             on_step: OnStep = _no_step, **fuse_args):
+                             input_checker_error: str | None, on_step: OnStep = _no_step, **fuse_args):
     """fuse_model on the model after ORT's transformer fusions, where asked and applicable (ort_fusions.py
     says why and when). Of ORT's model types the one after which the rules fuse the most blocks is kept
-    (then the smaller graph, then ``MODEL_TYPES``' order). Returns the result, the model the rules ran on
-    and the step's report (None when not asked)."""
+    (then the smaller graph, then ``MODEL_TYPES``' order); ORT's output is held to ``onnx.checker`` as an
+    input is (``ort_fusions.judge_checker``: ``input_checker_error`` is the input's own, tolerated already).
+    Returns the result, the model the rules ran on and the step's report (None when not asked)."""
     if not ort_fusions:
         on_step("rules", "")
         return fuse_model(model, target=target, **fuse_args), model, None
-    from .ort_fusions import (MODEL_TYPES, OrtFusionsReport, apply_ort_fusions, restore_external_references,
-                              why_not, with_external_data_loaded)
+    from .ort_fusions import (MODEL_TYPES, OrtFusionsReport, apply_ort_fusions, judge_checker,
+                              restore_external_references, why_not, with_external_data_loaded)
 
     reason = why_not(model, target.name)
     if reason is not None:
@@ -140,6 +171,8 @@ def _rules_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, 
     for rank, model_type in enumerate(MODEL_TYPES):
         on_step("ort-fusions", f"the {model_type} fusion set")
         fused_input, step = apply_ort_fusions(source, model_type=model_type, use_gpu=target.name == "cuda")
+        step = judge_checker(fused_input, step, input_checker_error=input_checker_error,
+                             runtime_load_error=_onnxruntime_load_error)
         if not step.applied:
             failures.append(step)
             continue
@@ -152,9 +185,10 @@ def _rules_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, 
         score = (fused, -len(result.model.graph.node), -rank)
         if best is None or score > best[0]:
             best = (score, result, fused_input, step)
-    if best is None:
+    if best is None:  # the rules on the model as it was; a model ORT's fusions broke is the reason to give
+        failed = next((f for f in failures if f.checker_error), failures[0])
         on_step("rules", "")
-        return fuse_model(model, target=target, **fuse_args), model, failures[0].to_dict()
+        return fuse_model(model, target=target, **fuse_args), model, failed.to_dict()
     _, result, fused_input, step = best
     return result, fused_input, step.to_dict()
 
@@ -169,6 +203,18 @@ def op_counts(model: onnx.ModelProto) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _ort_fusions_warnings(step: dict | None) -> list[str]:
+    """What the report warns of ORT's fusions: a model onnx.checker rejects kept (ONNX Runtime loads it), or
+    not kept (neither accepts it: the rules ran on the model as it was)."""
+    if step is None or not step.get("checker_error"):
+        return []
+    if not step["applied"]:
+        return [step["why_not"]]
+    return [f"ORT's transformer fusions ({step['model_type']}) wrote a model that onnx.checker rejects "
+            f"({step['checker_error']}); ONNX Runtime loads it, so it is kept, and the output is held to load in "
+            "ONNX Runtime in place of onnx.checker"]
+
+
 def _optimize(model, *, target, ort_fusions: bool, approximate: str | None, base_dir,
               on_step: OnStep = _no_step) -> tuple[Optimized, onnx.ModelProto]:
     """:func:`optimize`, and the input as read (which ``inspect`` reads a tuned model's tables from)."""
@@ -177,21 +223,25 @@ def _optimize(model, *, target, ort_fusions: bool, approximate: str | None, base
     notes = model_io.LoadNotes()
     on_step("read", "" if isinstance(model, onnx.ModelProto) else os.fspath(model))
     source, path, folder = _read(model, base_dir, notes)
-    result, rewritten, step = _rules_after_ort_fusions(source, target, ort_fusions, on_step,
+    result, rewritten, step = _rules_after_ort_fusions(source, target, ort_fusions, notes.checker_error, on_step,
                                                        approximate=approximate, base_dir=folder)
     report = result.report
     earlier = provenance.already_optimized(source, len(report.fused))
     report.already_optimized = None if earlier is None else earlier.to_dict()
     if report.fused:  # what fused nothing stays byte for byte the input (or only its nodes sorted): no stamp
         provenance.stamp(result.model, {b.rule for b in report.fused})
-    report.warnings = notes.warnings
+    report.warnings = notes.warnings + _ort_fusions_warnings(step)
     report.ort_fusions = step
     report.model = path
     report.op_counts = {"before": op_counts(source), "after": op_counts(result.model)}
     report.seconds = time.perf_counter() - start
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
     # default domain (ORT's transformers optimizer output), which it rejects before we touch them. An
-    # input it rejects (that ORT runs) may keep its own checker error, and gain none.
+    # input it rejects (that ORT runs) may keep its own checker error, and gain none. ORT's output it rejects
+    # (that ORT loads) it cannot judge: which error comes first changes as the rules rewrite the nodes, so
+    # ONNX Runtime loading the written output is the guarantee there.
+    if step is not None and step["applied"] and step.get("checker_error"):
+        return Optimized(result, check=False, input_checker_error=None, runtime_loads=True), source
     return Optimized(result, check=model_io.checkable(rewritten), input_checker_error=notes.checker_error), source
 
 
@@ -343,7 +393,8 @@ def _tune_and_save(model, optimized: Optimized, output, auto: AutoApproximation,
                                "choose: OUT is the exact rewrite")
         return None
     options = dict(shapes=auto.shapes, batches=auto.batches, approximate="auto", budget=auto.budget,
-                   forms=auto.forms, samples=auto.samples, before_publish=before_publish)
+                   forms=auto.forms, samples=auto.samples,
+                   before_publish=optimized._before_publish(output, before_publish))
     with contextlib.ExitStack() as stack:
         if optimized.deferred:
             folder = os.path.dirname(os.path.abspath(os.fspath(output)))

@@ -20,6 +20,7 @@ import ctypes
 import functools
 import importlib.metadata
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence, Union
 
@@ -30,6 +31,7 @@ from onnx import TensorProto, helper
 
 from .domain import DOMAIN, OP_TYPE, DOMAIN_VERSION
 from .errors import BadInputError, one_line
+from .implied_opsets import canonical
 
 LIBRARY_ENV = "ONNXFUSE_LIBRARY"
 LIBRARY_NAME = "libonnxfuse_ops.so"
@@ -155,6 +157,41 @@ def onnxruntime_load_error(model: onnx.ModelProto, source: str | None = None, *,
     except Exception as e:  # noqa: BLE001 - every way ORT refuses a model is an answer here
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return None
+
+
+# (a domain ORT does not know: the probe model must import something; an IR version every supported ORT reads)
+_PROBE_DOMAIN = "ai.onnxfuse.probe"
+_PROBE_IR_VERSION = 8
+
+
+@functools.lru_cache(maxsize=1)
+def ort_implied_opsets() -> dict[str, int]:
+    """{domain: version} that the installed ONNX Runtime imports by itself into a model that uses the domain
+    without importing it (``implied_opsets`` says why this is asked, not tabled; {} if ORT cannot tell: every
+    undeclared domain is then refused). A model with no node is loaded with graph optimizations off and the
+    opset imports ORT writes back (``optimized_model_filepath``) are read."""
+    graph = helper.make_graph([], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(_PROBE_DOMAIN, 1)])
+    model.ir_version = _PROBE_IR_VERSION
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    with tempfile.TemporaryDirectory(prefix="onnxfuse-opsets-") as tmp:
+        so.optimized_model_filepath = os.path.join(tmp, "probe.onnx")
+        try:
+            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            written = onnx.load_model(so.optimized_model_filepath, load_external_data=False)
+        except Exception:  # noqa: BLE001 - an ORT that cannot say: nothing is assumed
+            return {}
+    return {canonical(o.domain): int(o.version) for o in written.opset_import if o.domain != _PROBE_DOMAIN}
+
+
+def load_probes() -> dict:
+    """What ``model_io.load_model`` / ``validate_model`` ask ONNX Runtime, as their keyword arguments: whether
+    ORT loads a model ``onnx.checker`` rejects, and the opset versions ORT assumes for domains a model uses
+    without importing them. A model ORT loads is a model onnxfuse takes."""
+    return {"runtime_load_error": onnxruntime_load_error, "implied_opsets": ort_implied_opsets}
 
 
 # --- providers -----------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from .domain import GEMV_MAX_ROWS
 from .errors import BadInputError
 from .inputs import input_specs
 from .patterns.graph import base_dir_of
-from .runtime import onnxruntime_load_error
+from .runtime import load_probes
 from .tuning import (Device, Measure, Measured, NodeTuning, apply_tuning, measure_each, nested_count,
                      node_tunings, row_counts, tunable_nodes, tuning_record, wanted)
 
@@ -159,7 +159,7 @@ def tune_file(input_path, output_path, *, shapes: dict[str, tuple[int, ...]] | N
     start = time.perf_counter()
     model_save.check_output_path(input_path, output_path)
     notes = model_io.LoadNotes()
-    model = model_io.load_model(input_path, notes=notes, runtime_load_error=onnxruntime_load_error)
+    model = model_io.load_model(input_path, notes=notes, **load_probes())
     source = TuneInput(model, os.fspath(input_path), base_dir_of(input_path), model_io.checkable(model),
                        notes.checker_error, tuple(notes.warnings))
     report = tune_model(source, output_path, shapes=shapes, batches=batches, reps=reps, approximate=approximate,

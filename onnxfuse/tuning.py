@@ -1,13 +1,13 @@
 """Per-node CUDA path tuning of ``FusedLinearGelu``: the rows each node will see, the fastest path at each,
 and the model that records the choice.
 
-The CUDA kernel has three paths for one call, "fused" (one GEMM+bias+GELU kernel), "fallback" (cuBLASLt's
-GEMM with its bias epilogue, then the library's activation kernel) and, for calls of at most
-``GEMV_MAX_ROWS`` (16) rows, "gemv" (one kernel that reads W once and accumulates every row in fp32 on the CUDA
-cores, or on TF32 Tensor Cores for float32 with 5-16 rows of a large W where the session allows TF32, the
-epilogue in the same kernel); with ``cuda_path="auto"`` a node whose
-``tuned_device`` is the running device's signature takes ``tuned_paths[i]`` for the first
-``M <= tuned_max_rows[i]`` and the last entry beyond (CONTRACT.md). This module works out what to write there:
+The CUDA kernel has three paths for one call, "fused" (one GEMM+bias+GELU kernel), "fallback" (cuBLASLt's GEMM
+with its bias epilogue, then the library's activation kernel) and, for calls of at most ``GEMV_MAX_ROWS`` (16)
+rows, "gemv" (one kernel that reads W once and accumulates every row in fp32 on the CUDA cores, or on TF32 Tensor
+Cores for float32 with 5-16 rows of a large W where the session allows TF32, the epilogue in the same kernel);
+with ``cuda_path="auto"`` a node whose ``tuned_device`` is the running device's signature takes ``tuned_paths[i]``
+for the first ``M <= tuned_max_rows[i]`` and the last entry beyond (docs/ops.md, "Tuning attributes"). This module
+works out what to write there:
 
 1. :func:`tunable_nodes`: every FusedLinearGelu of the main graph, with what its time depends on
    (:class:`NodeShape`: K, N, dtype, transB, the activation), read from its weight and types;

@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 from dataclasses import dataclass
 
 import onnx
@@ -170,22 +169,17 @@ def test_unknown_target_in_the_api_is_bad_input():
 
 def test_cpu_rule_cites_the_committed_measurements():
     """The cpu target fuses everything because the committed CPU measurements say the fused kernel is never
-    slower: its docstring's table must be those files' numbers, and a new measurement that shows a loss
-    fails here until the cost model says what to do about it."""
+    slower: its docstring cites those files, every ratio in them is below 1, and a new measurement that shows a
+    loss fails here until the cost model says what to do about it."""
     doc = cost_model.Cpu.__doc__
-    table = {(int(m), int(k), int(n)): (float(a), float(b))
-             for m, k, n, a, b in re.findall(r"(\d+)×(\d+)×(\d+)\s+([\d.]+)\s+([\d.]+)", doc)}
-    assert len(table) == 4
-    for column, relpath in enumerate(cost_model.Cpu().measurements):
+    for relpath in (*cost_model.Cpu().measurements, cost_model.Cpu().small_row_measurements):
+        table = os.path.splitext(relpath)[0] + ".md"
+        assert os.path.basename(table) in doc and os.path.exists(os.path.join(ROOT, table)), relpath
         rows = json.load(open(os.path.join(ROOT, relpath)))["rows"]
-        assert {(r["M"], r["K"], r["N"]) for r in rows} == set(table)
-        for r in rows:
-            assert table[(r["M"], r["K"], r["N"])][column] == round(r["ratio"], 3), (relpath, r)
-            assert r["ratio"] < 1.0, f"{relpath}: fused slower than ORT at {r['M']}x{r['K']}x{r['N']}"
-    ratios = [v for pair in table.values() for v in pair]
-    assert f"({min(ratios):.2f}-{max(ratios):.2f})" in " ".join(doc.split())
+        slower = [r for r in rows if r["ratio"] >= 1.0]
+        assert rows and not slower, f"{relpath}: fused slower than ORT at {slower}"
+    shapes = [{(r["M"], r["K"], r["N"]) for r in json.load(open(os.path.join(ROOT, relpath)))["rows"]}
+              for relpath in cost_model.Cpu().measurements]
+    assert shapes[0] == shapes[1]  # the same shapes on both CPUs
     small = json.load(open(os.path.join(ROOT, cost_model.Cpu().small_row_measurements)))["rows"]
-    assert all(r["ratio"] < 1.0 for r in small), [r for r in small if r["ratio"] >= 1.0]
     assert any(r["M"] == 1 for r in small) and any(r["K"] % 8 for r in small)
-    small_ratios = [r["ratio"] for r in small]
-    assert f"{min(small_ratios):.2f}-{max(small_ratios):.2f}" in " ".join(doc.split())

@@ -25,7 +25,7 @@ def test_four_panel_tile_loop_matches_one_panel_and_float64(tmp_path):
     exe = tmp_path / "tile_loop_check"
     build = subprocess.run(
         [_compiler(), "-std=c++17", "-O2", "-mavx2", "-mfma", "-mf16c", f"-I{SRC}",
-         str(ROOT / "tests" / "native" / "tile_loop_check.cc"), str(SRC / "cpu" / "packed_gemm_avx2.cc"),
+         str(ROOT / "tests" / "native" / "tile_loop_check.cc"), str(SRC / "cpu" / "gemm" / "packed_gemm_avx2.cc"),
          "-o", str(exe)],
         capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-2000:]

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 from onnxfuse.domain import CUDA_PATHS, DOMAIN, DOMAIN_VERSION, GEMV_MAX_ROWS, OP_TYPE
 
 _ROOT = Path(__file__).resolve().parents[1]
-_GEMV_H = _ROOT / "custom_ops" / "src" / "cuda" / "gemv_gelu.h"
+_GEMV_H = _ROOT / "custom_ops" / "src" / "cuda" / "kernels" / "gemv_gelu.h"
 
 PATH_ATTRIBUTES = {"cuda_path": "fallback", "tuned_device": "NVIDIA H200|sm_90|cuda 13.0|onnxfuse 0.1.0",
                    "tuned_max_rows": [16, 1024], "tuned_paths": ["fallback", "fused"]}
@@ -51,8 +51,8 @@ def test_schema_accepts_the_path_attributes(attrs):
     assert "gemv" in schema.attributes["tuned_paths"].description
 
 
-@pytest.mark.skipif(not _GEMV_H.is_file(), reason="the gemv kernel's header (custom_ops/src/cuda/gemv_gelu.h) is "
-                                                   "not in this tree")
+@pytest.mark.skipif(not _GEMV_H.is_file(), reason="the gemv kernel's header (custom_ops/src/cuda/kernels/gemv_gelu.h) "
+                                                   "is not in this tree")
 def test_gemv_row_bound_is_the_kernels():
     """GEMV_MAX_ROWS is the C++ kGemvMaxRows: what tune measures and writes, and what the kernel accepts."""
     found = re.search(r"\bkGemvMaxRows\s*=\s*(\d+)", _GEMV_H.read_text())

@@ -33,10 +33,11 @@ LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
         "report": (),        # what a rewrite did
         "graph_order": (),   # what a node reads, and the one dependency order
         "deferred": (),      # weights made by the rewrite, computed while saving
+        "implied_opsets": (),  # the domains ORT imports by itself (the versions are asked of ORT by runtime)
     }),
     ("model files: reading, writing, the paths a command writes", {
         "atomic": ("errors",),
-        "model_io": ("domain", "errors", "graph_order"),
+        "model_io": ("domain", "errors", "graph_order", "implied_opsets"),
         "model_save": ("atomic", "deferred", "domain", "errors", "model_io"),
         "report_paths": ("errors", "model_io", "model_save"),
         "provenance": ("domain", "model_io", "version"),  # the onnxfuse.version / .rules stamp of a rewrite
@@ -46,12 +47,13 @@ LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
         "cost_model": ("domain", "errors", "patterns"),
     }),
     ("the rewrite: ORT's fusions, then the rules applied as one edit", {
-        "ort_fusions": ("domain", "errors", "model_io"),
+        "ort_gelu_forms": ("patterns",),
+        "ort_fusions": ("domain", "errors", "model_io", "ort_gelu_forms"),
         "fuse": ("cost_model", "deferred", "domain", "errors", "graph_order", "model_io", "model_save", "patterns",
                  "report"),
     }),
     ("running models: sessions, inputs, the accuracy gate, the environment report", {
-        "runtime": ("domain", "errors"),
+        "runtime": ("domain", "errors", "implied_opsets"),
         "inputs": ("errors",),
         "error_statistics": ("dtypes",),
         "compare": ("domain", "dtypes", "error_statistics", "errors", "inputs", "model_io", "runtime"),

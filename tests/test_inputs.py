@@ -22,6 +22,8 @@ from onnxfuse.inputs import (
     parse_shape_option,
     random_inputs,
     resolve_shapes,
+    size_candidates,
+    tried_sizes,
 )
 
 VOCAB = 1000
@@ -318,3 +320,60 @@ def test_check_sample_keeps_bfloat16():
     specs = input_specs(helper.make_model(graph))
     out = check_sample({"x": np.array([1.0, 2.0], np.float32)}, specs)
     assert out["x"].dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+# --- sizes a model runs at ----------------------------------------------------------------------------
+def _windowed(window: int, static_out: int | None = None) -> onnx.ModelProto:
+    """x [batch, sequence, 4] split into windows of ``window`` positions by a constant Reshape target (a local
+    attention exported with its window fixed): it runs only at multiples of ``window``."""
+    target = numpy_helper.from_array(np.array([-1, window, 4], np.int64), "windows")
+    nodes = [helper.make_node("Reshape", ["x", "windows"], ["w"]),
+             helper.make_node("ReduceSum", ["w", "axis"], ["y"], keepdims=0)]
+    axis = numpy_helper.from_array(np.array([1], np.int64), "axis")
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [static_out or "chunks", 4])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 4])],
+                              [out], [target, axis])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+
+
+def test_size_candidates_add_the_lengths_the_model_implies():
+    """After the halvings, the lengths the model's constants and fixed dims imply, longest first: each as the
+    largest multiple of it up to the default and as itself (none the halvings tried already)."""
+    model = _windowed(3, static_out=5)
+    specs = input_specs(model)
+    sizes = [c[0]["x"][1] for c in size_candidates(specs, None, model)]
+    assert sizes[:8] == [128, 64, 32, 16, 8, 4, 2, 1]
+    assert sizes[8:] == [126, 125, 5, 3]  # 3 and 5 (-1 and the Reshape's 4 are no news)
+    assert size_candidates(specs) == size_candidates(specs, None, None)[:8]  # without the model: the halvings
+    assert size_candidates(specs, {"x": (1, 6, 4)}, model) == [({"x": (1, 6, 4)}, "")]  # the user's sizes only
+
+
+def test_compare_runs_a_windowed_model_at_a_length_it_implies():
+    """A model exported with a fixed window runs at no power of two: compare picks the longest length its
+    constants imply, and says so."""
+    from onnxfuse.compare import compare_models
+
+    model = _windowed(3)
+    report = compare_models(model, model, progress=False)
+    assert report.passed and report.input_shapes == {"x": [1, 126, 4]}
+    assert "sequence=126 (chosen: the model does not run at sequence=128)" in report.inputs
+
+
+def test_compare_names_the_lengths_it_tried_and_the_shape_to_give():
+    """Where no length the model implies runs either, the one-line error lists what was tried and names the
+    --shape to give."""
+    from onnxfuse.compare import compare_models
+
+    model = _windowed(3)
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([-1, 7, 5], np.int64), "windows"))
+    with pytest.raises(BadInputError) as e:
+        compare_models(model, model, progress=False)
+    line = str(e.value)
+    assert "\n" not in line
+    assert "nor with sequence=128 halved down to 1, nor at 126, 125, 7 or 5, lengths the model's dims" in line
+    assert "--shape NAME=DIMS, inputs x: float[batch,sequence,4]" in line
+
+
+def test_tried_sizes_without_implied_lengths_names_the_halvings():
+    specs = input_specs(_windowed(3))
+    assert tried_sizes(size_candidates(specs)) == "sequence=128 halved down to 1"

@@ -902,9 +902,8 @@ REFUSED = [
     ({"mask": "none", "bias": "table", "seq_len": 5, "post_scale": 0.5}, "scaled by 0.5 after the bias"),
     ({"mask": "none", "bias": "float16_input", "guard": False}, "the bias is float16, the scores float32"),
     ({"mask": "none", "bias": "table_batch2", "seq_len": 5}, "dimension 0 (2) is not shown to be 1 or the scores'"),
-    # (1 - m)·finfo.min of an int64 mask overflows for m outside [-1, 2]; the int64 → float16 Cast itself does
-    ({"mask": "none", "bias": "one_minus"}, "not shown to be finite"),
-    ({"mask": "none", "bias": "one_minus", "bias_fill": -65504.0, "dtype": T.FLOAT16}, "not shown to be finite"),
+    # ((1 - m)·finfo.min of an int64 mask, not finite for m outside [-1, 2], is read off its values for the mask's
+    # 0 and 1: test_patterns_attention_mask_semantics.py)
     # a value-based padding bias under a causal mask of -inf: rows may be hidden entirely
     ({"mask": "causal", "fill": -math.inf, "bias": "one_minus_bool"}, "not shown to be finite"),
     # finfo.min twice (padded future keys) overflows to -inf

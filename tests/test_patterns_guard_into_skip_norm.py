@@ -228,6 +228,7 @@ def test_the_rules_reach_is_the_kernels_params_in_registers():
 
     from onnxfuse.patterns.guard_into_skip_norm import MAX_ROW_BYTES, VECTOR_BYTES
 
-    source = (Path(__file__).resolve().parents[1] / "custom_ops/src/cuda/masked_skip_layer_norm.cu").read_text()
+    kernel = Path(__file__).resolve().parents[1] / "custom_ops/src/cuda/kernels/masked_skip_layer_norm.cu"
+    source = kernel.read_text()
     (vectors,) = re.findall(r"constexpr int kParamsWithRowVectors = (\d+);", source)
     assert MAX_ROW_BYTES == int(vectors) * VECTOR_BYTES * 32

@@ -201,6 +201,20 @@ def test_shape_sums_of_one_symbol_are_exact_and_a_zero_sum_is_zero():
         ev.vec("seq_minus_one")  # seq - 1 is no monomial
 
 
+def test_adding_zero_to_a_symbolic_length_is_that_length():
+    """transformers' decoders add the cache's length (0 without a cache) to the sequence's: ``seq + 0`` is
+    ``seq``, either way round; ``0 - seq`` is the negated monomial."""
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq_len"], axis=0),
+             helper.make_node("Add", ["seq_len", "zero"], ["plus_nothing"]),
+             helper.make_node("Add", ["zero", "seq_len"], ["nothing_plus"]),
+             helper.make_node("Sub", ["zero", "seq_len"], ["negated"])]
+    ev = _evaluator(_model(nodes, [c("one", [1]), c("zero", [0])]))
+    assert ev.vec("plus_nothing").items == ev.vec("nothing_plus").items == (S,)
+    assert ev.vec("negated").items == (Dim(-1, ("seq",)),)
+
+
 def test_a_value_it_cannot_follow_is_a_refusal_with_the_reason():
     """NotSymbolic is the rules' one refusal exception: a rule that lets it through reports its message."""
     c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731

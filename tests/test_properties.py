@@ -1,5 +1,6 @@
 """Differential property tests: random valid graphs of chained Linear+GELU blocks, built from every form and
-knob of ARCHITECTURE.md §2, are optimized and then judged against the original.
+knob of the Linear+GELU rule (docs/patterns.md, "Linear + GELU"), are optimized and then judged against the
+original.
 
 Per example:
 * the output passes ``onnx.checker`` (full check, shape inference included);

@@ -1,4 +1,4 @@
-# cuBLASLt's headers, for the CUDA kernel's fallback path (src/cuda/cublaslt_gemm_bias.cc). Included from
+# cuBLASLt's headers, for the CUDA kernel's fallback path (src/cuda/dispatch/cublaslt_gemm_bias.cc). Included from
 # cmake/cuda.cmake after find_package(CUDAToolkit).
 #
 # Headers only: the library is never linked. The op library loads libcublasLt.so.<CUDA major> with dlopen at

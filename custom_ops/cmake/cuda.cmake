@@ -1,6 +1,6 @@
 # The CUDA half of the op library: included by CMakeLists.txt when ONNXFUSE_CUDA is on, after the op
-# library target exists. Adds the GEMM+bias+GELU kernels (src/cuda/sources.cmake) and the ORT CUDA kernel
-# (src/cuda/fused_linear_gelu_cuda.cc) to that target.
+# library target exists. Adds the CUDA kernels (src/cuda/sources.cmake), the ORT CUDA kernels (src/cuda/ops/) and
+# the host side of the dispatch (src/cuda/dispatch/*.cc) to that target.
 #
 # It must configure and compile on machines with nvcc but no GPU and no libcuda (CI): nothing here runs
 # device code or links the driver; cudart is linked statically and loads libcuda itself at run time.
@@ -87,7 +87,8 @@ message(STATUS "CUTLASS headers: ${CUTLASS_INCLUDE_DIR}")
 
 # --- sources -------------------------------------------------------------------------------------------
 # The kernel files are listed by their owner in src/cuda/sources.cmake (ONNXFUSE_CUDA_KERNEL_SOURCES,
-# paths relative to src/cuda/); the ORT-facing kernel is ours.
+# paths relative to src/cuda/); the host-compiled files (the ORT-facing kernels, the path choice, the cuBLASLt
+# fallback, the device signature) are listed below.
 set(_cuda_dir "${CMAKE_CURRENT_LIST_DIR}/../src/cuda")
 get_filename_component(_cuda_dir "${_cuda_dir}" ABSOLUTE)
 include("${_cuda_dir}/sources.cmake")
@@ -133,15 +134,18 @@ target_compile_options(onnxfuse_cuda_kernels PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fvisibility=hidden>)
 
 target_sources(${ONNXFUSE_OPS_TARGET} PRIVATE
-  "${_cuda_dir}/fused_linear_gelu_cuda.cc"
-  "${_cuda_dir}/fill_masked_rows_cuda.cc"
-  "${_cuda_dir}/masked_skip_layer_norm_cuda.cc"
-  "${_cuda_dir}/cublaslt_gemm_bias.cc"
-  "${_cuda_dir}/device_signature.cc"
+  "${_cuda_dir}/ops/fused_linear_gelu_cuda.cc"
+  "${_cuda_dir}/ops/fused_linear_gelu_cuda_paths.cc"
+  "${_cuda_dir}/ops/staging.cc"
+  "${_cuda_dir}/ops/fill_masked_rows_cuda.cc"
+  "${_cuda_dir}/ops/masked_skip_layer_norm_cuda.cc"
+  "${_cuda_dir}/dispatch/path_choice.cc"
+  "${_cuda_dir}/dispatch/cublaslt_gemm_bias.cc"
+  "${_cuda_dir}/dispatch/device_signature.cc"
   $<TARGET_OBJECTS:onnxfuse_cuda_kernels>)
 target_compile_definitions(${ONNXFUSE_OPS_TARGET} PRIVATE ONNXFUSE_WITH_CUDA)
 # The library version in the device signature; on that one file only, so a version bump rebuilds nothing else.
-set_source_files_properties("${_cuda_dir}/device_signature.cc" PROPERTIES
+set_source_files_properties("${_cuda_dir}/dispatch/device_signature.cc" PROPERTIES
   COMPILE_DEFINITIONS "ONNXFUSE_LIBRARY_VERSION=\"${ONNXFUSE_VERSION}\"")
 # cuBLASLt: headers only. cublaslt_gemm_bias.cc dlopens the library at run time (hence libdl on older glibc).
 target_include_directories(${ONNXFUSE_OPS_TARGET} SYSTEM PRIVATE "${ONNXFUSE_CUBLAS_INCLUDE_DIR}")

@@ -12,14 +12,14 @@
 #include "cpu/fill_masked_rows_cpu.h"
 #include "cpu/fused_linear_gelu_cpu.h"
 #include "cpu/masked_skip_layer_norm_cpu.h"
-#include "cpu/packed_gemm.h"
+#include "cpu/gemm/packed_gemm.h"
 #include "domain.h"
 
 #ifdef ONNXFUSE_WITH_CUDA
-#include "cuda/device_signature.h"
-#include "cuda/fill_masked_rows_cuda.h"
-#include "cuda/fused_linear_gelu_cuda.h"
-#include "cuda/masked_skip_layer_norm_cuda.h"
+#include "cuda/dispatch/device_signature.h"
+#include "cuda/ops/fill_masked_rows_cuda.h"
+#include "cuda/ops/fused_linear_gelu_cuda.h"
+#include "cuda/ops/masked_skip_layer_norm_cuda.h"
 #endif
 
 namespace {
@@ -42,8 +42,8 @@ extern "C" __attribute__((visibility("default"))) const char* OnnxfuseCpuGemm() 
 }
 
 // The signature of CUDA device `device` that a tuning table must name in its tuned_device attribute to apply
-// (src/cuda/device_signature.h), written NUL-terminated into buf[len]: what `onnxfuse tune` records, computed
-// by the same code the kernel checks with. Returns 0 on success; 1 when there is no such CUDA device or the
+// (src/cuda/dispatch/device_signature.h), written NUL-terminated into buf[len]: what `onnxfuse tune` records,
+// computed by the same code the kernel checks with. Returns 0 on success; 1 when there is no such CUDA device or the
 // library is built without CUDA; 2 when `len` is too small. buf holds "" on failure (when len > 0). Needs no ORT.
 extern "C" __attribute__((visibility("default"))) int OnnxfuseCudaDeviceSignature(int device, char* buf, size_t len) {
   if (buf != nullptr && len > 0) buf[0] = '\0';
@@ -77,7 +77,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     onnxfuse::cpu::AddFillMaskedRowsCpuOps(domain);
     onnxfuse::cpu::AddMaskedSkipNormCpuOps(domain);
 #ifdef ONNXFUSE_WITH_CUDA
-    // The CUDA provider's op instances (src/cuda/fused_linear_gelu_cuda.h, fill_masked_rows_cuda.h,
+    // The CUDA provider's op instances (src/cuda/ops/fused_linear_gelu_cuda.h, fill_masked_rows_cuda.h,
     // masked_skip_layer_norm_cuda.h).
     onnxfuse::RegisterCudaOps(domain);
     onnxfuse::RegisterFillMaskedRowsCudaOps(domain);

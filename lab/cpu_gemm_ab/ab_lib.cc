@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/packed_gemm.h"
+#include "cpu/gemm/packed_gemm.h"
 
 using onnxfuse::cpu::FusedTile;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CPU tile-kernel A/B library: several variants of custom_ops/src/cpu's packed GEMM (other source
+# Builds the CPU tile-kernel A/B library: several variants of custom_ops/src/cpu/gemm's packed GEMM (other source
 # trees, K slice depths, tile shapes, -D switches) side by side in one .so, for ab.py to time against ORT's
 # MLAS in one process. AVX2 only (the variants run Tile<Avx2, 1 panel>).
 #
@@ -25,7 +25,7 @@ for spec in "$@"; do
   objs+=("$work/$name.o"); variants+="V($name) "; tiles+=" -DTM_$name=$tile_m -DTN_$name=$tile_n"
 done
 # shellcheck disable=SC2086
-g++ $flags -I"$first_src" -c "$first_src/cpu/packed_gemm_avx2.cc" -o "$work/pack.o" &
+g++ $flags -I"$first_src" -c "$first_src/cpu/gemm/packed_gemm_avx2.cc" -o "$work/pack.o" &
 pids+=($!)
 for pid in "${pids[@]}"; do wait "$pid"; done  # a failed compile stops the build here
 # shellcheck disable=SC2086

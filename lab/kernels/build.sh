@@ -26,7 +26,7 @@ mkdir -p "$out"
 CUTLASS=${CUTLASS_DIR:-$(python3 -c 'import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), "source"))')}
 export NVFLAGS="-std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler=-fPIC -Xptxas=-v
   -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
-  -I$CUTLASS/include -I$CUTLASS/tools/util/include -Icustom_ops/src/cuda -Icustom_ops/src"
+  -I$CUTLASS/include -I$CUTLASS/tools/util/include -Icustom_ops/src"
 # The kernels find kernel_hooks.cuh through the include path: the first folder that has one wins.
 hooks="-Icustom_ops/src/cuda/hooks"
 case "${OFK_EXPLORE:-}" in
@@ -42,9 +42,11 @@ case "${OFK_EXPLORE:-}" in
   *) echo "OFK_EXPLORE=tiles|epi|intra|three|sched|gelu"; exit 2 ;;
 esac
 NVFLAGS="$NVFLAGS $hooks"
-# One compile per line: SOURCE OBJECT_NAME [EXTRA_FLAG]. The shipped kernels, the harness, and explore.cu once
-# per candidate group of the mode (explore/tiles.h's OFK_EXPLORE_MODE_<mode> line names the groups).
-units=$(sed -n "s/^ *\([A-Za-z0-9_]*\)\.cu.*/custom_ops\/src\/cuda\/\1.cu \1/p" custom_ops/src/cuda/sources.cmake)
+# One compile per line: SOURCE OBJECT_NAME [EXTRA_FLAG]. The shipped kernels (sources.cmake lists them relative to
+# src/cuda/, in subfolders; the object is named after the file), the harness, and explore.cu once per candidate
+# group of the mode (explore/tiles.h's OFK_EXPLORE_MODE_<mode> line names the groups).
+units=$(sed -n "s/^ *\(\([a-z_]*\/\)*\)\([A-Za-z0-9_]*\)\.cu.*/custom_ops\/src\/cuda\/\1\3.cu \3/p" \
+  custom_ops/src/cuda/sources.cmake)
 units="$units
 lab/kernels/harness.cu harness"
 if [ -n "$mode" ]; then
@@ -61,7 +63,7 @@ if [ "$(cat "$out/nvflags" 2>/dev/null)" != "$NVFLAGS" ]; then
   echo "$NVFLAGS" > "$out/nvflags"
 fi
 export out
-newest_header=$(ls -t custom_ops/src/cuda/*.cuh custom_ops/src/cuda/*.h custom_ops/src/cuda/hooks/*.cuh custom_ops/src/*.h \
+newest_header=$(ls -t custom_ops/src/cuda/*/*.cuh custom_ops/src/cuda/*/*.h custom_ops/src/*.h \
   lab/kernels/hooks/*.cuh lab/kernels/*.h lab/kernels/explore/*.h lab/kernels/explore/*.cuh | head -1)
 export newest_header
 compile() {

@@ -1,11 +1,11 @@
 // gemv v6 (lab/kernels/NOTES.md): a 16-bit gemv kernel on Tensor Cores for 5-16 rows (issue #20's few-rows
-// band), at every configuration worth timing, beside the gemv path as shipped (custom_ops/src/cuda/gemv_gelu.cu,
-// included below so that its FMA kernel, launch and epilogue run in this process); for gemv_mma_probe.py (ctypes
-// + torch). A product candidate: if it wins (NOTES.md says by which rule), the kernel and its launch move to
-// gemv_gelu.cu as they are.
+// band), at every configuration worth timing, beside the gemv path as shipped
+// (custom_ops/src/cuda/kernels/gemv_gelu.cu, included below so that its FMA kernel, launch and epilogue run in this
+// process); for gemv_mma_probe.py (ctypes + torch). A product candidate: if it wins (NOTES.md says by which rule),
+// the kernel and its launch move to gemv_gelu.cu as they are.
 //
 //   nvcc -std=c++17 -O3 -shared -Xcompiler=-fPIC -gencode=arch=compute_90a,code=sm_90a -I$CUTLASS/include \
-//        -Icustom_ops/src/cuda -Icustom_ops/src -Icustom_ops/src/cuda/hooks lab/kernels/gemv_mma_lab.cu -o libgemv_mma_lab.so
+//        -Icustom_ops/src -Icustom_ops/src/cuda/hooks lab/kernels/gemv_mma_lab.cu -o libgemv_mma_lab.so
 // (CUTLASS: the nvidia-cutlass wheel's cutlass_library/source, as lab/kernels/build.sh finds it)
 //
 // Variants: 0 the gemv path as shipped (launch_gemv_gelu: the FMA kernel at the rows' power of two); 1.. the
@@ -18,7 +18,7 @@
 #include <cute/arch/mma_sm80.hpp>
 
 #include "lab_device.h"
-#include "gemv_gelu.cu"  // the shipped kernels (their anonymous namespace is this translation unit's)
+#include "cuda/kernels/gemv_gelu.cu"  // the shipped kernels (their anonymous namespace is this translation unit's)
 
 namespace onnxfuse::cuda::lab {
 

@@ -1,5 +1,5 @@
 // The transB = 1 gemv kernel with X's rows staged in shared memory, against the shipped one
-// (custom_ops/src/cuda/gemv_gelu.cu, included below so that its kernel and launch run in this process).
+// (custom_ops/src/cuda/kernels/gemv_gelu.cu, included below so that its kernel and launch run in this process).
 //
 // Why: the shipped kernel gives each warp its own group of columns, and every group reads all of X again
 // from L1/L2. L1 does not hold X beside W's stream, so at 8-16 rows of a large W the L2 carries W once and X
@@ -10,12 +10,12 @@
 // Each lane keeps the shipped kernel's walk over K and its order of FMAs, so where the shipped kernel does not
 // split K the two are bit-identical.
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icustom_ops/src/cuda -Icustom_ops/src \
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icustom_ops/src \
 //        -Icustom_ops/src/cuda/hooks lab/kernels/gemv_shared_x.cu -o gemv_shared_x && ./gemv_shared_x [fp32]
 // prints one line per shape and variant: GPU µs (CUDA events, median of 11 runs of 20 launches over rotating
 // copies of W), the ratio to the shipped kernel, the relative error against a float64 reference of sampled
 // columns, and whether Y is bit-identical to the shipped kernel's.
-#include "gemv_gelu.cu"  // the shipped kernel (its anonymous namespace is this translation unit's)
+#include "cuda/kernels/gemv_gelu.cu"  // the shipped kernel (its anonymous namespace is this translation unit's)
 
 #include <algorithm>
 #include <cmath>

@@ -4,9 +4,9 @@
 
 #include <cuda_runtime.h>
 
-#include "gemm_gelu.h"
+#include "cuda/dispatch/gemm_gelu.h"
 #include "lab_device.h"
-#include "tactics.cuh"
+#include "cuda/dispatch/tactics.cuh"
 
 // An exploration build (build.sh with OFK_EXPLORE=tiles, epi, intra, three, sched or gelu) adds the candidate tiles of its mode's
 // groups (lab/kernels/explore/tiles.h), reachable here by index past the shipped table's end.

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "gemm_gelu.h"
+#include "cuda/dispatch/gemm_gelu.h"
 
 inline onnxfuse::cuda::DeviceInfo lab_device_info() {
   onnxfuse::cuda::DeviceInfo d;

@@ -5,9 +5,9 @@ they are (a refactor, a move of lab code out of the product), the answer is "ide
 
     python3 lab/kernels/sass_diff.py BEFORE_OBJ_DIR AFTER_OBJ_DIR [--rename 'REGEX=>REPLACEMENT' ...] [--out FILE]
 
-The object folders are a CMake build's CMakeFiles/onnxfuse_cuda_kernels.dir/src/cuda (or any two folders of
-like-named .o files, such as build.sh's). Needs cuobjdump and nvdisasm on PATH (the CUDA toolkit's, or PyPI's
-nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm) and c++filt.
+The object folders are a CMake build's CMakeFiles/onnxfuse_cuda_kernels.dir/src/cuda (its subfolders included:
+objects are matched by file name) or any two folders of like-named .o files, such as build.sh's. Needs cuobjdump
+and nvdisasm on PATH (the CUDA toolkit's, or PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm) and c++filt.
 
 Normalised away, as they differ between any two builds of the same code: instruction offsets (/*0a30*/), and
 the per-module id nvcc puts in the names of internal-linkage symbols (_INTERNAL_<hash>_..._cu_<hash>, derived
@@ -143,14 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     renames = [(re.compile(r.split("=>", 1)[0]), r.split("=>", 1)[1]) for r in args.rename]
 
-    objs = sorted({p.name for p in args.before.glob("*.o")} | {p.name for p in args.after.glob("*.o")})
+    # By file name wherever it lies: a CMake build keeps each object under its source's subfolder of src/cuda/.
+    before_objs = {p.name: p for p in args.before.rglob("*.o")}
+    after_objs = {p.name: p for p in args.after.rglob("*.o")}
+    objs = sorted(set(before_objs) | set(after_objs))
     lines = [f"sass_diff.py {args.before} {args.after}" + "".join(f" --rename '{r}'" for r in args.rename), ""]
     differences: list[str] = []
     count = 0
     for name in objs:
-        a, b = args.before / name, args.after / name
-        if not a.exists() or not b.exists():
-            differences.append(f"{name}: only in {'after' if b.exists() else 'before'}")
+        a, b = before_objs.get(name), after_objs.get(name)
+        if a is None or b is None:
+            differences.append(f"{name}: only in {'after' if b is not None else 'before'}")
             continue
         sides = []
         for side, obj in (("before", a), ("after", b)):

@@ -23,7 +23,7 @@ if [ ! -f "$lib" ]; then
   lib=/tmp/gemv-mma/libgemv_mma_lab.so
   mkdir -p /tmp/gemv-mma
   step 200 nvcc -std=c++17 -O3 -DNDEBUG -shared -Xcompiler=-fPIC -Xptxas=-v -gencode=arch=compute_90a,code=sm_90a \
-    -I/tmp/site/cutlass_library/source/include -Icustom_ops/src/cuda -Icustom_ops/src -Icustom_ops/src/cuda/hooks \
+    -I/tmp/site/cutlass_library/source/include -Icustom_ops/src -Icustom_ops/src/cuda/hooks \
     lab/kernels/gemv_mma_lab.cu -o "$lib" > "$OUT/gemv_mma_build.log" 2>&1
   echo "build exit $?"
 fi

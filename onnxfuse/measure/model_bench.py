@@ -99,9 +99,9 @@ def _load_for_specs(path: str) -> onnx.ModelProto:
     checked by ``model_io.load_model`` (empty, truncated, a folder, a git-LFS pointer, missing external data:
     each one line; a model onnx.checker rejects and ONNX Runtime loads is timed as ORT runs it)."""
     from .. import model_io
-    from ..runtime import onnxruntime_load_error
+    from ..runtime import load_probes
 
-    return model_io.load_model(path, runtime_load_error=onnxruntime_load_error)
+    return model_io.load_model(path, **load_probes())
 
 
 def bench_models(

@@ -1,7 +1,7 @@
 """What ``onnxfuse tune`` measures on the GPU: one FusedLinearGelu node at M rows with each forced CUDA path
 (``cuda_path="fused"`` and ``"fallback"``, and ``"gemv"`` where M <= ``GEMV_MAX_ROWS``: it runs no more rows;
-CONTRACT.md), and ORT's own MatMul + Add + GELU for reference, interleaved in one process through the CUDA
-provider with IO binding (``timing.measure``, ``DeviceRun``).
+docs/ops.md, "CUDA kernel: which path a call takes"), and ORT's own MatMul + Add + GELU for reference, interleaved
+in one process through the CUDA provider with IO binding (``timing.measure``, ``DeviceRun``).
 
 The one-node models are the node as the model has it (K, N, dtype, transB, activation) with a bias and
 random weights; only the rows and those differ between calls of the real node, and the kernel's choice

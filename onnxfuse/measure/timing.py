@@ -13,8 +13,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    """How long and how often to run. The defaults give medians that repeat within ~1-2 % on an idle
-    machine; tests shrink the budget."""
+    """How long and how often to run. A group runs each model ``min_reps`` times at least, then stops once every
+    median is stable (the two halves of its runs agree within ``rel_tol``) or the budget is spent; tests shrink
+    the budget."""
 
     warmup_runs: int = 2  # at least this many untimed runs of each model ...
     warmup_s: float = 0.25  # ... and at least this long, so GPU clocks have ramped up before we time

@@ -11,10 +11,11 @@ fuses them into ``EmbedLayerNormalization`` only in the form it knows, and today
 called without ``token_type_ids``, the model reads its token types from a buffer of zeros (sliced by the
 position ids, expanded to the batch). ORT's optimizer then leaves three lookups of [B, S, D], two Adds and
 a LayerNormalization (its SkipLayerNormalization fusion wants two summands of one shape, and the
-position rows are [1, S, D]). On the H200, BERT-base in float16 at batch 32 after ORT's optimizer: three
-Gathers (28 µs), two Adds and ORT's LayerNormalization kernel (16 µs) where one SkipLayerNormalization of
-that size takes 6 µs (bench/results/e2e_kernels_h200_sdpa_bias_moved.md). SkipLayerNormalization adds a
-skip and a bias in the pass that normalizes; a table row as the bias needs no lookup per token.
+position rows are [1, S, D]). Those are kernels of their own: three Gathers, two Adds and ORT's
+LayerNormalization kernel, where one SkipLayerNormalization of that size costs a fraction of them (each
+kernel's time in BERT-base: bench/results/e2e_kernels_h200_sdpa_bias_moved.json, ``top_kernels_us``).
+SkipLayerNormalization adds a skip and a bias in the pass that normalizes; a table row as the bias needs no
+lookup per token.
 
 The rewrite: of the lookups, the one of the sum's full shape is the input, a second one the skip (the
 same shape, or one row per position shared by the batch: [1, S, D] or [S, D], which ORT broadcasts), and

@@ -4,11 +4,11 @@
 
 Why: the attention rule writes the guard (``FillMaskedRows``, fill 0) after the fused attention of an sdpa
 export, whose query rows that see no key are 0 there (the eager export's graph has no such rows to guard).
-It runs in place and reads only the flags, yet it is a kernel a layer: on the H200, GPT-2 small in float16
-at batch 32 ran 31 µs of guards (twelve launches) in 1 727 µs of GPU time, which is what kept its sdpa
-export 1.3 % behind the eager export's best path (bench/results/e2e_h200.md). A zero row stays zero through
-the projection, so the normalization can take the guard over: it reads its input row anyway, and the
-flags beside it cost no kernel.
+It runs in place and reads only the flags, yet it is a kernel a layer, which is what kept GPT-2's sdpa export
+behind the eager export's best path (bench/results/e2e_h200.md, "The row guard on the mask itself"; the
+guards' GPU time: bench/results/e2e_kernels_h200_sdpa_masked_norm.md). A zero row stays zero through the
+projection, so the normalization can take the guard over: it reads its input row anyway, and the flags
+beside it cost no kernel.
 
 Exact: for a kept row both compute the same ``MatMul`` row and the same normalization of
 ``input + skip + bias`` (summed in float32, as ORT's SkipLayerNormalization sums); for a row not kept the
@@ -24,9 +24,8 @@ prove it, from external data too, once the cheaper conditions hold); the MatMul'
 ORT's ``SkipLayerNormalization`` as its first input, whose mean and inverse-deviation outputs are unused;
 a hidden size whose rows are 16-byte vectors of at most 3 KiB (float16 up to 1 536 wide, float32 up to 768), the
 rows the CUDA kernel holds in registers together with gamma, beta and bias. Only there was the fold measured to
-pay (bench/results/masked_skip_norm_h200.md, GPU µs against FillMaskedRows + ORT's SkipLayerNormalization at
-B×S = 32×128: 6.3 against 9.7 at 768 float16 with the sum output, 6.8 against 11.4 at 1 024, 14.0 against 22.2
-at 768 float32); at 4 096 float16 it ran 63 against 54, so wider rows keep their guard.
+pay against FillMaskedRows + ORT's SkipLayerNormalization (bench/results/masked_skip_norm_h200.md); at the wider
+width measured (4 096 float16) the fold ran slower than the guarded pair, so wider rows keep their guard.
 The RMS form (``SkipSimplifiedLayerNormalization``) has no masked op and keeps its guard. Anything else is
 not a candidate and stays as written.
 """
@@ -45,7 +44,7 @@ from .rule import Emitter, OpKey, Plan
 RULE = "guard-into-skip-norm"
 MS_DOMAIN = "com.microsoft"
 # The rows the CUDA kernel holds in registers with gamma, beta and bias (kParamsWithRowVectors vectors of 16 bytes
-# a lane, custom_ops/src/cuda/masked_skip_layer_norm.cu): where the fold was measured to pay
+# a lane, custom_ops/src/cuda/kernels/masked_skip_layer_norm.cu): where the fold was measured to pay
 MAX_ROW_BYTES = 3072
 VECTOR_BYTES = 16
 _ELEMENT_BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2}

@@ -8,7 +8,9 @@ cannot follow) subclass it, so every reason reaches the user the same way.
 
 :func:`parent_path` reads a chain of producers the way ONNX Runtime's fusions do
 (``match_parent_path(node, ["Add", "MatMul"], [0, None])``), so that a rule states the path it expects
-instead of walking it by hand.
+instead of walking it by hand. Nodes a proof may read past — those that pass a value on unchanged (Identity,
+ONNX Runtime's device copies, a Cast to the type the tensor has) and an Expand to a shape its reader broadcasts
+to anyway — are read past by :func:`~.graph.value_source`, one walk for every rule.
 
 The Linear in front of a tensor, in every form exporters write it (MatMul [+ Add], Gemm, a trailing Reshape,
 the tensordot), is read by one matcher in the sibling module :mod:`.linear_match`

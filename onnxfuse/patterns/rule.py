@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 
 from ..dtypes import dtype_name
-from .graph import ConstantRef, GraphView, is_op
+from .graph import ConstantRef, GraphView, is_add, is_op
 
 T = onnx.TensorProto
 
@@ -317,7 +317,7 @@ def one_plus(view: GraphView, t: str) -> OnePlus | None:
     """The ``Add(t, c)``/``Add(c, t)`` with a scalar constant ``c`` that reads ``t``, if that is ``t``'s only
     use. (Whether ``c`` is 1 is checked by the caller, so a near-miss is refused with a reason.)"""
     i = view.single_consumer(t)
-    if i is None or not is_op(view.nodes[i], "Add"):
+    if i is None or not is_add(view.nodes[i]):
         return None
     for operand, other in operand_orders(view.nodes[i]):
         if operand == t and view.scalar(other) is not None:

@@ -6,9 +6,9 @@ Why: GPT-2's Conv1D layers export as ``Gemm`` with the bias as C (``torch.addmm`
 optimizer turns the residual Add + LayerNorm behind them into a SkipLayerNormalization that has no bias to
 take (it is inside the Gemm). ORT's CUDA Gemm runs a C input as a kernel of its own: it first broadcasts C
 into Y (``BroadcastBiasKernel``, one pass writing all of Y), then the GEMM accumulates onto it (beta = 1).
-SkipLayerNormalization adds its bias in the pass that already adds the skip. On the H200, GPT-2 small in
-float16 at batch 32 after ORT's optimizer and onnxfuse ran 163 µs of broadcasts in 1 984 µs of GPU time
-(bench/results/e2e_kernels_h200_sdpa_packed_qkv.md). ORT's CPU Gemm copies C into Y first as well.
+SkipLayerNormalization adds its bias in the pass that already adds the skip. In GPT-2 small after ORT's
+optimizer and onnxfuse, those broadcasts were a kernel of their own in every layer (``BroadcastBiasKernel``
+in bench/results/e2e_kernels_h200_sdpa_packed_qkv.json's ``top_kernels_us``). ORT's CPU Gemm copies C into Y first as well.
 
 Exact up to one rounding: both graphs normalize A·B + C + skip, summed in float32 inside the normalization
 (its optional sum output, the residual stream, includes the bias either way). Where the Gemm added C before
@@ -20,7 +20,7 @@ The flattening around it goes too, where the exporter wrote one: GPT-2's Conv1D 
 ``addmm``, then ``.view(*x.shape[:-1], N)``, i.e. ``Reshape(x, [-1, K])`` → Gemm → ``Reshape(·, [B, S, N])``
 with both targets computed from ``Shape(x)`` (3 Shapes, 2 Gathers, a Slice, a Squeeze, 3 Unsqueezes and 2
 Concats, most of them on the CPU). Where the first target is proved to be [-1 (or the leading dims'
-product), K] and the second x's leading dims and N (patterns/symbolic.py), the block becomes ``MatMul(x, B)``
+product), K] and the second x's leading dims and N (patterns/symbolic/), the block becomes ``MatMul(x, B)``
 → the normalization: the same GEMM (ORT's MatMul of a [.., K] by a [K, N] runs it as one [M, K]·[K, N]
 product on both providers), without the nodes that each cost the host a dispatch in every inference (GPT-2
 small after ORT's optimizer, as ORT's session runs it: 12 a layer, 144 of the model's 250 nodes). Only for

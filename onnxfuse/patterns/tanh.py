@@ -4,14 +4,16 @@
   ``x·x·x``;
 * ``0.5 · x · (1 + tanh(0.79788456 · x · (1 + 0.044715 · x · x)))`` — BLOOM, Megatron.
 
-Every Mul grouping and operand order is one flattened product; the two Adds are tried in both orders.
+Every Mul grouping and operand order is one flattened product; the two Adds (or two-operand Sums) are tried in
+both orders. ONNX's own ``Gelu(approximate="tanh")`` function body is the first form, with ``√(2/π)`` computed
+as ``Sqrt(2/π)``, its literals cast to x's type and its sums written with ``Sum`` (see ``graph.GraphView.scalar``).
 """
 
 from __future__ import annotations
 
 import math
 
-from .graph import GraphView, is_op
+from .graph import GraphView, is_add
 from .rule import (Activation, Product, Refusal, close_to, closing_product, describe_miss, one_plus,
                    operand_orders, product, upcast_root)
 
@@ -37,7 +39,7 @@ def _inner(view: GraphView, arg: Product) -> tuple[str, set[int], bool] | str | 
     miss = None
     if len(arg.leaves) == 1:  # √(2/π) · (x + 0.044715·x³)
         i = view.producer.get(arg.leaves[0])
-        if i is None or not is_op(view.nodes[i], "Add"):
+        if i is None or not is_add(view.nodes[i]):
             return None
         for u, v in operand_orders(view.nodes[i]):
             nodes = {i}
@@ -49,7 +51,7 @@ def _inner(view: GraphView, arg: Product) -> tuple[str, set[int], bool] | str | 
     elif len(arg.leaves) == 2:  # √(2/π) · x · (1 + 0.044715·x·x)
         for x, q in (arg.leaves, arg.leaves[::-1]):
             i = view.producer.get(q)
-            if i is None or not is_op(view.nodes[i], "Add") or view.single_consumer(q) is None:
+            if i is None or not is_add(view.nodes[i]) or view.single_consumer(q) is None:
                 continue
             for c, r in operand_orders(view.nodes[i]):
                 one = view.scalar(c)

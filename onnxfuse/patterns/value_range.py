@@ -24,14 +24,15 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .graph import GraphView, attr
+from .graph import DEVICE_COPIES, GraphView, attr
 
 T = onnx.TensorProto
 _MAX_DEPTH = 200  # ops between a bias and its sources; exporters write a few dozen
 _MAX_CONSTANT = 1 << 22  # elements of a constant table read for its bounds (T5's are a few hundred)
-# Ops whose output elements are some of the first input's (or broadcast copies of them).
-_SELECTING = {"Identity", "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Expand", "Flatten", "Slice",
-              "Tile", "Gather", "GatherElements", "GatherND"}  # (not Dropout: in training mode it scales)
+# Ops whose output elements are some of the first input's (or broadcast copies of them; ORT's device copies
+# are all of them).
+_SELECTING = {"Identity", *DEVICE_COPIES, "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Expand", "Flatten",
+              "Slice", "Tile", "Gather", "GatherElements", "GatherND"}  # (not Dropout: in training mode it scales)
 _FLOAT_TYPES = (T.FLOAT, T.FLOAT16, T.DOUBLE, T.BFLOAT16)
 _LARGEST = {T.FLOAT: float(np.finfo(np.float32).max), T.FLOAT16: float(np.finfo(np.float16).max),
             T.DOUBLE: float(np.finfo(np.float64).max), T.BFLOAT16: float.fromhex("0x1.fep127")}

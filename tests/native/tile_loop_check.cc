@@ -9,9 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/packed_gemm.h"
-#include "cpu/packed_gemm_kernel.h"
-#include "cpu/simd_avx2.h"
+#include "cpu/gemm/packed_gemm.h"
+#include "cpu/gemm/packed_gemm_kernel.h"
+#include "cpu/simd/simd_avx2.h"
 
 using namespace onnxfuse::cpu;
 using S = onnxfuse::cpu::simd::Avx2;

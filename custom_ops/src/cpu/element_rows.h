@@ -9,7 +9,7 @@
 
 #include <onnxruntime_cxx_api.h>
 
-#include "vector_kernels.h"
+#include "cpu/simd/vector_kernels.h"
 
 namespace onnxfuse::cpu {
 

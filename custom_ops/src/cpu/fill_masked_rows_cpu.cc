@@ -1,14 +1,14 @@
 // FillMaskedRows on the CPU: a pass over the rows, each reading its K flags until one is set. In place (Y's
 // buffer is X's) it writes only the rows it fills; otherwise it copies each kept row and fills the others.
-#include "fill_masked_rows_cpu.h"
+#include "cpu/fill_masked_rows_cpu.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-#include "../domain.h"
-#include "../fill_masked_rows_common.h"
-#include "../status.h"
+#include "domain.h"
+#include "contract/fill_masked_rows_common.h"
+#include "status.h"
 
 namespace onnxfuse::cpu {
 namespace {

@@ -1,4 +1,4 @@
-// FillMaskedRows (src/fill_masked_rows_common.h) for ORT's CPU execution provider.
+// FillMaskedRows (src/contract/fill_masked_rows_common.h) for ORT's CPU execution provider.
 #pragma once
 
 #include <onnxruntime_cxx_api.h>

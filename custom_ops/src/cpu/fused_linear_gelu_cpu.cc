@@ -10,7 +10,7 @@
 // float16/bfloat16: operands are widened to float32, the GEMM accumulates in float32, and each tile is
 // narrowed once after its activation (one rounding, at the very end). A constant weight is widened (and
 // packed) once, when the kernel is created.
-#include "fused_linear_gelu_cpu.h"
+#include "cpu/fused_linear_gelu_cpu.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -19,13 +19,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "../domain.h"
-#include "../fused_linear_gelu_common.h"
-#include "element_rows.h"
-#include "gemm.h"
-#include "packed_gemm.h"
-#include "parallel_for.h"
-#include "vector_kernels.h"
+#include "domain.h"
+#include "contract/fused_linear_gelu_common.h"
+#include "cpu/element_rows.h"
+#include "cpu/gemm/gemm.h"
+#include "cpu/gemm/packed_gemm.h"
+#include "cpu/parallel_for.h"
+#include "cpu/simd/vector_kernels.h"
 
 namespace onnxfuse::cpu {
 namespace {
@@ -34,8 +34,8 @@ namespace {
 // columns: its packed panel slices for one K slice (128 x 256 floats, 128 KiB) and its block of Y (72 KiB)
 // fit a core's L2 together, and 144 rows re-read each panel slice 24 times from L2 for one fetch from
 // memory. Narrower tiles also give small-M problems enough of them for every thread (M = 128, N = 3072:
-// 24 tiles). Measured against 144 x 256-512 tiles in an in-process A/B at 2 threads (Zen 3): 2-7 % faster
-// at K = 768-1024. Tile widths are multiples of the packed weight's panel width.
+// 24 tiles), where 144 x 256-512 tiles gave fewer. Tile widths are multiples of the packed weight's panel
+// width.
 constexpr int64_t kTileM = 144;
 constexpr int64_t kTileN = 128;
 

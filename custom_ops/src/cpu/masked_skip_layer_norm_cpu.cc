@@ -1,6 +1,6 @@
 // MaskedSkipLayerNormalization on the CPU: rows in blocks on ORT's intra-op pool; each row widened to float32,
 // summed, normalized in two passes (mean, then the squared deviations) and narrowed once.
-#include "masked_skip_layer_norm_cpu.h"
+#include "cpu/masked_skip_layer_norm_cpu.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +8,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "../domain.h"
-#include "../masked_skip_layer_norm_common.h"
-#include "../status.h"
-#include "element_rows.h"
-#include "parallel_for.h"
-#include "vector_kernels.h"
+#include "domain.h"
+#include "contract/masked_skip_layer_norm_common.h"
+#include "status.h"
+#include "cpu/element_rows.h"
+#include "cpu/parallel_for.h"
+#include "cpu/simd/vector_kernels.h"
 
 namespace onnxfuse::cpu {
 namespace {

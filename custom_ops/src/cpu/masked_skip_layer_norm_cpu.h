@@ -1,4 +1,4 @@
-// MaskedSkipLayerNormalization (src/masked_skip_layer_norm_common.h) for ORT's CPU execution provider.
+// MaskedSkipLayerNormalization (src/contract/masked_skip_layer_norm_common.h) for ORT's CPU execution provider.
 #pragma once
 
 #include <onnxruntime_cxx_api.h>

@@ -1,6 +1,6 @@
 // How a candidate line of tiles.h, X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule, EpiM, EpiN), becomes
 // a kernel configuration, float16 with W [N, K] (trans_b = 1). The schedule names one of the shipped
-// Sm90Schedule values (custom_ops/src/cuda/tactics.cuh: an Sm90Config, built by the shipped Sm90Kernel), or
+// Sm90Schedule values (custom_ops/src/cuda/dispatch/tactics.cuh: an Sm90Config, built by the shipped Sm90Kernel), or
 // kSplitNCooperative, the lab's split-N kernel (sm90_split_n_kernel.cuh: its own configuration type, which that
 // file's Sm90Kernel specialization builds; it has its own epilogue, so EpiM x EpiN are 0 x 0), or
 // kIntraOverlapCooperative, the lab's two-accumulator kernel (sm90_intra_overlap_kernel.cuh, the same way; there
@@ -10,7 +10,7 @@
 // Light (no CUTLASS), like tactics.cuh: harness.cu names the tactics, explore.cu instantiates them.
 #pragma once
 
-#include "tactics.cuh"
+#include "cuda/dispatch/tactics.cuh"
 
 namespace ofk_explore {
 

@@ -1,6 +1,6 @@
 // Kernel lab only (build.sh with OFK_EXPLORE=sched, through hooks/kernel_hooks.cuh): extra activation codes for
 // the epilogue experiments of lab/kernels/NOTES.md v6, as `case` labels of apply_activation's switch
-// (OFK_EXPLORE_ACTIVATION_CASES, custom_ops/src/cuda/activation_math.cuh):
+// (OFK_EXPLORE_ACTIVATION_CASES, custom_ops/src/cuda/kernels/activation_math.cuh):
 //   -1            no activation, to measure what the epilogue's math costs
 //   -2 / -3 / -4  the fast erf in chained groups of 2 / 4 / 8 elements: each group's first product (x·x)
 //                 takes + (the previous group's last result & zero bits the compiler cannot see), so the

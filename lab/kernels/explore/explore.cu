@@ -1,7 +1,7 @@
 // The candidate tiles of one group of tiles.h (OFK_EXPLORE_TILES_<group>), float16 with W [N, K]: build.sh
 // compiles this file once per group of its mode, with -DOFK_EXPLORE_GROUP=<letter>, into explore_<letter>.o,
 // so that the groups' CUTLASS instantiations compile side by side.
-#include "sm90_gemm_gelu.cuh"
+#include "cuda/kernels/sm90_gemm_gelu.cuh"
 
 #include "configs.h"
 #include "sm90_intra_overlap_kernel.cuh"

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "sm90_gemm_gelu.cuh"
+#include "cuda/kernels/sm90_gemm_gelu.cuh"
 
 namespace ofk_explore {
 

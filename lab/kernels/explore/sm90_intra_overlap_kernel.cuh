@@ -15,7 +15,7 @@
 // So two k-blocks of GMMAs (~1000 cycles of Tensor Core work at 128x128x64 each) are queued while a chunk
 // (16 elements per thread) runs. The last tile's epilogue runs after its main loop, as in the other kernels.
 //
-// The chunk epilogue is the shipped per-warp epilogue (custom_ops/src/cuda/sm90_warp_epilogue.cuh) cut into
+// The chunk epilogue is the shipped per-warp epilogue (custom_ops/src/cuda/kernels/sm90_warp_epilogue.cuh) cut into
 // 32-column pieces: the same bias add, activation, rounding and stmatrix layout, so the outputs are bit-identical
 // to the shipped kernels'. The read-back maps each 8-lane phase to rows r and r + 4 of one chunk, which the
 // buffer's XOR swizzle puts in 8 different bank groups.
@@ -41,9 +41,9 @@
 
 #include "configs.h"
 #include "kernel_layer_tactic.cuh"
-#include "sm90_gemm_gelu.cuh"
-#include "sm90_warp_epilogue.cuh"
-#include "sm90_warp_epilogue_kernel.cuh"
+#include "cuda/kernels/sm90_gemm_gelu.cuh"
+#include "cuda/kernels/sm90_warp_epilogue.cuh"
+#include "cuda/kernels/sm90_warp_epilogue_kernel.cuh"
 
 namespace ofk_explore {
 

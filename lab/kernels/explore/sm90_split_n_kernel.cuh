@@ -4,7 +4,7 @@
 // main-loop collective with the warpgroups side by side along N instead of M, so that a tile may have 192 rows
 // (an odd multiple of 64), whose tile counts fill the SMs evenly where 128-row tiles leave a partial last wave
 // (4096 rows: 22 x 24 = 528 tiles of 192x128, 4.0 waves). Each warpgroup stores its half of the tile with the
-// shipped per-warp epilogue (custom_ops/src/cuda/sm90_warp_epilogue.cuh). It is the shipped overlapped
+// shipped per-warp epilogue (custom_ops/src/cuda/kernels/sm90_warp_epilogue.cuh). It is the shipped overlapped
 // ping-pong kernel (sm90_warp_epilogue_kernel.cuh) with the warpgroups sharing each tile: both consume every
 // stage, no order between their main loops, the tiled MMA spans both. It lost to ping-pong 128x128 by 9-30 %
 // (4096x768x3072: 42.3 us vs 37.3): the epilogue is not overlapped, and both warpgroups read all of A from
@@ -28,9 +28,9 @@
 
 #include "configs.h"
 #include "kernel_layer_tactic.cuh"
-#include "sm90_gemm_gelu.cuh"
-#include "sm90_warp_epilogue.cuh"
-#include "sm90_warp_epilogue_kernel.cuh"
+#include "cuda/kernels/sm90_gemm_gelu.cuh"
+#include "cuda/kernels/sm90_warp_epilogue.cuh"
+#include "cuda/kernels/sm90_warp_epilogue_kernel.cuh"
 
 namespace ofk_explore {
 

@@ -7,11 +7,11 @@
 // Built as a shared library:
 //   nvcc -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler=-fPIC -shared \
 //     -gencode=arch=compute_90a,code=sm_90a -I$CUTLASS/include -I$CUTLASS/tools/util/include \
-//     -Icustom_ops/src/cuda -Icustom_ops/src -Icustom_ops/src/cuda/hooks \
+//     -Icustom_ops/src -Icustom_ops/src/cuda/hooks \
 //     lab/kernels/explore/sm90_swap_ab.cu -o .device/lab_lib/libswap_ab.so
 #include <cstdint>
 
-#include "sm90_swap_ab.cuh"
+#include "cuda/kernels/sm90_swap_ab.cuh"
 
 namespace ofk_swap_ab {
 

@@ -1,6 +1,6 @@
-// The shipped overlapped ping-pong kernel (custom_ops/src/cuda/sm90_warp_epilogue_kernel.cuh) with three consumer
-// warpgroups instead of two (issue #20; lab/kernels/NOTES.md, v10), and its control: two warpgroups with the main-loop
-// stages that three leave.
+// The shipped overlapped ping-pong kernel (custom_ops/src/cuda/kernels/sm90_warp_epilogue_kernel.cuh) with three
+// consumer warpgroups instead of two (issue #20; lab/kernels/NOTES.md, v10), and its control: two warpgroups with the
+// main-loop stages that three leave.
 //
 // Why three might win: at K <= 512 a warpgroup's epilogue of a 128x128 tile outlasts the other warpgroup's main
 // loop (NOTES v8: 85 % of issue slots empty, one warp per scheduler running a dependent stretch while the Tensor
@@ -17,8 +17,8 @@
 
 #include "configs.h"
 #include "kernel_layer_tactic.cuh"
-#include "sm90_gemm_gelu.cuh"
-#include "sm90_warp_epilogue_kernel.cuh"
+#include "cuda/kernels/sm90_gemm_gelu.cuh"
+#include "cuda/kernels/sm90_warp_epilogue_kernel.cuh"
 
 namespace onnxfuse::cuda {
 

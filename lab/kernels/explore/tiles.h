@@ -1,4 +1,4 @@
-// Candidate sm90 tiles measured by the kernel harness but not in the shipped lists (custom_ops/src/cuda/
+// Candidate sm90 tiles measured by the kernel harness but not in the shipped lists (custom_ops/src/cuda/dispatch/
 // tactics.cuh): what was tried and lost, kept so that a later kernel change can re-measure them in one build.
 // One line each: X(name, TileM, TileN, TileK, ClusterM, ClusterN, schedule, EpiM, EpiN) (EpiM = 0: CUTLASS's
 // epilogue subtile; configs.h turns a line into its kernel configuration), float16 with W [N, K] (trans_b = 1).

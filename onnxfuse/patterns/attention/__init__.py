@@ -11,7 +11,9 @@ Two anchors, one set of proofs:
 
 Nothing is assumed from names: the heads' dimensions, the mask and the bias are proved from the graph
 (``symbolic``, ``value_range``), and whatever the fused op cannot compute exactly is refused with a reason
-a user can act on (``inspect`` shows it). Where to look:
+a user can act on (``inspect`` shows it). Nodes that pass a value on unchanged — Identity, the device copies
+ONNX Runtime writes into a model it saved for a GPU (``MemcpyFromHost``/``MemcpyToHost``), a Cast to the type
+a tensor has — are seen through wherever a proof reads values or shapes (``graph.value_source``). Where to look:
 
 - ``rules``: the Softmax rule, from its anchor to the plan, the row guard after the Softmax, and what it refuses;
 - ``onnx_attention``: the rule for ONNX's ``Attention`` op;
@@ -21,6 +23,9 @@ a user can act on (``inspect`` shows it). Where to look:
   embeddings), one key/value head broadcast over the query's (multi-query), and the head merge;
 - ``masks``: what the bias is proved to be (padding, causal, windows) or why it is fed as it is; a new mask
   spelling plugs in there (``masks.FORMS``);
+- ``mask_semantics``: a mask read off what it computes, whatever its spelling, where the bias cannot be fed as
+  it is: ``mask_cone`` proves it a function of ``attention_mask[b, k]`` (and causal comparisons) alone,
+  ``scalar_ops`` evaluates that function in the graph's types;
 - ``score_keep``: GPT-Neo's literal keep on the product, ``Where(C, Q·Kᵀ, fill)``;
 - ``assemble``: from the matched parts to the plan: Q, K and V packed (``qkv``) or fed as they are, the
   nodes the block takes;

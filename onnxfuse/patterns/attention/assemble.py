@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from .. import qkv
-from ..graph import GraphView
+from ..graph import DEVICE_COPIES, GraphView
 from ..match import Refused
 from ..rule import Refusal, T, dtype_name
 from ..symbolic import Evaluator
@@ -36,7 +36,8 @@ _SUPPORTED = (T.FLOAT, T.FLOAT16)
 # Ops of a shape-only subgraph that dies with the block (_shape_closure), the run-time scale's arithmetic
 # (1/√Shape(q)[-1], scores.strip_scale) included: a closure is taken only where every path ends inside the block.
 _SHAPE_OPS = ("Shape", "Slice", "Concat", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape", "CastLike", "Sqrt",
-              "Reciprocal", "Div", "Mul", "Sub")  # Sub: GPT-Neo's key_length - query_length
+              "Reciprocal", "Div", "Mul", "Sub",  # Sub: GPT-Neo's key_length - query_length
+              "Identity", *DEVICE_COPIES)  # a shape copied to the device that reads it
 
 
 def attention_dtype(ev: Evaluator, q: Heads, k: Heads) -> int:
@@ -92,6 +93,7 @@ def finish(view: GraphView, ev: Evaluator, nodes: set, q: Heads, k: Heads, v: He
     scaling, guard_note = form_notes
     form = ", ".join(p for p in ("heads computed per head" if per_head else "", scaling,
                                  "Where(keep, Q·Kᵀ, fill)" if score_keep else "", mask.kind or "no mask",
+                                 f"attention_mask {mask.mask_values}" if mask.mask_values else "",
                                  guard_note) if p)
     extra = {"packed": packed} if packed else {"separate_because": separate_because}
     return (PackedAttentionPlan if packed else AttentionPlan)(
@@ -108,7 +110,7 @@ def finish(view: GraphView, ev: Evaluator, nodes: set, q: Heads, k: Heads, v: He
         additive_bias=mask.bias, bias_is_full=mask.bias is not None and mask.rank == 4 and mask.full,
         score_keep=score_keep.literal if score_keep else None, score_fill=score_keep.fill if score_keep else None,
         score_keep_rank=score_keep.rank if score_keep else 4, score_keep_rows=score_keep.rows if score_keep else 0,
-        **extra)
+        padding_rank=mask.padding_rank, mask_values=mask.mask_values, **extra)
 
 
 def _packed_projection(view: GraphView, ev: Evaluator, heads, dtype: int, nodes: set,

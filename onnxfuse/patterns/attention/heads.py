@@ -53,13 +53,19 @@ attention: [B, 1, L, H]) is expanded to the query's N in front of MHA, which bro
 unrepeated ones (1 < N_kv < N: the graph's MatMul would not broadcast them) are refused. A present
 key or value returned as a graph output (a cache) is such a tensor, computed in front of the op: it does
 not keep the attention from being fused.
+
+Nodes that pass a value on unchanged (``graph.passes_value``: Identity, ORT's device copies, a Cast to the type
+the tensor has — GPT-Neo's ``query.to(float32)``; in front of the product also an Expand to the heads' own
+dimensions) are seen through between every two steps of these forms and join the block. Where heads are read as
+computed, MHA reads them behind Identities and such Casts but at a device copy's output: the heads on the device
+the product read them on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import GraphView, attr, is_op
+from ..graph import GraphView, attr, is_device_copy, is_op, passes_value, value_source
 from ..match import Refused, parent_path
 from ..symbolic import Dim, Evaluator, NotSymbolic
 
@@ -94,16 +100,35 @@ def read_heads(view: GraphView, ev: Evaluator, t: str, nodes: set, what: str) ->
     """The heads ``t`` [B, N, S, H] that reach a product: a head split of a projection (which MHA reads
     as [B, S, D] and splits itself), or else any tensor of proved [B, N, S, ·] dimensions, which the graph
     computes from the heads itself (a rotary embedding): MHA then reads that tensor as it is."""
-    i = view.producer.get(t)
-    while (i is not None and is_op(view.nodes[i], "Cast")
-           and attr(view.nodes[i], "to") == ev.dtype(view.nodes[i].input[0])):
-        nodes.add(i)  # GPT-Neo's query.to(float32) of float32 heads: a Cast to the type they have
-        t = view.nodes[i].input[0]
-        i = view.producer.get(t)
+    src, via = value_source(view, t, ev.dtype, lambda n: ev.expands_within(n, _dims(ev, n.input[0])))
     try:
-        return _split_heads(view, ev, t, (0, 2, 1, 3), nodes, what)
+        heads = _split_heads(view, ev, src, (0, 2, 1, 3), nodes, what)
     except _NotSplit as why:
+        t, passed = _up_to_device_copy(view, t, via)
+        nodes.update(passed)
         return _computed_heads(ev, t, str(why))
+    nodes.update(via)  # GPT-Neo's query.to(float32) of float32 heads: a Cast to the type they have
+    return heads
+
+
+def _dims(ev: Evaluator, t: str) -> tuple:
+    """``t``'s dimensions (none where its rank is unknown): an Expand to them changes nothing."""
+    rank = ev.rank(t)
+    return () if rank is None else tuple(ev.dim(t, a) for a in range(rank))
+
+
+def _up_to_device_copy(view: GraphView, t: str, via: tuple) -> tuple[str, list]:
+    """Heads MHA reads as they are: ``t`` read behind the nodes of ``via`` (``graph.value_source``'s, nearest
+    first) that compute nothing (Identity, a Cast to the type it has: they go with the block), up to a device
+    copy, whose output MHA reads (the heads on the device the product read them on). Returns (the tensor, the
+    nodes passed)."""
+    passed = []
+    for i in via:
+        if is_device_copy(view.nodes[i]):
+            break
+        passed.append(i)
+        t = view.nodes[i].input[0]
+    return t, passed
 
 
 def _computed_heads(ev: Evaluator, t: str, not_split: str, from_bsnh: bool = False) -> Heads:
@@ -132,7 +157,8 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
         got = "a graph input" if ti is None else view.nodes[ti].op_type
         raise _NotSplit(f"the {what} reaches the attention product through {got}, not the head split "
                         f"Transpose(Reshape(·), {list(perm)}) (rotary embedding or another layout)")
-    ri = view.producer.get(view.nodes[ti].input[0])
+    reshaped, between = value_source(view, view.nodes[ti].input[0], ev.dtype)
+    ri = view.producer.get(reshaped)
     if ri is None or not is_op(view.nodes[ri], "Reshape"):
         raise _NotSplit(f"the {what} heads are not a Reshape of a projection")
     xp = view.nodes[ri].input[0]
@@ -161,9 +187,9 @@ def _split_heads(view: GraphView, ev: Evaluator, t: str, perm: tuple, nodes: set
         h = Dim(hidden // n.coef)
     if not (n.is_int and h.is_int and n.coef * h.coef == hidden and n.coef > 0):
         raise Refused(f"the {what} head split {list(target)} is not [B, S, heads, head_size] of {hidden}")
-    nodes |= {ti, ri}
+    nodes |= {ti, ri, *between}
     heads = Heads(xp, n.coef, h.coef, ev.dim(xp, 0), ev.dim(xp, 1), tensor=t if perm == (0, 2, 1, 3) else None,
-                   split_nodes=frozenset({ti, ri}))
+                   split_nodes=frozenset({ti, ri, *between}))
     return _with_bias_add(view, heads, xp, hidden)
 
 
@@ -192,6 +218,13 @@ def projection_heads(view: GraphView, ev: Evaluator, t: str, heads: int, what: s
 
 def key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> Heads:
     """Kᵀ [B, N, H, L] in one of the three layouts the exporters write (module docstring)."""
+    t, via = value_source(view, t, ev.dtype)
+    k = _key_transposed(view, ev, t, nodes)
+    nodes.update(via)  # the key is read behind its transpose: what passes Kᵀ on goes with the block
+    return k
+
+
+def _key_transposed(view: GraphView, ev: Evaluator, t: str, nodes: set) -> Heads:
     ti = view.producer.get(t)
     node = view.nodes[ti] if ti is not None else None
     if node is not None and is_op(node, "Transpose"):
@@ -308,15 +341,16 @@ def value_hidden(ev: Evaluator, q: Heads, v: Heads) -> int | None:
 def merge_heads(view: GraphView, ev: Evaluator, t: str, q: Heads, hidden: int | None,
                  nodes: set) -> tuple[str, tuple | None]:
     """P·V [B, N, S, H] → (identity Reshapes) → Transpose 0213 → Reshape [B, S, N·H]: what MHA writes
-    (``hidden`` is N·H where it is known). Returns the merged tensor and, for a merge into [B·S, N·H],
-    that shape (MHA's output is reshaped)."""
+    (``hidden`` is N·H where it is known; nodes that pass the value on may come between). Returns the merged
+    tensor and, for a merge into [B·S, N·H], that shape (MHA's output is reshaped)."""
     cur = t
     while True:
         i = _sole_reader(view, cur)
         if i is None:
             raise Refused("the attention output is read before its heads are merged")
         node = view.nodes[i]
-        if is_op(node, "Reshape") and node.input[0] == cur and _identity_reshape(view, ev, node, cur):
+        if (is_op(node, "Reshape") and node.input[0] == cur and _identity_reshape(view, ev, node, cur)) or \
+                passes_value(node, ev.dtype):
             nodes.add(i)
             cur = node.output[0]
             continue
@@ -326,6 +360,10 @@ def merge_heads(view: GraphView, ev: Evaluator, t: str, q: Heads, hidden: int | 
     nodes.add(i)
     tm = node.output[0]
     ri = _sole_reader(view, tm)
+    while ri is not None and passes_value(view.nodes[ri], ev.dtype):
+        nodes.add(ri)
+        tm = view.nodes[ri].output[0]
+        ri = _sole_reader(view, tm)
     if ri is None or not is_op(view.nodes[ri], "Reshape"):
         raise Refused("the merged heads are not reshaped back to [batch, sequence, hidden]")
     try:

@@ -67,8 +67,13 @@ def _mask_key(plan: AttentionPlan, what: str) -> tuple:
 
 def _length_source(plan: AttentionPlan) -> str:
     """The tensor whose axis 1 is the query length S: the padding mask itself in self-attention
-    (S = T; shared by every layer), else the query."""
+    (S = T, its last axis; shared by every layer), else the query."""
     return plan.padding if plan.self_attention else plan.query
+
+
+def _padding_key_axis(plan: AttentionPlan) -> int:
+    """The padding tensor's key axis, its last: 1 of [B, T], 3 of [B, 1, 1, T]."""
+    return plan.padding_rank - 1
 
 
 def _positional(plan: AttentionPlan) -> bool:
@@ -87,8 +92,11 @@ def _keep_nodes(plan: AttentionPlan, out: Emitter) -> tuple[list[onnx.NodeProto]
     if not plan.padding_is_bool:
         source = out.name(hint + "_padding_bool")
         nodes.append(onnx.helper.make_node("Cast", [plan.padding], [source], name=out.name(source), to=T.BOOL))
-    keep = out.name(hint + "_keep_padding")
-    nodes.append(_with_axes(out, plan.opset, "Unsqueeze", 13, source, keep, [1, 2], hint + "_padding_axes"))
+    if plan.padding_rank == 2:
+        keep = out.name(hint + "_keep_padding")
+        nodes.append(_with_axes(out, plan.opset, "Unsqueeze", 13, source, keep, [1, 2], hint + "_padding_axes"))
+    else:
+        keep = source  # already [B, 1, 1, T]
     if not _positional(plan):
         return nodes, keep
     names = [out.name(hint + s) for s in ("_query_shape", "_query_len", "_padding_shape", "_key_len",
@@ -96,9 +104,11 @@ def _keep_nodes(plan: AttentionPlan, out: Emitter) -> tuple[list[onnx.NodeProto]
     q_shape, q_len, p_shape, k_len, k_pos, q_pos, q_col, both = names
     zero, one = (out.initializer(hint + n, np.array(v, np.int64)) for n, v in (("_pos0", 0), ("_pos_step", 1)))
     seq_axis = out.initializer(hint + "_seq_axis", np.array(1, np.int64))
+    key_axis = seq_axis if plan.padding_rank == 2 else \
+        out.initializer(hint + "_padding_key_axis", np.array(_padding_key_axis(plan), np.int64))
     nodes += [
         onnx.helper.make_node("Shape", [plan.padding], [p_shape], name=out.name(p_shape)),
-        onnx.helper.make_node("Gather", [p_shape, seq_axis], [k_len], name=out.name(k_len), axis=0),
+        onnx.helper.make_node("Gather", [p_shape, key_axis], [k_len], name=out.name(k_len), axis=0),
         onnx.helper.make_node("Range", [zero, k_len, one], [k_pos], name=out.name(k_pos)),
     ]
     if plan.self_attention:
@@ -145,7 +155,8 @@ def _padding_bias_nodes(plan: AttentionPlan, out: Emitter) -> tuple[list[onnx.No
                                         ("_query_shape", "_query_len", "_bias_shape", "_attention_bias"))
     nodes += [
         onnx.helper.make_node("Shape", [_length_source(plan)], [q_shape], name=out.name(q_shape)),
-        onnx.helper.make_node("Gather", [q_shape, out.initializer(hint + "_seq_axes", np.array([1], np.int64))],
+        onnx.helper.make_node("Gather", [q_shape, out.initializer(hint + "_seq_axes", np.array(
+                              [_padding_key_axis(plan) if plan.self_attention else 1], np.int64))],
                               [q_len], name=out.name(q_len), axis=0),
         onnx.helper.make_node("Concat", [out.initializer(hint + "_bias_lead", np.array([1, 1], np.int64)), q_len,
                                          out.initializer(hint + "_bias_tail", np.array([1], np.int64))],
@@ -208,7 +219,7 @@ def _lengths(plan: AttentionPlan, out: Emitter, hint: str) -> tuple[list[onnx.No
     [B, L, D] key, axis 2 of [B, N, L, H] heads)."""
     if _lengths_from_padding(plan):
         shape, length = out.name(hint + "_padding_shape"), out.name(hint + "_length")
-        axis = out.initializer(hint + "_seq_axes", np.array([1], np.int64))
+        axis = out.initializer(hint + "_seq_axes", np.array([_padding_key_axis(plan)], np.int64))
         return [onnx.helper.make_node("Shape", [plan.padding], [shape], name=out.name(shape)),
                 onnx.helper.make_node("Gather", [shape, axis], [length], name=out.name(length), axis=0)
                 ], length, length

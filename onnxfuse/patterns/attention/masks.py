@@ -45,42 +45,52 @@ Why these are exact, row by row:
   underflow to exactly 0 unless one row's scores already span the dtype's whole range); other fills
   (``-10000``) let large scores through and are refused. Every row sees its own key;
 * an additive bias: MHA computes softmax(scale·QKᵀ + bias), the graph softmax(scale·QKᵀ + bias) with the
-  same tensor, so every finite bias is exact, whatever its values mean. It is *not* rebuilt as a
-  keep/fill mask even where it looks like one: ``(1 - m) · c`` is that only for m ∈ {0, 1}, and an int64
-  ``attention_mask`` may hold any value. Finiteness is what makes it safe without a row guard: a finite
+  same tensor, so every finite bias is exact, whatever its values mean, and such a bias is fed as it is
+  even where it looks like a keep/fill mask (``(1 - m) · c`` is one only for m ∈ {0, 1}, and an int64
+  ``attention_mask`` may hold any value). Finiteness is what makes it safe without a row guard: a finite
   bias hides no row entirely (every score stays finite, so every row is a plain softmax, the same in
   both), while an entry of ``-inf`` (a masked_fill with ``-inf``) can hide a row and one of ``+inf``
   turns it to NaN in the graph, and what a kernel makes of those rows is its own. Finite is proved, not
   assumed: ``(1 - m) · finfo.min`` overflows to ±inf for m outside [-1, 2] and an int64 → float16 Cast
-  itself overflows, so those are refused unless m was cast to bool first; ``(1 - m) · -10000`` of an
-  int64 mask stays within float32. The graph's scaling must come before the bias: scaled after (by
-  anything but 1), the bias is scaled too, which MHA does not do;
+  itself overflows, so those are not fed as they are unless m was cast to bool first; ``(1 - m) ·
+  -10000`` of an int64 mask stays within float32. The graph's scaling must come before the bias: scaled
+  after (by anything but 1), the bias is scaled too, which MHA does not do;
+* a bias that cannot be fed as it is (not shown finite, or of dimensions not shown to be the scores'):
+  where it is a function of ``attention_mask[b, k]`` and proved causal/window comparisons alone, it is
+  read off its values (``mask_semantics``: 0 on kept keys, one negative fill on the others) and its keep
+  proved and rebuilt as a Where's is (below). Where it reads the mask arithmetically (``(1 - m) ·
+  finfo.min``), that holds for the mask values 0 and 1 only, transformers' contract for
+  ``attention_mask``: the plan records it (``"mask_values": "0 or 1"`` in the report);
 * the guard with a finite fill or no mask only sees NaN from scores that overflowed; MHA has no guard,
   so such (already overflowed) heads give NaN instead of 0. This is the one difference accepted.
 
 Adding a mask form. :func:`classify` is the one entry point for a bias added to the scores: it tries the
-forms of :data:`FORMS` in order, then falls back to :func:`additive_bias`. A new spelling of a mask is one
-function ``prove(view, ev, bias, q, k, dtype) -> Mask | None`` — None where ``bias`` is not written that way,
-the :class:`Mask` it is proved to be, or ``match.Refused`` with the reason where it is written that
-way but cannot be proved — listed in :data:`FORMS` as a :class:`MaskForm` with its spelling (named in the
-reason when no form recognises a bias). A boolean keep proved by :func:`proved_keep` is rebuilt in front of
-the op (``mask_inputs``); a form whose keep is something else must say how it is rebuilt there too.
+forms of :data:`FORMS` in order, then falls back to :func:`additive_bias`, and where that refuses, to the
+forms of :data:`FALLBACK_FORMS` (the mask read off its values: after the bias as it is, which is exact
+wherever it is taken, so that every model whose bias fuses as it is keeps its output). A new spelling of a
+mask is one function ``prove(view, ev, bias, q, k, dtype) -> Mask | None`` — None where ``bias`` is not
+written that way, the :class:`Mask` it is proved to be, or ``match.Refused`` with the reason where it is
+written that way but cannot be proved — listed in :data:`FORMS` as a :class:`MaskForm` with its spelling
+(named in the reason when no form recognises a bias). A boolean keep proved by :func:`proved_keep` (or a
+keep formula by :func:`keep_formula_mask`) is rebuilt in front of the op (``mask_inputs``); a form whose
+keep is something else must say how it is rebuilt there too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 
-from ..graph import GraphView, is_op
+from ..graph import GraphView, is_op, value_source
 from ..match import Refused
 from ..rule import T, dtype_name
-from ..symbolic import Dim, Evaluator, NotSymbolic, clamped_to, conjuncts, shift_axes
+from ..symbolic import Data, Dim, Evaluator, Index, NotSymbolic, clamped_to, conjuncts, shift_axes
 from ..value_range import is_finite
+from . import mask_semantics
 from .heads import Heads
 
 
@@ -100,6 +110,10 @@ class Mask:
     bias: str | None = None  # an additive bias fed as it is (kind "additive bias")
     full: bool = False  # ... whose query and key axes are the scores' own (no Expand needed)
     band: tuple | None = None  # (lo, hi): only keys lo <= k - q <= hi (lo <= 0 <= hi), where not causal alone
+    padding_rank: int = 2  # the padding tensor's rank: [B, T], or [B, 1, 1, T]
+    # the attention_mask values for which the rebuilt mask is the graph's (None: every value), where a form
+    # proves it only on the values transformers' attention_mask contract allows (mask_semantics)
+    mask_values: str | None = None
 
 
 NO_MASK = Mask("")
@@ -136,7 +150,17 @@ def classify(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads, dtyp
         unproved = (f"the scores get an additive bias from {got}, not a mask "
                     f"{' or '.join(form.spelling for form in FORMS)} "
                     "(ALiBi, relative position bias or an unrecognised mask)")
-    return additive_bias(view, ev, bias, q, k, dtype, unproved)
+    try:
+        return additive_bias(view, ev, bias, q, k, dtype, unproved)
+    except Refused as as_it_is:
+        for form in FALLBACK_FORMS:
+            try:
+                mask = form.prove(view, ev, bias, q, k, dtype)
+            except Refused as why:
+                raise Refused(f"{as_it_is.reason}; {why.reason}") from None
+            if mask is not None:
+                return mask
+        raise
 
 
 def additive_bias(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads, dtype: int,
@@ -166,8 +190,9 @@ def additive_bias(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads,
 
 def _keep_where(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads, dtype: int) -> Mask | None:
     """``Where(keep, 0, fill)`` with a negative constant fill (transformers' mask functions), its keep proved
-    (:func:`proved_keep`)."""
-    i = view.producer.get(bias)
+    (:func:`proved_keep`); read through a device copy and an Expand onto the scores (``graph.value_source``)."""
+    scores = (q.batch, Dim(q.heads), q.seq, k.seq)
+    i = view.producer.get(value_source(view, bias, ev.dtype, lambda n: ev.expands_within(n, scores))[0])
     w = view.nodes[i] if i is not None else None
     if w is None or not is_op(w, "Where") or len(w.input) != 3:
         return None
@@ -177,8 +202,22 @@ def _keep_where(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads, d
     return proved_keep(view, ev, w.input[0], fill[0], q, k, dtype)
 
 
+def _read_off_values(view: GraphView, ev: Evaluator, bias: str, q: Heads, k: Heads, dtype: int) -> Mask | None:
+    """A bias that is a function of ``attention_mask[b, k]`` (and causal or window comparisons) alone, whatever
+    its spelling: read off its values (``mask_semantics``), its keep proved as a Where's keep is."""
+    read = mask_semantics.read_keep(view, ev, bias, q, k, dtype)
+    if read is None:
+        return None
+    mask = keep_formula_mask(view, ev, read.keep, read.fill, q, k, dtype)
+    return replace(mask, mask_values=read.mask_values) if mask.kind else mask
+
+
 # The mask forms classify tries, in order (module docstring, "Adding a mask form").
 FORMS: tuple[MaskForm, ...] = (MaskForm("Where(keep, 0, fill)", _keep_where),)
+# The forms classify tries where the bias cannot be fed as it is: a finite bias of the scores' shape is
+# exact as the graph computes it, and stays so (every model whose bias fuses as it is keeps its output).
+FALLBACK_FORMS: tuple[MaskForm, ...] = (
+    MaskForm("a function of attention_mask alone, broadcast over the rows", _read_off_values),)
 
 
 def proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: float, q: Heads, k: Heads,
@@ -189,6 +228,14 @@ def proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: floa
         keep = ev.index(keep_name)
     except NotSymbolic as e:
         raise Refused(f"the mask is not provably padding or causal: {e}") from None
+    return keep_formula_mask(view, ev, keep, fill_value, q, k, dtype, keep_name)
+
+
+def keep_formula_mask(view: GraphView, ev: Evaluator, keep: Index, fill_value: float, q: Heads, k: Heads,
+                      dtype: int, keep_name: str | None = None) -> Mask:
+    """The keep formula ``keep`` (its extents aligned from the right onto the scores [B, N, S, L]) proved to
+    be padding and/or causal or a window, or refused: the proof behind :func:`proved_keep`, for a keep the
+    graph computes as a tensor, and for one a form reads off what the graph computes (``mask_semantics``)."""
     if len(keep.extents) > 4:
         raise Refused("the mask has more than 4 dimensions")
     pad = 4 - len(keep.extents)
@@ -230,9 +277,9 @@ def proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: floa
     # mask built from it is fed to MHA, which requires [batch or 1, heads or 1, S, T] at run time.
     rows = cols = None
     if padding is not None:
-        if padding.rank != 2:
+        if not _padding_shaped(ev, padding):
             raise Refused(f"the padding mask '{padding.name}' has rank {padding.rank}, not [batch, key length]")
-        rows, cols = ev.dim(padding.name, 0), ev.dim(padding.name, 1)
+        rows, cols = ev.dim(padding.name, 0), ev.dim(padding.name, padding.rank - 1)
         if extents[0] not in (batch, rows) or extents[3] not in (key_len, cols):
             raise Refused(f"the padding mask spans {extents[0]}×{extents[3]}, not shown to be batch × key length")
         if view.dtype(padding.name) not in (T.BOOL, T.INT64, T.INT32) and not padding.as_bool:
@@ -252,7 +299,14 @@ def proved_keep(view: GraphView, ev: Evaluator, keep_name: str, fill_value: floa
     if not kind:
         return NO_MASK  # keeps every key: adding its zero bias changes nothing
     return Mask(kind, padding.name if padding else None, causal, fill_value, keep=keep_name,
-                 rank=len(keep.extents), has_query_axis=extents[2] != Dim(1), band=band)
+                 rank=len(keep.extents), has_query_axis=extents[2] != Dim(1), band=band,
+                 padding_rank=padding.rank if padding else 2)
+
+
+def _padding_shaped(ev: Evaluator, padding: Data) -> bool:
+    """The padding tensor is [batch, key length], or [batch, 1, 1, key length] (a mask given already
+    broadcast over heads and queries: ``mask_inputs`` reads its last axis as the key length)."""
+    return padding.rank == 2 or (padding.rank == 4 and ev.dim(padding.name, 1) == Dim(1) == ev.dim(padding.name, 2))
 
 
 def _one_of(d: Dim, lengths) -> bool:

@@ -71,6 +71,8 @@ class AttentionPlan(Plan):
     score_keep_rows: int = 0  # the literal's query-axis extent
     band: tuple | None = None  # (lo, hi): only keys lo <= k - q <= hi (with padding): a sliding window (hi = 0)
     # or a local one around the query's position
+    padding_rank: int = 2  # the padding tensor is [B, T] (2) or [B, 1, 1, T] (4)
+    mask_values: str | None = None  # the attention_mask values the mask is proved on, where not every value
 
     op = (MS_DOMAIN, "MultiHeadAttention")
 
@@ -81,6 +83,8 @@ class AttentionPlan(Plan):
                  "bias": "packed" if self.biases else "none",
                  "mask_input": "attention_bias" if self.padding or self.additive_bias or self.score_keep else
                  "unidirectional" if self.causal else "none", "qkv": "separate"}
+        if self.mask_values:
+            found["mask_values"] = self.mask_values
         if self.score_keep:
             found["score_keep"] = "Where(keep, Q·Kᵀ, fill) into attention_bias" + (
                 " with unidirectional" if self.causal else "")

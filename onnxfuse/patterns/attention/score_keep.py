@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 import onnx
 
-from ..graph import GraphView, is_op
+from ..graph import DEVICE_COPIES, GraphView, is_op
 from ..match import Refused
 from ..rule import T
 from ..symbolic import Dim, Evaluator, NotSymbolic
@@ -39,7 +39,7 @@ from .scores import ScoreKeep
 
 # A literal keep is read whole to prove it (GPT-Neo-2.7B's buffer: 2048 × 2048 booleans, 4 MiB).
 _SCORE_KEEP_MAX_ELEMENTS = 1 << 24
-_SHAPE_PASS_THROUGH = ("Reshape", "Unsqueeze", "Squeeze", "Identity", "Cast")
+_SHAPE_PASS_THROUGH = ("Reshape", "Unsqueeze", "Squeeze", "Identity", "Cast", *DEVICE_COPIES)
 
 
 def prove_score_keep(view: GraphView, ev: Evaluator, sk: ScoreKeep, q: Heads, k: Heads,

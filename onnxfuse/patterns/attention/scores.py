@@ -15,10 +15,15 @@ computes it. A scale
 applied after the bias is added scales the bias too, which MHA does not do: recorded here
 (``post_scale``), refused by the rule.
 
+Nodes whose output is their input (``graph.passes_value``: Identity, ONNX Runtime's device copies, a Cast to
+the type the tensor has) are seen through on every step of that path; they join the block. A scalar factor
+may also be an Expand of a scalar to a shape the product broadcasts to anyway (``Evaluator.expands_within``).
+
 A Softmax of a product in another form gets a reason rather than silence, so that every attention left
 unfused says why: the product masked by a Where and then scaled (which scales the fill), and scores that
 reach the Softmax through ops no form takes — two additive terms (MPNet), a Reshape between the product and
-its mask (DeBERTa), a soft cap ``c·tanh(s / c)`` (Gemma 2), a clamp ``max(scores, finfo.min)`` (XGLM).
+its mask (DeBERTa), a soft cap ``c·tanh(s / c)`` (Gemma 2), a clamp ``max(scores, finfo.min)`` (XGLM), a head
+axis squeezed out and put back around the mask (single-head exports), an Einsum instead of a MatMul.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph import GraphView, is_op
+from ..graph import GraphView, is_op, value_source
 from ..rule import T
 from ..symbolic import Evaluator, NotSymbolic
 
@@ -57,6 +62,14 @@ class ScoreKeep:
     slices: frozenset = frozenset()
 
 
+def _through(view: GraphView, t: str, nodes: set | None, ev: Evaluator | None = None) -> str:
+    """``t`` read through the nodes that pass its value on (``graph.value_source``), which join ``nodes``."""
+    src, via = value_source(view, t, ev.dtype if ev is not None else None)
+    if nodes is not None:
+        nodes.update(via)
+    return src
+
+
 def _score_where(view: GraphView, t: str) -> tuple[str, ScoreKeep | None]:
     """``t = Where(keep, x, fill)`` with a constant scalar fill: (x, the keep); else (t, None)."""
     i = view.producer.get(t)
@@ -71,22 +84,30 @@ def _score_where(view: GraphView, t: str) -> tuple[str, ScoreKeep | None]:
 
 def _scalar_factor(view: GraphView, i: int, t: str, ev: Evaluator | None = None) -> tuple[str, float] | None:
     """``Mul(t', c)``/``Mul(c, t')``/``Div(t', c)`` producing ``t`` with a scalar constant: (t', factor). With
-    ``ev``, ``c`` may also be a scalar the graph computes from shapes (_shape_scalar)."""
+    ``ev``, ``c`` may also be a scalar the graph computes from shapes (_shape_scalar), or either one expanded
+    to a shape the product broadcasts to anyway."""
     node = view.nodes[i]
 
-    def value(name: str) -> float | None:
+    def value(name: str, other: str) -> float | None:
         s = view.scalar(name)
         if s is not None:
             return s[0]
-        return _shape_scalar(view, ev, name) if ev is not None else None
+        if ev is None:
+            return None
+        e = view.producer.get(name)
+        rank = ev.rank(other)
+        if e is not None and rank is not None and ev.expands_within(view.nodes[e], tuple(
+                ev.dim(other, j) for j in range(rank))):
+            return value(view.nodes[e].input[0], other)
+        return _shape_scalar(view, ev, name)
 
     if is_op(node, "Mul") and len(node.input) == 2:
         for a, b in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
-            s = value(b)
+            s = value(b, a)
             if s is not None:
                 return a, s
     if is_op(node, "Div") and len(node.input) == 2:
-        s = value(node.input[1])
+        s = value(node.input[1], node.input[0])
         if s is not None and s != 0.0:
             return node.input[0], 1.0 / s
     return None
@@ -138,46 +159,56 @@ def _shape_scalar(view: GraphView, ev: Evaluator, name: str, depth: int = 0) -> 
 
 
 def strip_scale(view: GraphView, t: str, nodes: set, ev: Evaluator | None = None) -> tuple[str, float]:
+    """``t`` without the scalar factors on it, and their product; the factors' nodes (and the value-passing
+    nodes in front of each) join ``nodes``. Returns ``t`` itself, not what a value-passing node reads, where
+    no factor is behind one: the caller reads the tensor the graph has there."""
     scale = 1.0
     while True:
-        i = view.producer.get(t)
+        via: set = set()
+        src = _through(view, t, via, ev)
+        i = view.producer.get(src)
         if i is None:
             return t, scale
-        f = _scalar_factor(view, i, t, ev)
+        f = _scalar_factor(view, i, src, ev)
         if f is None:
             return t, scale
-        nodes.add(i)
+        nodes |= via | {i}
         t, scale = f[0], scale * f[1]
 
 
-def find_scores(view: GraphView, t: str) -> Scores | None:
-    """The scores feeding a Softmax: [mask Add ∘] scale ∘ MatMul, or None if there is no MatMul."""
+def find_scores(view: GraphView, t: str, ev: Evaluator | None = None) -> Scores | None:
+    """The scores feeding a Softmax: [mask Add ∘] scale ∘ MatMul, or None if there is no MatMul. ``ev`` gives
+    the element types a Cast is compared with (else the view's)."""
     nodes: set = set()
     bias = None
     outer: set = set()
     added, post_scale = strip_scale(view, t, outer)
+    added = _through(view, added, outer, ev)
     keep = None
     i = view.producer.get(added)
     if i is not None and is_op(view.nodes[i], "Add") and len(view.nodes[i].input) == 2:
         operands = view.nodes[i].input
         for a, b in ((operands[0], operands[1]), (operands[1], operands[0])):
-            unmasked, keep = _score_where(view, a)
+            via: set = set()
+            unmasked, keep = _score_where(view, _through(view, a, via, ev))
             inner, _ = strip_scale(view, unmasked, set())
-            j = view.producer.get(inner)
+            j = view.producer.get(_through(view, inner, None, ev))
             if j is not None and is_op(view.nodes[j], "MatMul"):
-                nodes |= outer | {i}
+                nodes |= outer | via | {i}
                 t, bias = unmasked, b
                 break
         else:
             return None
     else:
         post_scale = 1.0  # no bias: the factors are the scores' own, taken below
+        t = _through(view, t, nodes, ev)
         unmasked, keep = _score_where(view, t)
         if keep is not None:
             t = unmasked
     if keep is not None:
         nodes.add(keep.node)
     t, scale = strip_scale(view, t, nodes)
+    t = _through(view, t, nodes, ev)
     j = view.producer.get(t)
     if j is None or not is_op(view.nodes[j], "MatMul"):
         return None
@@ -210,7 +241,14 @@ def scores_masked_by_where(view: GraphView, t: str) -> str | None:
 _SCORE_PATH_OPS = {"Add": (0, 1), "Sub": (0, 1), "Mul": (0, 1), "Div": (0,), "Where": (1, 2), "Reshape": (0,),
                    "Cast": (0,), "Transpose": (0,), "Expand": (0,),
                    "Tanh": (0,),  # Gemma 2's soft cap, c·tanh(s / c)
-                   "Max": (0, 1), "Min": (0, 1)}  # XGLM's clamp, max(scores, finfo.min)
+                   "Max": (0, 1), "Min": (0, 1),  # XGLM's clamp, max(scores, finfo.min)
+                   "Identity": (0,), "MemcpyFromHost": (0,), "MemcpyToHost": (0,),
+                   # layouts no form takes: a head axis squeezed out of the product and put back for the mask, a
+                   # slice or concatenation of scores, clipped scores
+                   "Unsqueeze": (0,), "Squeeze": (0,), "Flatten": (0,), "Slice": (0,), "Concat": None,
+                   "Neg": (0,), "Clip": (0,)}
+# Products other than a MatMul that a path may end at (its operands two computed tensors).
+_OTHER_PRODUCTS = ("Einsum",)
 
 
 def scores_in_another_form(view: GraphView, t: str, depth: int = 8) -> str | None:
@@ -224,9 +262,15 @@ def scores_in_another_form(view: GraphView, t: str, depth: int = 8) -> str | Non
         node = view.nodes[i]
         if is_op(node, "MatMul"):
             return []
-        if node.domain not in ("", "ai.onnx") or node.op_type not in _SCORE_PATH_OPS:
+        if node.domain not in ("", "ai.onnx"):
             return None
-        for k in _SCORE_PATH_OPS[node.op_type]:
+        if node.op_type in _OTHER_PRODUCTS and len(node.input) == 2 and \
+                not any(view.constant_ref(x) is not None for x in node.input):
+            return [node.op_type]
+        if node.op_type not in _SCORE_PATH_OPS:
+            return None
+        slots = _SCORE_PATH_OPS[node.op_type]
+        for k in range(len(node.input)) if slots is None else slots:
             if k < len(node.input) and node.input[k]:
                 rest = path_to_product(node.input[k], left - 1)
                 if rest is not None:
@@ -236,6 +280,10 @@ def scores_in_another_form(view: GraphView, t: str, depth: int = 8) -> str | Non
     path = path_to_product(t, depth)
     if not path:
         return None
+    if path[-1] in _OTHER_PRODUCTS:
+        through = f" through {' ← '.join(path[:-1])}" if path[:-1] else ""
+        return (f"the scores reach the Softmax from an {path[-1]} of two computed tensors{through}: not a form taken "
+                "(the product is a MatMul of the query and the transposed key)")
     if "Tanh" in path:
         return (f"the scores reach the Softmax from their MatMul through {' ← '.join(path)}: soft-capped "
                 "(c·tanh(s / c), Gemma 2's attn_logit_softcapping), which MultiHeadAttention does not do; not a "

@@ -9,7 +9,9 @@ Anything the evaluator does not model (another op, a non-uniform constant, a for
 raises :class:`~.values.NotSymbolic` with a reason; a caller that needs a proof then refuses.
 
 Each modelled op is one ``_op_<OpType>`` method (default ONNX domain): a new op is followed by adding its
-method; an op without one is data (a tensor of unknown values) where its rank is known.
+method; an op without one is data (a tensor of unknown values) where its rank is known. Nodes whose output is
+their input (``graph.passes_value``: Identity, ORT's device copies, a Cast to the type the tensor has) are
+identities here: values, dimensions and element types pass through them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..graph import GraphView, attr
+from ..graph import GraphView, attr, passes_value
 from .dims import INT64_MAX, Dim, product
 from .shapes import ShapePass
 from .values import (BoolVec, Data, FlatData, Index, NotSymbolic, Value, Vec, addable, aligned, as_index, axis,
@@ -68,6 +70,19 @@ class Evaluator(ShapePass):
         if not isinstance(v, Index):
             raise NotSymbolic(f"'{name}' is not an index formula")
         return v
+
+    def expands_within(self, node, onto: tuple) -> bool:
+        """``node`` is an Expand whose target adds no axis and no extent to ``onto``, the dimensions its
+        consumer broadcasts the result onto anyway (right-aligned; each target entry 1 or ``onto``'s own): the
+        consumer computes the same from the Expand's input, so a proof may read that input in its place."""
+        if node.op_type != "Expand" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            return False
+        try:
+            target = self.vec(node.input[1]).items
+        except NotSymbolic:
+            return False
+        return len(target) <= len(onto) and all(t == Dim(1) or t == o for t, o in zip(reversed(target),
+                                                                                     reversed(onto)))
 
     # -- leaves --
     def _constant(self, name: str) -> Value | None:
@@ -162,6 +177,11 @@ class Evaluator(ShapePass):
         parts = [self.value(x) for x in node.input]
         if all(isinstance(p, Vec) for p in parts):
             return Vec(tuple(d for p in parts for d in p.items))
+        # a shape built of parts of several kinds (the dynamo exporter's [Shape(x)[0:2], -1, H] with a part
+        # computed as a one-element tensor: Expand(-1, [1]), sym + 0): each part read as its dimensions
+        vecs = [_as_shape_vec(p) for p in parts]
+        if all(v is not None for v in vecs):
+            return Vec(tuple(d for v in vecs for d in v.items))
         if all(isinstance(p, Index) for p in parts) and len(parts) == 2:
             a, b = parts
             ax = attr(node, "axis", 0)
@@ -203,7 +223,18 @@ class Evaluator(ShapePass):
                 j += 1
         return Index(tuple(new_ext), shift_axes(v.expr, old_to_new.__getitem__))
 
-    def _op_Cast(self, node, _):
+    def _passed(self, node, _):
+        """A node whose output is its input (``graph.passes_value``): the input's value. A tensor of unknown
+        values is read at this node's output, which is what the graph reads here: the padding mask behind a
+        device copy is then the copy, on the device the graph copied it to for the nodes that read it, and the
+        mask a fused op rebuilds from it reads it there too (reading the source would be as exact: ORT copies
+        a tensor to where it is read; the graph's own copy is kept rather than a second one made)."""
+        v = self.value(node.input[0])
+        return Data(node.output[0], v.rank, v.as_bool) if isinstance(v, Data) else v
+
+    _op_Identity = _op_MemcpyFromHost = _op_MemcpyToHost = _passed
+
+    def _op_Cast(self, node, name):
         v = self.value(node.input[0])
         to = attr(node, "to")
         if isinstance(v, Vec) and to in (T.INT64, T.INT32):
@@ -212,6 +243,8 @@ class Evaluator(ShapePass):
             return Data(v.name, v.rank, as_bool=True)
         if isinstance(v, Index) and to in (T.BOOL, T.INT64, T.INT32) and is_boolean(v.expr):
             return v
+        if passes_value(node, self.dtype):  # to the type it has
+            return self._passed(node, name)
         raise NotSymbolic(f"Cast to {onnx.helper.tensor_dtype_to_string(to)} changes values")
 
     def _op_Reshape(self, node, _):
@@ -221,6 +254,9 @@ class Evaluator(ShapePass):
             return Data(node.output[0], len(target.items))
         if isinstance(v, Vec) and [d.coef for d in target.items] == [-1]:
             return Vec(v.items)
+        if isinstance(v, Vec) and len(target.items) <= 1 and all(d.is_int for d in target.items) \
+                and int(product(target.items).coef) == len(v.items):  # a scalar as [1], a [1] as a scalar
+            return Vec(v.items, scalar=not target.items)
         if not isinstance(v, Index):
             raise NotSymbolic("Reshape of an unknown tensor")
         if [d.coef for d in target.items] == [-1] and target.items[0].is_int:
@@ -300,6 +336,18 @@ class Evaluator(ShapePass):
             raise NotSymbolic("Abs of values it does not model")
         return Index(v.extents, ("abs", v.expr))
 
+    def _op_Neg(self, node, name):  # a shape entry written as -(1)
+        try:
+            v = self.value(node.input[0])
+        except NotSymbolic:
+            v = None
+        if isinstance(v, Vec):
+            return Vec(tuple(Dim(-d.coef, d.factors) for d in v.items), scalar=v.scalar)
+        rank = self.rank(name)  # of anything else, as of an op not modelled: data
+        if rank is None:
+            raise NotSymbolic(f"Neg '{node.name}' of something other than a shape vector")
+        return Data(name, rank)
+
     def _op_Add(self, node, _):
         return self._elementwise(node, "add")
 
@@ -339,3 +387,38 @@ class Evaluator(ShapePass):
             raise NotSymbolic("GatherND with indices that are not a (row, column) pair")
         return Index(idx.extents[:-1], ("data", data, idx.expr[1], idx.expr[2]))
 
+
+def _as_shape_vec(v: Value) -> Vec | None:
+    """A part of a shape being concatenated as a :class:`Vec`: a vector as it is, or a one-dimensional index
+    tensor of a known length whose elements are one constant dimension (a formula of no position: ``("const",
+    d)`` and sums, differences and products of those), such as an int64 -1 expanded to [1] or a dimension plus 0;
+    None for anything else."""
+    if isinstance(v, Vec):
+        return None if v.scalar else v
+    if not isinstance(v, Index) or len(v.extents) != 1 or not v.extents[0].is_int:
+        return None
+    d = _constant_dim(v.expr)
+    return None if d is None else Vec((d,) * v.extents[0].coef)
+
+
+def _constant_dim(expr: tuple) -> Dim | None:
+    """The one value of an index formula that reads no position, as a dimension, where it is one."""
+    if expr[0] == "const":
+        c = expr[1]
+        if isinstance(c, Dim):
+            return c
+        return Dim(int(c)) if isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) else None
+    if expr[0] not in ("add", "sub", "mul", "div", "min", "max"):
+        return None
+    a, b = _constant_dim(expr[1]), _constant_dim(expr[2])
+    if a is None or b is None:
+        return None
+    if expr[0] in ("add", "sub") and b == Dim(0):
+        return a
+    if expr[0] == "add" and a == Dim(0):
+        return b
+    x, y = Vec((a,)), Vec((b,))
+    if expr[0] in ("add", "sub") and not addable(x, y):
+        return None
+    out = vec_arith(x, y, expr[0])
+    return out.items[0] if isinstance(out, Vec) else None

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import onnx
 
-from ..graph import GraphView, attr
+from ..graph import DEVICE_COPIES, GraphView, attr
 from .dims import INT64_MAX, Dim, broadcast_dims, inferred_dim, product
 from .values import NotSymbolic
 
 T = onnx.TensorProto
 
-# Ops whose (first) output has exactly the first input's dimensions, in any domain.
+# Ops whose (first) output has exactly the first input's dimensions, in any domain (ORT's device copies too).
 _SAME_SHAPE_OPS = {"Softmax", "Cast", "IsNaN", "Identity", "Relu", "Tanh", "Erf", "Sigmoid", "Sqrt", "Neg",
-                   "Not", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Dropout"}
+                   "Not", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Dropout", *DEVICE_COPIES}
 _NORMALIZATIONS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                    "SkipSimplifiedLayerNormalization"}
 _CONTRIB_TYPED = {"SkipLayerNormalization", "FastGelu", "BiasGelu", "QuickGelu", "Gelu"}  # com.microsoft, T→T
@@ -46,9 +46,9 @@ _REDUCE_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"
                "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}
 # Ops whose (first) output has their operands' element type, with the operands that carry it (ONNX and ORT
 # tie those to one type variable T), for :meth:`ShapePass.dtype`.
-_TYPE_KEEPING = {**{op: (0,) for op in ("Softmax", "Identity", "Relu", "Tanh", "Erf", "Sigmoid", "Sqrt", "Neg",
-                                        "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Dropout", "Transpose",
-                                        "Reshape", "Split", "Squeeze", "Unsqueeze", "LayerNormalization",
+_TYPE_KEEPING = {**{op: (0,) for op in ("Softmax", "Identity", *DEVICE_COPIES, "Relu", "Tanh", "Erf", "Sigmoid",
+                                        "Sqrt", "Neg", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Dropout",
+                                        "Transpose", "Reshape", "Split", "Squeeze", "Unsqueeze", "LayerNormalization",
                                         "SkipLayerNormalization")},
                  **{op: (0, 1) for op in ("Add", "Sub", "Mul", "Div", "MatMul", "Max", "Min")},
                  "Where": (1, 2)}

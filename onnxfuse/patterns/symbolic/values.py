@@ -118,11 +118,12 @@ def as_index(v: Value) -> Value:
 
 def addable(a: Vec, b: Vec) -> bool:
     """Shape arithmetic ``a + b`` stays a vector of monomials: equal lengths (or one scalar) and each pair
-    of the same factors (ints: (d + 2) / 3 of a known d)."""
+    of the same factors (ints: (d + 2) / 3 of a known d), or one of them 0 (transformers' decoders add the
+    cache's length, 0 without a cache, to the sequence's)."""
     n = max(len(a.items), len(b.items))
     xs = a.items * n if len(a.items) == 1 else a.items
     ys = b.items * n if len(b.items) == 1 else b.items
-    return len(xs) == len(ys) and all(x.factors == y.factors for x, y in zip(xs, ys))
+    return len(xs) == len(ys) and all(x.factors == y.factors or Dim(0) in (x, y) for x, y in zip(xs, ys))
 
 
 def is_boolean(expr: tuple) -> bool:
@@ -174,7 +175,8 @@ def vec_arith(a: Vec, b: Vec, op: str) -> Value:
         return Vec(tuple(x * y for x, y in zip(xs, ys)), scalar=a.scalar and b.scalar)
     if op in ("add", "sub"):  # monomials of the same factors (ints among them: addable); zero is the int 0
         sums = (x.coef + y.coef if op == "add" else x.coef - y.coef for x, y in zip(xs, ys))
-        return Vec(tuple(Dim(c, x.factors if c else ()) for c, x in zip(sums, xs)), scalar=a.scalar and b.scalar)
+        return Vec(tuple(Dim(c, (x.factors or y.factors) if c else ()) for c, x, y in zip(sums, xs, ys)),
+                   scalar=a.scalar and b.scalar)
     if op in ("min", "max"):
         # Shape(x)[1] clamped by a constant (dynamo's min(max_positions, S)): an int where both are, else a
         # symbol of its own, spelled as the dynamo exporter spells the same dimension in its value_info

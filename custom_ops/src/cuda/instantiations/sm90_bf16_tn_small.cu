@@ -1,0 +1,7 @@
+// sm90 GEMM+bias+GELU tactics for bf16, trans_b = 1 (W [N, K]): the small tiles of tactics.cuh. One file per (dtype,
+// layout, tile group) so the CUTLASS 3 instantiations compile in parallel.
+#include "cuda/kernels/sm90_gemm_gelu.cuh"
+
+#define INSTANTIATE(name, TM, TN, TK, CM, CN, SCHED, EM, EN) \
+  ONNXFUSE_SM90_TACTIC(onnxfuse::cuda::DType::kBFloat16, true, TM, TN, TK, CM, CN, SCHED, EM, EN)
+ONNXFUSE_SM90_TILES_16BIT_SMALL(INSTANTIATE)

@@ -1,6 +1,0 @@
-// sm90 GEMM+bias+GELU tactics for float16 with few rows, the operands swapped (sm90_swap_ab.cuh): W [N, K] only.
-#include "sm90_swap_ab.cuh"
-
-#define INSTANTIATE(name, TW, TX, TK, SCHED) \
-  ONNXFUSE_SM90_SWAP_TACTIC(onnxfuse::cuda::DType::kFloat16, TW, TX, TK, SCHED)
-ONNXFUSE_SM90_SWAP_TILES_16BIT(INSTANTIATE)
