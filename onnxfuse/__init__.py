@@ -8,11 +8,11 @@ Public API:
     get_library_path()   path of the custom-op library to give ``SessionOptions.register_custom_ops_library``
     create_session()     an ``onnxruntime.InferenceSession`` with the library registered
 
-``import onnxfuse`` stays cheap (the command line's ``--help`` pays for it): the rewriter and ONNX Runtime
-are imported on first use.
+``import onnxfuse`` stays cheap (the command line's ``--help`` and ``--version`` pay for it, and import
+nothing but this package and click): ONNX, the rewriter and ONNX Runtime are imported on first use. The domain's
+facts come from ``domain``, which registers the op schemas with ONNX, the first time one is asked for.
 """
 
-from .domain import DOMAIN, DOMAIN_VERSION, OP_TYPE, OP_VERSION
 from .version import __version__
 
 
@@ -29,20 +29,25 @@ def create_session(model, providers=None, **kwargs):
 
 
 _FROM_PIPELINE = ("optimize", "save")
+_FROM_DOMAIN = ("DOMAIN", "DOMAIN_VERSION", "OP_TYPE", "OP_VERSION")
 
 
 def __getattr__(name: str):
-    """``optimize`` and ``save`` are the pipeline's own functions (their signatures and docstrings), imported
-    the first time they are asked for."""
+    """``optimize`` and ``save`` are the pipeline's own functions (their signatures and docstrings), and the
+    domain's facts ``domain``'s (which imports ONNX), imported the first time they are asked for."""
     if name in _FROM_PIPELINE:
         from . import pipeline
 
         return getattr(pipeline, name)
+    if name in _FROM_DOMAIN:
+        from . import domain
+
+        return getattr(domain, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_FROM_PIPELINE))
+    return sorted(set(globals()) | set(_FROM_PIPELINE) | set(_FROM_DOMAIN))
 
 
 __all__ = ["DOMAIN", "DOMAIN_VERSION", "OP_TYPE", "OP_VERSION", "get_library_path", "create_session", "optimize",

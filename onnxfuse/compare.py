@@ -24,11 +24,12 @@ from onnx import TensorProto
 
 from .domain import DOMAIN
 from .dtypes import dtype_name
-from .error_statistics import OutputStats, output_accumulators
+from .error_statistics import OutputStats, Tolerance, output_accumulators, passing_tolerance
 from .errors import EXIT_ACCURACY, EXIT_OK, AccuracyGateError, BadInputError, one_line
 from .inputs import (
     Sample,
     check_sample,
+    default_samples,
     input_specs,
     load_inputs,
     random_inputs,
@@ -73,6 +74,11 @@ class CompareReport:
             return f"all {len(self.outputs)} outputs within tolerance over {self.samples} sample(s)"
         bad = [o.name for o in self.outputs if not o.passed]
         return f"{len(bad)} of {len(self.outputs)} outputs outside tolerance: {'; '.join(self.failures())}"
+
+    def passing_tolerance(self) -> Tolerance | None:
+        """The --rtol/--atol under which every output would have passed on these samples (None where no
+        tolerance would: ``error_statistics.passing_tolerance``)."""
+        return passing_tolerance(self.outputs)
 
     def raise_if_failed(self) -> None:
         if not self.passed:
@@ -199,7 +205,7 @@ def compare_models(
     optimized: str | Path | onnx.ModelProto,
     *,
     provider: str = "cpu",
-    samples: int = 1,
+    samples: int | None = None,
     inputs: str | Path | list[Sample] | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
     rtol: float | None = None,
@@ -211,13 +217,15 @@ def compare_models(
     original's.
 
     ``inputs``: a path (see ``onnxfuse.inputs.load_inputs``) or a list of samples; then every given sample
-    is used and ``samples`` / ``shapes`` do not apply. Otherwise ``samples`` random samples are drawn
-    (seeds ``seed``, ``seed+1``…) with dynamic dims from ``shapes`` or the defaults of ``onnxfuse.inputs``,
-    attention masks whole in the first and padded on the right in the others. Raises ``BadInputError`` for unusable models or inputs; an accuracy failure is *not* raised but
-    reported (``report.exit_code == 3``; ``report.raise_if_failed()`` turns it into ``AccuracyGateError``).
+    is used and ``samples`` / ``shapes`` do not apply. Otherwise ``samples`` random samples are drawn (seeds
+    ``seed``, ``seed+1``…) with dynamic dims from ``shapes`` or the defaults of ``onnxfuse.inputs``, attention
+    masks whole in the first and padded on the right in the others; ``samples`` None is
+    ``inputs.default_samples``: 2 where the model has a mask to pad, else 1. Raises ``BadInputError`` for
+    unusable models or inputs; an accuracy failure is *not* raised but reported (``report.exit_code == 3``;
+    ``report.raise_if_failed()`` turns it into ``AccuracyGateError``).
     """
     provider_list(provider)  # an unknown provider, or CUDA where it is not usable: one line before any work
-    if samples < 1:
+    if samples is not None and samples < 1:
         raise BadInputError(f"samples must be at least 1, got {samples}")
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and not (value >= 0 and np.isfinite(value)):
@@ -232,7 +240,7 @@ def compare_models(
         resolve_shapes(specs, shapes)  # reject bad --shape before any session starts
         feeds = None
         source = f"random (seed {seed})"
-        count = samples
+        count = default_samples(original_model) if samples is None else samples
     else:
         if isinstance(inputs, (str, Path)):
             feeds = load_inputs(inputs, original_model)

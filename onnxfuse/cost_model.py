@@ -19,12 +19,13 @@ nothing, nor does ``cpu``'s: the default output runs at its best on either of OR
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .domain import DOMAIN, OP_TYPE
 from .errors import BadInputError
-from .patterns.graph import GraphView
-from .patterns.rule import Plan, Refusal
+
+if TYPE_CHECKING:  # the targets' names and summaries are read by --help, which must not wait for ONNX and the rules
+    from .patterns.graph import GraphView
+    from .patterns.rule import Plan, Refusal
 
 RULE = "cost-model"  # the rule name its refusals carry in reports
 MHA = ("com.microsoft", "MultiHeadAttention")
@@ -90,15 +91,18 @@ class Cpu:
         return None
 
 
-# Why TensorRT loses each op onnxfuse writes: what it does with the unfused block instead.
-_TENSORRT_WHY = {
-    (DOMAIN, OP_TYPE): "TensorRT fuses MatMul+bias+GELU into one kernel itself and has no "
-                       f"{DOMAIN}.{OP_TYPE} kernel without a plugin",
-    MHA: "TensorRT fuses the attention subgraph itself and has no com.microsoft.MultiHeadAttention kernel "
-         "without a plugin",
-    PACKED_ATTENTION: "TensorRT fuses the attention subgraph itself and has no com.microsoft.Attention kernel "
-                      "without a plugin",
-}
+def _tensorrt_why() -> dict[tuple[str, str], str]:
+    """Why TensorRT loses each op onnxfuse writes: what it does with the unfused block instead."""
+    from .domain import DOMAIN, OP_TYPE
+
+    return {
+        (DOMAIN, OP_TYPE): "TensorRT fuses MatMul+bias+GELU into one kernel itself and has no "
+                           f"{DOMAIN}.{OP_TYPE} kernel without a plugin",
+        MHA: "TensorRT fuses the attention subgraph itself and has no com.microsoft.MultiHeadAttention kernel "
+             "without a plugin",
+        PACKED_ATTENTION: "TensorRT fuses the attention subgraph itself and has no com.microsoft.Attention kernel "
+                          "without a plugin",
+    }
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ class TensorRt:
 
     def review(self, view: GraphView, plan: Plan) -> str | None:
         domain, op_type = plan.op
-        why = _TENSORRT_WHY.get(plan.op, f"TensorRT has no {domain}.{op_type} kernel without a plugin")
+        why = _tensorrt_why().get(plan.op, f"TensorRT has no {domain}.{op_type} kernel without a plugin")
         return (f"--target tensorrt: {why}; the node would run on another provider and split TensorRT's "
                 f"engine, so {plan.form} is left for TensorRT")
 
@@ -134,6 +138,8 @@ def get_target(name: str | Target) -> Target:
 
 def review(target: Target, view: GraphView, plan: Plan) -> Plan | Refusal:
     """``plan``, or the Refusal that leaves its block as it is on ``target``."""
+    from .patterns.rule import Refusal
+
     reason = target.review(view, plan)
     if reason is None:
         return plan

@@ -38,6 +38,8 @@ integers, bool       0       0      exact: an optimizer must not change them
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -279,6 +281,39 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     if na == 0.0 or nb == 0.0:
         return 0.0
     return float(np.dot(a, b) / (na * nb))
+
+
+_FLOAT_NAMES = {key.split("/")[0] for key in DEFAULT_TOLERANCES}  # the types --rtol/--atol apply to
+
+
+def passing_tolerance(outputs: Sequence[OutputStats]) -> Tolerance | None:
+    """The one --rtol/--atol pair (the options set it for every floating output) under which each of
+    ``outputs`` would have passed on the same samples, from the errors measured: each output's tolerance
+    scaled by its worst ratio (then every element's error is within it), the largest over the outputs, with a
+    1 % margin, rounded up to two significant digits; an output judged at a zero tolerance needs an atol of its
+    largest error. None where no tolerance passes: an integer or bool output that differs, NaN/Inf that
+    differ, a shape that does not match."""
+    rtol = atol = 0.0
+    for o in outputs:
+        if o.nonfinite_mismatches or len(o.problems) > bool(o.violations):
+            return None  # NaN/Inf, or a shape (a problem beside the violations'): no tolerance covers them
+        if o.dtype not in _FLOAT_NAMES:
+            if o.violations:
+                return None  # integers and bools are judged exactly whatever --rtol/--atol say
+            continue
+        if math.isfinite(o.worst_ratio):
+            rtol, atol = max(rtol, o.tolerance.rtol * o.worst_ratio), max(atol, o.tolerance.atol * o.worst_ratio)
+        else:
+            atol = max(atol, o.max_abs)
+    return Tolerance(rtol=_round_up(rtol * 1.01), atol=_round_up(atol * 1.01))
+
+
+def _round_up(value: float) -> float:
+    """``value`` rounded up to two significant digits (0 stays 0)."""
+    if value <= 0:
+        return 0.0
+    step = 10.0 ** (math.floor(math.log10(value)) - 1)
+    return float(f"{math.ceil(value / step) * step:.2g}")
 
 
 def output_accumulators(model: onnx.ModelProto, provider: str, rtol: float | None = None,

@@ -107,15 +107,25 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
 
 
 def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
-    """``"input_ids=1,128"`` (or ``1x128``) -> ``("input_ids", (1, 128))``."""
-    name, sep, dims = text.partition("=")
+    """One ``--shape``: ``input_ids=1,128``, or as onnxsim, onnxslim and polygraphy write it
+    ``input_ids:1,128`` (also ``input_ids:[1,128]``); the dims separated by ``,`` or ``x`` (``1x128``) ->
+    ``("input_ids", (1, 128))``. A name may hold ``:`` (TensorFlow's ``input:0``) but no dim does: with ``=``
+    the name is what comes before the first ``=``, without it what comes before the last ``:``."""
+    if "=" in text:
+        name, sep, dims = text.partition("=")
+    else:
+        name, sep, dims = text.rpartition(":")
     name, dims = name.strip(), dims.strip()
+    if dims.startswith("[") and dims.endswith("]"):
+        dims = dims[1:-1].strip()
     if not sep or not name or not dims:
-        raise BadInputError(f"--shape '{text}': expected NAME=DIMS, e.g. input_ids=1,128")
+        raise BadInputError(f"--shape '{text}': expected NAME=DIMS or NAME:DIMS, e.g. input_ids=1,128 or "
+                            "input_ids:1x128")
     try:
         values = tuple(int(d) for d in re.split(r"[,x×]", dims))
     except ValueError:
-        raise BadInputError(f"--shape '{text}': dimensions must be integers, e.g. input_ids=1,128") from None
+        raise BadInputError(f"--shape '{text}': dimensions must be integers separated by ',' or 'x', e.g. "
+                            "input_ids=1,128") from None
     if any(v < 0 for v in values):
         raise BadInputError(f"--shape '{text}': dimensions must not be negative")
     return name, values
@@ -286,6 +296,20 @@ def gather_bounds(model: onnx.ModelProto) -> dict[str, int]:
         if found:
             bounds[spec.name] = min(found)
     return bounds
+
+
+def padded_masks(model: onnx.ModelProto) -> list[str]:
+    """The inputs a ``padded`` sample pads (``random_inputs``): masks (integer or bool inputs named like one)
+    of shape [batch, sequence] whose sequence is not fixed at 1."""
+    return [spec.name for spec in input_specs(model)
+            if "mask" in spec.name.lower() and len(spec.shape) == 2 and spec.shape[1] != 1
+            and (spec.dtype == np.bool_ or np.issubdtype(spec.dtype, np.integer))]
+
+
+def default_samples(model: onnx.ModelProto) -> int:
+    """How many random samples the accuracy gate draws unless told: 2 where the model has a mask to pad (whole
+    in the first, padded on the right in the second, so that the gate sees the mask used), else 1."""
+    return 2 if padded_masks(model) else 1
 
 
 def random_inputs(

@@ -18,6 +18,7 @@ from a staged copy. The output is written once, by the last step, and checked be
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from . import cost_model, model_io, model_save
+from . import cost_model, model_io, model_save, provenance
 from .domain import DOMAIN, OP_TYPE
 from .errors import AccuracyGateError, BadInputError
 from .fuse import FuseResult, fuse_model
@@ -39,6 +40,15 @@ if TYPE_CHECKING:
     from .tune import TuneReport
 
 IN_MEMORY = "<in-memory model>"  # what messages and warnings call a ModelProto given to optimize()
+
+# The steps a run goes through, as ``on_step(step, detail)`` hears them start (a front end shows the long ones
+# while they run and times them); ``detail`` says more where there is more to say (which fusion set, where).
+STEPS = ("read", "ort-fusions", "rules", "write", "verify", "tune")
+OnStep = Callable[[str, str], None]
+
+
+def _no_step(step: str, detail: str = "") -> None:
+    """``on_step`` for a caller that does not listen."""
 
 
 class Optimized(tuple):
@@ -138,25 +148,28 @@ def _read(model, base_dir, notes: model_io.LoadNotes) -> tuple[onnx.ModelProto, 
 
 
 def _rules_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, ort_fusions: bool,
-                             input_checker_error: str | None, **fuse_args):
+                             input_checker_error: str | None, on_step: OnStep = _no_step, **fuse_args):
     """fuse_model on the model after ORT's transformer fusions, where asked and applicable (ort_fusions.py
     says why and when). Of ORT's model types the one after which the rules fuse the most blocks is kept
     (then the smaller graph, then ``MODEL_TYPES``' order); ORT's output is held to ``onnx.checker`` as an
     input is (``ort_fusions.judge_checker``: ``input_checker_error`` is the input's own, tolerated already).
     Returns the result, the model the rules ran on and the step's report (None when not asked)."""
     if not ort_fusions:
+        on_step("rules", "")
         return fuse_model(model, target=target, **fuse_args), model, None
     from .ort_fusions import (MODEL_TYPES, OrtFusionsReport, apply_ort_fusions, judge_checker,
                               restore_external_references, why_not, with_external_data_loaded)
 
     reason = why_not(model, target.name)
     if reason is not None:
+        on_step("rules", "")
         return fuse_model(model, target=target, **fuse_args), model, OrtFusionsReport(False, why_not=reason).to_dict()
     source, references = model, {}
     if model_io.external_tensors(model):  # ORT's fusions read constants: on a copy with the data loaded
         source, references = with_external_data_loaded(model, fuse_args["base_dir"])
     best, failures = None, []
     for rank, model_type in enumerate(MODEL_TYPES):
+        on_step("ort-fusions", f"the {model_type} fusion set")
         fused_input, step = apply_ort_fusions(source, model_type=model_type, use_gpu=target.name == "cuda")
         step = judge_checker(fused_input, step, input_checker_error=input_checker_error,
                              runtime_load_error=_onnxruntime_load_error)
@@ -165,6 +178,7 @@ def _rules_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, 
             continue
         if references:  # what ORT kept as it was is read from the input's data file again, and streamed
             restore_external_references(fused_input, references, source)
+        on_step("rules", f"after ORT's {model_type} fusions")
         result = fuse_model(fused_input, target=target, **fuse_args)
         # a bias moved into an existing node is no block fused: the fusion set that lets both rank alike
         fused = sum(not b.details.get("moves_only") for b in result.report.fused)
@@ -173,9 +187,20 @@ def _rules_after_ort_fusions(model: onnx.ModelProto, target: cost_model.Target, 
             best = (score, result, fused_input, step)
     if best is None:  # the rules on the model as it was; a model ORT's fusions broke is the reason to give
         failed = next((f for f in failures if f.checker_error), failures[0])
+        on_step("rules", "")
         return fuse_model(model, target=target, **fuse_args), model, failed.to_dict()
     _, result, fused_input, step = best
     return result, fused_input, step.to_dict()
+
+
+def op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """How many nodes of each op type ``model`` has, in its main graph and every If/Loop/Scan body, by name
+    (``op_type`` in ONNX's domain, else ``domain.op_type``, as the report names the ops it writes)."""
+    counts: dict[str, int] = {}
+    for node in model_io.all_nodes(model.graph):
+        name = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _ort_fusions_warnings(step: dict | None) -> list[str]:
@@ -190,19 +215,25 @@ def _ort_fusions_warnings(step: dict | None) -> list[str]:
             "ONNX Runtime in place of onnx.checker"]
 
 
-def _optimize(model, *, target, ort_fusions: bool, approximate: str | None,
-              base_dir) -> tuple[Optimized, onnx.ModelProto]:
+def _optimize(model, *, target, ort_fusions: bool, approximate: str | None, base_dir,
+              on_step: OnStep = _no_step) -> tuple[Optimized, onnx.ModelProto]:
     """:func:`optimize`, and the input as read (which ``inspect`` reads a tuned model's tables from)."""
     start = time.perf_counter()
     target = cost_model.get_target(target)  # an unknown name is refused before the model is read
     notes = model_io.LoadNotes()
+    on_step("read", "" if isinstance(model, onnx.ModelProto) else os.fspath(model))
     source, path, folder = _read(model, base_dir, notes)
-    result, rewritten, step = _rules_after_ort_fusions(source, target, ort_fusions, notes.checker_error,
+    result, rewritten, step = _rules_after_ort_fusions(source, target, ort_fusions, notes.checker_error, on_step,
                                                        approximate=approximate, base_dir=folder)
     report = result.report
+    earlier = provenance.already_optimized(source, len(report.fused))
+    report.already_optimized = None if earlier is None else earlier.to_dict()
+    if report.fused:  # what fused nothing stays byte for byte the input (or only its nodes sorted): no stamp
+        provenance.stamp(result.model, {b.rule for b in report.fused})
     report.warnings = notes.warnings + _ort_fusions_warnings(step)
     report.ort_fusions = step
     report.model = path
+    report.op_counts = {"before": op_counts(source), "after": op_counts(result.model)}
     report.seconds = time.perf_counter() - start
     # onnx.checker (full check) guards every output it can judge: all but models with ORT-only ops in the
     # default domain (ORT's transformers optimizer output), which it rejects before we touch them. An
@@ -215,7 +246,7 @@ def _optimize(model, *, target, ort_fusions: bool, approximate: str | None,
 
 
 def optimize(model, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False,
-             approximate: str | None = None, base_dir=None) -> Optimized:
+             approximate: str | None = None, base_dir=None, on_step: OnStep | None = None) -> Optimized:
     """Rewrite ``model`` (a path, or an ``onnx.ModelProto``): ONNX Runtime's transformer fusions first where
     ``ort_fusions`` asks (ort_fusions.py says when they apply), then every fusion rule, for ``target`` (a name
     of ``cost_model.TARGETS``: a block whose fusion does not pay there is left as it is, with its reason).
@@ -225,8 +256,9 @@ def optimize(model, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: boo
     The input is read as ``onnxfuse optimize`` reads it, and bad input raises the same ``BadInputError``.
     From a path, weights in external data stay on disk: they are read while the model is saved, never here.
     A ModelProto is checked on a copy (the one passed is not changed); ``base_dir`` is the folder of its
-    external data, if it has any."""
-    return _optimize(model, target=target, ort_fusions=ort_fusions, approximate=approximate, base_dir=base_dir)[0]
+    external data, if it has any. ``on_step(step, detail)`` is called as each step of ``STEPS`` starts."""
+    return _optimize(model, target=target, ort_fusions=ort_fusions, approximate=approximate, base_dir=base_dir,
+                     on_step=on_step or _no_step)[0]
 
 
 def save(optimized: Optimized, path, *, before_publish: Callable[[str], None] | None = None) -> None:
@@ -234,14 +266,16 @@ def save(optimized: Optimized, path, *, before_publish: Callable[[str], None] | 
     optimized.save(path, before_publish=before_publish)
 
 
-def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False) -> Report:
+def inspect_file(path, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False,
+                 on_step: OnStep | None = None) -> Report:
     """What ``optimize`` would do to the model at ``path`` for ``target``: ORT's transformer fusions first
     (``ort_fusions``), then the blocks it would fuse and every refusal, and a tuned model's path tables. The
     rewrite runs in memory (on placeholders: external weights are not read, except where ORT's fusions are
-    asked for, which read the constants they fuse); nothing is written."""
+    asked for, which read the constants they fuse); nothing is written. ``on_step``: as :func:`optimize`'s."""
     from .tuning import read_tuning
 
-    optimized, source = _optimize(path, target=target, ort_fusions=ort_fusions, approximate=None, base_dir=None)
+    optimized, source = _optimize(path, target=target, ort_fusions=ort_fusions, approximate=None, base_dir=None,
+                                  on_step=on_step or _no_step)
     optimized.report.tuning = read_tuning(source)
     return optimized.report
 
@@ -296,14 +330,41 @@ class Written:
     report: Report
     tuned: TuneReport | None = None
     verdict: CompareReport | None = None
+    # nothing written: onnxfuse had optimized the input already (report.already_optimized says by which)
+    skipped_already_optimized: bool = False
 
 
-def _gate(model, output, verify: Verify, on_verdict, verdicts: list) -> Callable[[str], None]:
+def approximation_hint(verdict: CompareReport, *, approximate: str | None, auto: AutoApproximation | None) -> str:
+    """For a gate that failed on a model whose GELU math was changed on purpose (``--approximate``): what would
+    have let it pass, from the errors it measured: the --rtol/--atol under which every output passes on these
+    samples, and with ``auto`` a smaller --error-budget (the largest rel-L2 the gate measured: a budget below
+    it makes tune switch fewer nodes). "" where the math was not changed on purpose, which no tolerance hint
+    should paper over."""
+    if verdict.passed or (approximate is None and auto is None):
+        return ""
+    ways = []
+    tolerance = verdict.passing_tolerance()
+    if tolerance is not None:
+        ways.append(f"--rtol {tolerance.rtol:g} --atol {tolerance.atol:g} would have passed")
+    if auto is not None:
+        measured = max(o.rel_l2 for o in verdict.outputs)
+        ways.append(f"an --error-budget below {measured:.2g} (the largest rel-L2 measured here; it was "
+                    f"{auto.budget:g}) makes tune switch fewer nodes")
+    if not ways:
+        return ""
+    what = "--approximate auto" if auto is not None else f"--approximate {approximate}"
+    return f" ({what} changes the math on purpose: {'; or '.join(ways)})"
+
+
+def _gate(model, output, verify: Verify, on_verdict, verdicts: list, on_step: OnStep,
+          hint: Callable[[CompareReport], str]) -> Callable[[str], None]:
     """The ``before_publish`` hook of ``--verify``: compare the written temporary model with ``model``, hand
-    the verdict to ``on_verdict`` (the command renders it), and stop the publication when it failed."""
+    the verdict to ``on_verdict`` (the command renders it), and stop the publication when it failed (with
+    ``hint(verdict)``: what would have passed, where the math was changed on purpose)."""
     def run_gate(written_model: str) -> None:
         from .compare import verify_optimized
 
+        on_step("verify", f"{verify.samples} sample(s) on {verify.provider}")
         verdict = verify_optimized(model, written_model, published_as=output, provider=verify.provider,
                                    samples=verify.samples, shapes=verify.shapes, rtol=verify.rtol,
                                    atol=verify.atol, progress=False)
@@ -311,13 +372,13 @@ def _gate(model, output, verify: Verify, on_verdict, verdicts: list) -> Callable
         if on_verdict is not None:
             on_verdict(verdict)
         if not verdict.passed and not verify.keep_failed:
-            raise AccuracyGateError(f"{output} not written: {verdict.summary()}")
+            raise AccuracyGateError(f"{output} not written: {verdict.summary()}{hint(verdict)}")
 
     return run_gate
 
 
 def _tune_and_save(model, optimized: Optimized, output, auto: AutoApproximation, before_publish,
-                   tune_progress) -> TuneReport | None:
+                   tune_progress, on_step: OnStep) -> TuneReport | None:
     """The rewrite's FusedLinearGelu nodes tuned (``--approximate auto``) into ``output``. In memory, unless
     the rewrite has deferred weights: those exist only once written, so the exact rewrite is then staged in
     a temporary folder beside ``output`` (gone whatever happens) and tuned from there. A rewrite with no
@@ -326,6 +387,7 @@ def _tune_and_save(model, optimized: Optimized, output, auto: AutoApproximation,
 
     report = optimized.report
     if not report.fused_by_op.get(f"{DOMAIN}.{OP_TYPE}"):
+        on_step("write", os.fspath(output))
         optimized.save(output, before_publish=before_publish)
         report.warnings.append(f"--approximate auto: no {OP_TYPE} node in the rewrite, so no GELU form to "
                                "choose: OUT is the exact rewrite")
@@ -338,7 +400,9 @@ def _tune_and_save(model, optimized: Optimized, output, auto: AutoApproximation,
             folder = os.path.dirname(os.path.abspath(os.fspath(output)))
             staging = stack.enter_context(tempfile.TemporaryDirectory(prefix=".onnxfuse-optimize-", dir=folder))
             exact = os.path.join(staging, os.path.basename(os.fspath(output)))
+            on_step("write", "the rewrite, staged for tuning")
             optimized.save(exact)
+        on_step("tune", os.fspath(output))
         bar = stack.enter_context(tune_progress()) if tune_progress is not None else None
         try:
             if optimized.deferred:
@@ -356,26 +420,35 @@ def _tune_and_save(model, optimized: Optimized, output, auto: AutoApproximation,
 def write_optimized(model, output, *, target: str = cost_model.DEFAULT_TARGET, ort_fusions: bool = False,
                     approximate: str | None = None, auto: AutoApproximation | None = None,
                     verify: Verify | None = None, on_verdict: Callable[[CompareReport], None] | None = None,
-                    tune_progress: Callable[[], contextlib.AbstractContextManager] | None = None) -> Written:
+                    tune_progress: Callable[[], contextlib.AbstractContextManager] | None = None,
+                    on_step: OnStep | None = None, force: bool = False) -> Written:
     """``onnxfuse optimize``: the model at path ``model`` rewritten (:func:`optimize`), with ``auto`` tuned
     on this machine's GPU (``--approximate auto``; not with ``approximate``), written to ``output`` once,
     atomically. With ``verify`` the written model is judged against ``model`` before it takes ``output``'s
     place: outside tolerance it is not published (``AccuracyGateError``) unless ``verify.keep_failed``. The
     verdict goes to ``on_verdict`` as soon as it is known; ``tune_progress()`` is opened around the tuning
-    (a progress bar, or None). The output path is checked before the work."""
+    (a progress bar, or None); ``on_step(step, detail)`` is called as each step of ``STEPS`` starts. The output
+    path is checked before the work. A model onnxfuse optimized already (``provenance.already_optimized``) is
+    not written again, unless ``force``: the report says so, and nothing runs after the rewrite."""
     start = time.perf_counter()
+    on_step = on_step or _no_step
     cost_model.get_target(target)
     if auto is not None and approximate is not None:
         raise ValueError("write_optimized: approximate= makes every node one form; auto= chooses per node")
     model_save.check_output_path(model, output)
     verdicts: list = []
-    gate = None if verify is None else _gate(model, output, verify, on_verdict, verdicts)
-    optimized = optimize(model, target=target, ort_fusions=ort_fusions, approximate=approximate)
+    hint = functools.partial(approximation_hint, approximate=approximate, auto=auto)
+    gate = None if verify is None else _gate(model, output, verify, on_verdict, verdicts, on_step, hint)
+    optimized = optimize(model, target=target, ort_fusions=ort_fusions, approximate=approximate, on_step=on_step)
+    if optimized.report.already_optimized is not None and not force:
+        optimized.report.seconds = time.perf_counter() - start
+        return Written(optimized.report, skipped_already_optimized=True)
     tuned = None
     if auto is None:
+        on_step("write", os.fspath(output))
         optimized.save(output, before_publish=gate)
     else:
-        tuned = _tune_and_save(model, optimized, output, auto, gate, tune_progress)
+        tuned = _tune_and_save(model, optimized, output, auto, gate, tune_progress, on_step)
     report = optimized.report
     report.output = os.fspath(output)
     report.seconds = time.perf_counter() - start

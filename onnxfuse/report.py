@@ -61,6 +61,12 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     # The library step before the rules (ort_fusions.OrtFusionsReport.to_dict()); None when it was not asked
     ort_fusions: dict | None = None
+    # Nodes per op type ("domain.op_type" outside ONNX's domain, subgraphs counted) in the input and in the
+    # model written: {"before": {...}, "after": {...}}; None before a rewrite ran
+    op_counts: dict[str, dict[str, int]] | None = None
+    # The input was optimized by onnxfuse already (provenance.Provenance.to_dict(): its stamp's version and
+    # rules; version None for a model from before stamps); None otherwise
+    already_optimized: dict | None = None
 
     @property
     def fused_by_form(self) -> dict[str, int]:
@@ -88,5 +94,7 @@ class Report:
             "tuning": self.tuning,
             "warnings": list(self.warnings),
             "ort_fusions": self.ort_fusions,
+            "op_counts": self.op_counts,
+            "already_optimized": self.already_optimized,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }

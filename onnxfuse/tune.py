@@ -97,16 +97,16 @@ def check_approximation_options(approximate: str, budget: float | None, forms: S
         hint = " (to make every node compute it, `onnxfuse optimize --approximate`)" if approximate in FORMS else ""
         raise BadInputError(f"--approximate {approximate!r}: expected {' or '.join(APPROXIMATE)}{hint}")
     if approximate != "auto":
-        given = [name for name, value in (("--budget", budget), ("--approximate-forms", forms),
+        given = [name for name, value in (("--error-budget", budget), ("--approximate-forms", forms),
                                           ("--samples", samples)) if value is not None]
         if given:
             raise BadInputError(f"{', '.join(given)}: meaningful only with --approximate auto")
         return
     if budget is None:
-        raise BadInputError("--approximate auto needs --budget REL, the largest error the model's outputs may take "
-                            "(rel-L2 against the exact model, e.g. 1e-3)")
+        raise BadInputError("--approximate auto needs --error-budget REL, the largest error the model's outputs may "
+                            "take (rel-L2 against the exact model, e.g. 1e-3)")
     if not (budget > 0 and math.isfinite(budget)):
-        raise BadInputError(f"--budget must be a finite number > 0, got {budget}")
+        raise BadInputError(f"--error-budget must be a finite number > 0, got {budget}")
     if forms is not None and (not forms or set(forms) - set(FORMS)):
         raise BadInputError(f"--approximate-forms: expected {' and/or '.join(FORMS)}, got {', '.join(forms) or 'none'}")
     if samples is not None and samples < 1:

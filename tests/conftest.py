@@ -26,3 +26,11 @@ def library_path() -> str:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261129)
+
+
+@pytest.fixture(autouse=True)
+def _tables_as_wide_as_a_log(monkeypatch):
+    """The command line's tables take COLUMNS where it is set, and a parent process that imported readline
+    (pytest's does) exports COLUMNS=80 to every child: tests read the tables at one width, a log's, whatever the
+    caller's shell holds, unless they set their own."""
+    monkeypatch.setenv("COLUMNS", "200")

@@ -28,9 +28,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfuse import model_io, model_save
-from onnxfuse.fuse import fuse_model
-from onnxfuse.pipeline import optimize_file
+from onnxfuse import model_save
+from onnxfuse.pipeline import optimize, optimize_file
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = "out.onnx"
@@ -187,11 +186,11 @@ def wait(pid: int, timeout: float = 120.0) -> int:
 
 
 def test_kill_at_every_file_system_step_of_save(world, tmp_path):
-    result = fuse_model(model_io.load_model(world["src"]), base_dir=world["src"].parent)
+    result = optimize(world["src"])  # what optimize writes: the rewrite and its provenance stamp
     target = tmp_path / "t"
 
     def save():
-        model_save.save_model(result.model, target / OUT, source_dir=world["src"].parent, derived=result.derived)
+        model_save.save_model(result.model, target / OUT, source_dir=world["src"].parent, derived=result.deferred)
 
     # a dry run records the steps, from a target holding the old model (the longest path)
     reset_target(target, world, with_old=True)
@@ -230,10 +229,10 @@ def test_random_sigkill_during_save(world, tmp_path):
 
     def child(w: int):
         def work():
-            result = fuse_model(model_io.load_model(src), base_dir=src.parent)
+            result = optimize(src)
             os.write(w, b"s")
             start = time.perf_counter()
-            model_save.save_model(result.model, target / OUT, source_dir=src.parent, derived=result.derived)
+            model_save.save_model(result.model, target / OUT, source_dir=src.parent, derived=result.deferred)
             os.write(w, f"{time.perf_counter() - start:.6f}".encode())
         return work
 

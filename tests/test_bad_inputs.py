@@ -169,7 +169,8 @@ def commands(bad: str, good: str, out: str) -> dict[str, list[str]]:
     return {
         "optimize": ["optimize", bad, "-o", out, "--json", out + ".json"],
         "inspect": ["inspect", bad],
-        "inspect-json": ["inspect", bad, "--json"],
+        "inspect-json": ["inspect", bad, "--json", "-"],
+        "inspect-json-file": ["inspect", bad, "--json", out + ".json"],
         "compare-original": ["compare", bad, good, "--provider", "cpu", "--no-progress", "--json", out + ".json"],
         "compare-optimized": ["compare", good, bad, "--provider", "cpu", "--no-progress", "--json", out + ".json"],
         "bench": ["bench", bad, "--provider", "cpu", "--no-progress", "--budget", "0.1", "--json", out + ".json"],

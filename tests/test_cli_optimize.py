@@ -132,9 +132,11 @@ def test_bad_input_exit_2_one_line_nothing_written(tmp_path, mixed, case):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["optimize", "{src}", "-o", "{out}", "--bogus"], "No such option '--bogus'. See 'onnxfuse optimize --help'."),
+    # (click's suggestion of the nearest option, -v/--verbose here, stays on the line)
+    (["optimize", "{src}", "-o", "{out}", "--bogus"],
+     "No such option '--bogus'. Did you mean '--verbose'? See 'onnxfuse optimize --help'."),
     (["optimize"], "Missing argument 'MODEL'."),
-    (["--bogus"], "No such option '--bogus'. See 'onnxfuse --help'."),
+    (["--bogus"], "No such option '--bogus'. Did you mean '--verbose'? See 'onnxfuse --help'."),
     (["nosuch"], "No such command 'nosuch'."),
     (["compare", "{src}"], "Missing argument 'OPTIMIZED'."),
     (["compare", "{src}", "{src}", "--samples", "0"], "Invalid value for '--samples'"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -348,6 +350,34 @@ def test_fused_model_against_its_unfused_original(library_path):
     assert not compare_models(linear_gelu("erf"), wrong, inputs=[{"x": x}], atol=1e-7, rtol=1e-7, progress=False).passed
 
 
+def test_passing_tolerance_is_the_tolerance_the_same_gate_passes_at(files):
+    failed = compare_models(files["op"], files["shifted"], samples=2, progress=False)
+    assert not failed.passed
+    tolerance = failed.passing_tolerance()
+    worst = failed.outputs[0].worst_ratio
+    assert tolerance.rtol == pytest.approx(1e-4 * worst, rel=0.1) and tolerance.atol == tolerance.rtol
+    again = compare_models(files["op"], files["shifted"], samples=2, rtol=tolerance.rtol, atol=tolerance.atol,
+                           progress=False)
+    assert again.passed
+    # at a zero tolerance the ratio is infinite: the largest error, as an atol, is what passes
+    exact = compare_models(files["op"], files["shifted"], samples=2, rtol=0, atol=0, progress=False)
+    tolerance = exact.passing_tolerance()
+    assert tolerance.rtol == 0 and tolerance.atol >= exact.outputs[0].max_abs
+    assert compare_models(files["op"], files["shifted"], samples=2, rtol=0, atol=tolerance.atol,
+                          progress=False).passed
+
+
+def test_no_tolerance_passes_a_changed_integer_output():
+    def model(op):
+        return _model([helper.make_node(op, ["x"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.INT64, [4])])
+
+    x = np.array([-2, -1, 1, 2], np.int64)
+    report = compare_models(model("Abs"), model("Neg"), inputs=[{"x": x}], progress=False)
+    assert not report.passed and report.passing_tolerance() is None
+
+
 # --- the command line -----------------------------------------------------------------------------------
 
 
@@ -359,6 +389,86 @@ def test_cli_pass_prints_the_table_and_exits_0(files):
     result = _cli(files["erf"], files["op"], "--samples", "2", "--no-progress")
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output and "p99.9" in result.output and "cosine" in result.output
+
+
+TINY_BERT = Path(__file__).resolve().parent.parent / "sample_models" / "tiny_bert.onnx"
+SHAPES = ["--shape", "input_ids=1,16", "--shape", "attention_mask=1,16"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_fused(tmp_path_factory, library_path):
+    out = tmp_path_factory.mktemp("fused") / "tiny_bert.fused.onnx"
+    assert CliRunner().invoke(main, ["optimize", str(TINY_BERT), "-o", str(out), "-q"]).exit_code == 0
+    return out
+
+
+def _significant_digits(number: str) -> int:
+    return len(number.split("e")[0].replace(".", "").lstrip("0"))
+
+
+def _table(stdout: str) -> list[list[str]]:
+    """The cells of the table's body rows (│ … │ lines), stripped."""
+    return [[c.strip() for c in line.strip("│").split("│")] for line in stdout.splitlines() if line.startswith("│")]
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("tolerance", [[], ["--rtol", "0", "--atol", "0"]], ids=["pass", "fail"])
+def test_cli_table_fits_the_terminal_with_no_cell_cut(tiny_bert_fused, columns, tolerance):
+    """COLUMNS (or the terminal) chooses a layout the table fits in: no line wider than the terminal, no cell
+    ending in an ellipsis, the numbers in 3 significant digits."""
+    result = CliRunner().invoke(main, ["compare", str(TINY_BERT), str(tiny_bert_fused), *SHAPES, *tolerance],
+                                env={"COLUMNS": str(columns)})
+    assert result.exit_code == (3 if tolerance else 0), result.output
+    assert "…" not in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= columns
+    rows = [row for row in _table(result.stdout) if row[0] in ("last_hidden_state", "pooler_output")]
+    assert len(rows) == 2, result.stdout  # the names are not cut either
+    numbers = [cell for row in rows for cell in row[1:] if re.fullmatch(r"[\d.]+(e-?\d+)?", cell)]
+    assert len(numbers) >= 4 and all(_significant_digits(n) <= 3 for n in numbers), numbers
+    assert ("mean abs" in result.stdout) == (columns >= 120)
+    if tolerance:
+        assert all("FAIL" in row[-1] for row in rows) and "FAIL: 2 of 2 outputs outside tolerance" in result.stdout
+
+
+def test_cli_wide_table_has_every_column(tiny_bert_fused):
+    result = CliRunner().invoke(main, ["compare", str(TINY_BERT), str(tiny_bert_fused), *SHAPES],
+                                env={"COLUMNS": "200"})
+    header = " ".join(result.stdout.split())
+    for column in ("output", "dtype", "max abs", "max rel", "mean abs", "p50", "p99", "p99.9", "cosine", "NaN/Inf",
+                   "rtol/atol", "verdict"):
+        assert f" {column} " in header
+    assert "1e-4/1e-4" in result.stdout and re.search(r"1−\d\.\d\de-\d+", result.stdout)  # cosine: its distance to 1
+
+
+def _masked_embedding(honours_mask: bool) -> onnx.ModelProto:
+    """Token embeddings times the attention mask; or, a rewrite that lost the mask, the embeddings alone: the
+    two agree wherever the mask is whole."""
+    table = numpy_helper.from_array(np.random.default_rng(3).standard_normal((50, 8)).astype(np.float32), "table")
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["tok"])]
+    if honours_mask:
+        nodes += [helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+                  helper.make_node("Unsqueeze", ["maskf", "axes"], ["mask3"]),
+                  helper.make_node("Mul", ["tok", "mask3"], ["out"])]
+    else:
+        nodes += [helper.make_node("Identity", ["tok"], ["out"])]
+    return _model(nodes, [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
+                          for name in ("input_ids", "attention_mask")],
+                  [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "sequence", 8])],
+                  [table, axes] if honours_mask else [table])
+
+
+def test_cli_default_runs_a_padded_sample_where_the_model_has_a_mask(tmp_path, files):
+    """By default a model with an attention mask is run twice, the mask whole then padded on the right: a rewrite
+    that lost the mask fails the gate; --samples 1 (the mask whole only) cannot see it. Without a mask, one."""
+    original, lost = tmp_path / "masked.onnx", tmp_path / "lost.onnx"
+    onnx.save(_masked_embedding(True), str(original))
+    onnx.save(_masked_embedding(False), str(lost))
+    result = _cli(str(original), str(lost), "--shape", "input_ids=1,16", "--json", "-")
+    assert result.exit_code == 3 and json.loads(result.stdout)["samples"] == 2
+    result = _cli(str(original), str(lost), "--shape", "input_ids=1,16", "--samples", "1", "--json", "-")
+    assert result.exit_code == 0 and json.loads(result.stdout)["samples"] == 1
+    assert json.loads(_cli(files["erf"], files["op"], "--json", "-").stdout)["samples"] == 1
 
 
 def test_zero_tolerance_says_so_and_its_json_is_strict(files, tmp_path):

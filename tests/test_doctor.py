@@ -17,7 +17,7 @@ from onnxfuse.doctor import gpu_details, run_doctor
 
 
 def test_doctor_json_on_a_working_install(library_path):
-    result = CliRunner().invoke(main, ["doctor", "--json"])
+    result = CliRunner().invoke(main, ["doctor", "--json", "-"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["library_ok"] is True and report["exit_code"] == 0
@@ -48,7 +48,7 @@ def _cpu_gemm_in_fresh_process(cap: str | None) -> str:
 
 
 def test_doctor_names_the_cpu_gemm_and_the_cap_changes_it(library_path):
-    result = CliRunner().invoke(main, ["doctor", "--json"])
+    result = CliRunner().invoke(main, ["doctor", "--json", "-"])
     chosen = json.loads(result.output)["cpu_gemm"]
     assert chosen in ("avx512", "avx2", "blas")
     table = CliRunner().invoke(main, ["doctor"]).output
@@ -77,7 +77,7 @@ def test_unloadable_library_is_exit_2(monkeypatch, tmp_path):
     junk = tmp_path / "libjunk.so"
     junk.write_bytes(b"\x7fELF but not really")
     monkeypatch.setenv(runtime.LIBRARY_ENV, str(junk))
-    result = CliRunner().invoke(main, ["doctor", "--json"])
+    result = CliRunner().invoke(main, ["doctor", "--json", "-"])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     last = result.output.strip().splitlines()[-1]

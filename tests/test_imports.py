@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
         "model_io": ("domain", "errors", "graph_order", "implied_opsets"),
         "model_save": ("atomic", "deferred", "domain", "errors", "model_io"),
         "report_paths": ("errors", "model_io", "model_save"),
+        "provenance": ("domain", "model_io", "version"),  # the onnxfuse.version / .rules stamp of a rewrite
     }),
     ("the rules: what may be fused, and what pays on each target", {
         "patterns": ("domain", "dtypes", "graph_order"),
@@ -69,7 +70,7 @@ LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
     }),
     ("the pipeline: ORT's fusions → rules → (tune) → (verify) → the written model", {
         "pipeline": ("compare", "cost_model", "domain", "errors", "fuse", "model_io", "model_save", "ort_fusions",
-                     "patterns", "report", "runtime", "tune", "tuning"),
+                     "patterns", "provenance", "report", "runtime", "tune", "tuning"),
     }),
     ("front ends: the command line, and the package's public API", {
         "cli": ("approximation", "atomic", "compare", "cost_model", "doctor", "domain", "errors", "inputs", "measure",

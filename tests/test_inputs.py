@@ -14,9 +14,11 @@ from onnxfuse.inputs import (
     DEFAULT_DYNAMIC,
     DEFAULT_INT_HIGH,
     check_sample,
+    default_samples,
     gather_bounds,
     input_specs,
     load_inputs,
+    padded_masks,
     parse_shape_option,
     random_inputs,
     resolve_shapes,
@@ -111,10 +113,42 @@ def test_parse_shape_option(text, expected):
     assert parse_shape_option(text) == expected
 
 
-@pytest.mark.parametrize("text", ["input_ids", "=1,2", "x=", "x=1,a", "x=-1"])
+@pytest.mark.parametrize("text, expected", [
+    ("input_ids:1,128", ("input_ids", (1, 128))),      # onnxsim's and onnxslim's NAME:DIMS
+    ("input_ids:1x128", ("input_ids", (1, 128))),
+    ("input_ids:[1,128]", ("input_ids", (1, 128))),    # polygraphy's
+    (" y : 7 ", ("y", (7,))),
+    ("input:0:1,128", ("input:0", (1, 128))),          # a TensorFlow name holds ':', a dim never does
+    ("input:0=1x128", ("input:0", (1, 128))),          # with '=' the name is everything before it
+    ("x=[2,3]", ("x", (2, 3))),
+])
+def test_parse_shape_option_name_colon_dims(text, expected):
+    assert parse_shape_option(text) == expected
+
+
+@pytest.mark.parametrize("text", ["input_ids", "=1,2", "x=", "x=1,a", "x=-1", ":1,2", "x:", "x:1,,2", "x:[]", "x:1;2"])
 def test_parse_shape_option_rejects(text):
     with pytest.raises(BadInputError, match="--shape"):
         parse_shape_option(text)
+
+
+def test_padded_masks_and_the_default_sample_count():
+    """The masks a padded sample pads ([batch, sequence], integer or bool): 2 samples by default where there is
+    one (whole, then padded), else 1."""
+    assert padded_masks(bert_like()) == ["attention_mask"] and default_samples(bert_like()) == 2
+
+    def model(name, elem_type, shape):
+        graph = helper.make_graph([helper.make_node("Identity", [name], ["y"])], "g",
+                                  [helper.make_tensor_value_info(name, elem_type, shape)],
+                                  [helper.make_tensor_value_info("y", elem_type, shape)])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+    assert default_samples(model("attention_mask", TensorProto.BOOL, ["b", "s"])) == 2
+    for not_padded in (model("x", TensorProto.INT64, ["b", "s"]),                  # not a mask
+                       model("attention_mask", TensorProto.INT64, ["b", 1]),        # one token: nothing to pad
+                       model("attention_mask", TensorProto.FLOAT, ["b", "s"]),      # an additive float mask
+                       model("attention_mask", TensorProto.INT64, ["b", "h", "s"])):  # not [batch, sequence]
+        assert padded_masks(not_padded) == [] and default_samples(not_padded) == 1
 
 
 def test_gather_bound_follows_casts():

@@ -178,14 +178,14 @@ def test_auto_writes_what_optimize_then_tune_write(tmp_path, monkeypatch, src):
     (tmp_path / "steps").mkdir()
     rewrite = tmp_path / "steps" / "exact.onnx"
     optimize_file(src, rewrite)
-    r = _tune(["tune", rewrite, "-o", tmp_path / "steps" / "out.onnx", *AUTO, "--budget", "1e-3"], monkeypatch,
+    r = _tune(["tune", rewrite, "-o", tmp_path / "steps" / "out.onnx", *AUTO, "--error-budget", "1e-3"], monkeypatch,
               {"tanh": 0.9}, {"tanh": 4e-4})
     assert r.exit_code == 0, r.output
     rewrites = _count_rewrites(monkeypatch)
     if src == TINY_BERT:  # nothing deferred: tune reads the rewrite in memory, never a staged file
         monkeypatch.setattr(tune, "tune_file", lambda *a, **k: pytest.fail("the rewrite was staged on disk"))
     (tmp_path / "one").mkdir()
-    r = _tune(["optimize", src, "-o", tmp_path / "one" / "out.onnx", *AUTO, "--budget", "1e-3"], monkeypatch,
+    r = _tune(["optimize", src, "-o", tmp_path / "one" / "out.onnx", *AUTO, "--error-budget", "1e-3"], monkeypatch,
               {"tanh": 0.9}, {"tanh": 4e-4})
     assert r.exit_code == 0, r.output
     assert len(rewrites) == 1

@@ -123,13 +123,13 @@ def test_unshaped_outputs_warn_and_stay_unshaped(tmp_path):
 def test_cli_says_each_warning_in_one_line_on_stderr(tmp_path):
     for path in (GRAPHSURGEON, FP16_CONVERTER):
         for args in (["inspect", str(path)], ["optimize", str(path), "-o", str(tmp_path / "o.onnx")],
-                     ["inspect", str(path), "--json"]):
+                     ["inspect", str(path), "--json", "-"]):
             result = CliRunner().invoke(main, args)
             assert result.exit_code == 0, result.output
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and lines[0].startswith("onnxfuse: warning: "), result.stderr
             assert str(path) in lines[0]
-    assert '"warnings": [' in CliRunner().invoke(main, ["inspect", str(GRAPHSURGEON), "--json"]).stdout
+    assert '"warnings": [' in CliRunner().invoke(main, ["inspect", str(GRAPHSURGEON), "--json", "-"]).stdout
 
 
 def test_checker_errors_ort_refuses_too_are_bad_input(tmp_path):

@@ -339,7 +339,7 @@ def test_read_tuning_is_what_inspect_shows(fused_models):
     assert [(n["tuned_device"], n["tuned_max_rows"], n["tuned_paths"]) for n in shown["nodes"]] == [
         (SIGNATURE, [128], ["fused"])] * 2
     assert shown["nodes"][0]["measurements"][0]["M"] == 128
-    out.metadata_props[0].value = "{not json"
+    next(p for p in out.metadata_props if p.key == tuning.METADATA_KEY).value = "{not json"
     assert "not a tuning record" in tuning.read_tuning(out)["note"]
 
 

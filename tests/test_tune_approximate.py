@@ -1,4 +1,4 @@
-"""`onnxfuse tune --approximate auto --budget REL`: which forms pay per node, the choice and its back-off
+"""`onnxfuse tune --approximate auto --error-budget REL`: which forms pay per node, the choice and its back-off
 within the budget, the model error it is held to, the written attributes and metadata, re-tuning, the
 argument errors — with injected timings and an injected error function (no GPU needed) — and, on a GPU,
 the real thing on a sample model."""
@@ -311,7 +311,7 @@ def _fused(path):
 
 def test_auto_switches_the_nodes_that_pay_within_the_budget(tmp_path, tiny_bert, monkeypatch):
     out, seen = tmp_path / "tuned.onnx", []
-    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--budget", "1e-3", "--json", "-"], monkeypatch,
+    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3", "--json", "-"], monkeypatch,
               {"tanh": 0.9}, {"tanh": 4e-4}, seen)
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
@@ -340,7 +340,7 @@ def test_auto_switches_the_nodes_that_pay_within_the_budget(tmp_path, tiny_bert,
 
 def test_auto_over_budget_backs_off(tmp_path, tiny_bert, monkeypatch):
     out, seen = tmp_path / "tuned.onnx", []
-    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--budget", "1e-3", "--no-progress"], monkeypatch,
+    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3", "--no-progress"], monkeypatch,
               {"tanh": 0.9}, {"tanh": 6e-4}, seen)
     assert r.exit_code == 0, r.output
     assert [s for s in seen if s[0] == "candidate"] == [("candidate", ["tanh", "tanh"]), ("candidate", ["none", "tanh"])]
@@ -352,7 +352,7 @@ def test_auto_over_budget_backs_off(tmp_path, tiny_bert, monkeypatch):
 
 def test_auto_where_no_form_is_faster_keeps_exact_and_checks_nothing(tmp_path, tiny_bert, monkeypatch):
     out, seen = tmp_path / "tuned.onnx", []
-    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--budget", "1e-3", "--json", "-"], monkeypatch,
+    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3", "--json", "-"], monkeypatch,
               {"tanh": 0.99}, {"tanh": 1e-5}, seen)
     assert r.exit_code == 0, r.output
     section = json.loads(r.output)["approximation"]
@@ -365,9 +365,10 @@ def test_auto_where_no_form_is_faster_keeps_exact_and_checks_nothing(tmp_path, t
 def test_sigmoid_is_tried_only_when_named(tmp_path, tiny_bert, monkeypatch):
     out = tmp_path / "tuned.onnx"
     factors, errors = {"tanh": 0.95, "sigmoid": 0.85}, {"tanh": 1e-4, "sigmoid": 1e-4}
-    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--budget", "1e-3", "--json", "-"], monkeypatch, factors, errors)
+    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3", "--json", "-"], monkeypatch, factors,
+              errors)
     assert {e["chosen"] for e in json.loads(r.output)["approximation"]["nodes"].values()} == {"tanh"}
-    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--budget", "1e-3", "--approximate-forms", "sigmoid,tanh",
+    r = _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3", "--approximate-forms", "sigmoid,tanh",
                "--json", "-"], monkeypatch, factors, errors)
     report = json.loads(r.output)
     assert report["measurements"] == 6 and report["approximation"]["forms"] == ["tanh", "sigmoid"]
@@ -377,7 +378,7 @@ def test_sigmoid_is_tried_only_when_named(tmp_path, tiny_bert, monkeypatch):
 
 def test_tuning_a_tuned_model_is_idempotent_and_plain_tune_brings_exact_back(tmp_path, tiny_bert, monkeypatch):
     once, twice, plain = tmp_path / "once.onnx", tmp_path / "twice.onnx", tmp_path / "plain.onnx"
-    args = [*AUTO, "--budget", "1e-3", "--no-progress"]
+    args = [*AUTO, "--error-budget", "1e-3", "--no-progress"]
     assert _tune(["tune", tiny_bert, "-o", once, *args], monkeypatch, {"tanh": 0.9}, {"tanh": 6e-4}).exit_code == 0
     seen = []
     r = _tune(["tune", once, "-o", twice, *args], monkeypatch, {"tanh": 0.9}, {"tanh": 6e-4}, seen)
@@ -399,7 +400,7 @@ def test_tuning_a_tuned_model_is_idempotent_and_plain_tune_brings_exact_back(tmp
 
 def test_inspect_shows_each_nodes_form_and_the_error(tmp_path, tiny_bert, monkeypatch):
     out = tmp_path / "tuned.onnx"
-    assert _tune(["tune", tiny_bert, "-o", out, *AUTO, "--budget", "1e-3"], monkeypatch, {"tanh": 0.9},
+    assert _tune(["tune", tiny_bert, "-o", out, *AUTO, "--error-budget", "1e-3"], monkeypatch, {"tanh": 0.9},
                  {"tanh": 6e-4}).exit_code == 0
     r = CliRunner().invoke(main, ["inspect", str(out), "--json"], catch_exceptions=False)
     shown = json.loads(r.output[r.output.index("{"):])["tuning"]
@@ -411,17 +412,17 @@ def test_inspect_shows_each_nodes_form_and_the_error(tmp_path, tiny_bert, monkey
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--budget", "1e-3"], "--budget: meaningful only with --approximate auto"),
+    (["--error-budget", "1e-3"], "--error-budget: meaningful only with --approximate auto"),
     (["--approximate-forms", "tanh"], "--approximate-forms: meaningful only with --approximate auto"),
     (["--samples", "8"], "--samples: meaningful only with --approximate auto"),
-    (["--approximate", "auto"], "--approximate auto needs --budget REL, the largest error the model's outputs may take "
-                                "(rel-L2 against the exact model, e.g. 1e-3)"),
-    (["--approximate", "auto", "--budget", "0"], "--budget must be a finite number > 0, got 0.0"),
-    (["--approximate", "auto", "--budget", "-1"], "--budget must be a finite number > 0, got -1.0"),
-    (["--approximate", "auto", "--budget", "nan"], "--budget must be a finite number > 0, got nan"),
-    (["--approximate", "auto", "--budget", "1e-3", "--approximate-forms", "tanh,erf"],
+    (["--approximate", "auto"], "--approximate auto needs --error-budget REL, the largest error the model's outputs "
+                                "may take (rel-L2 against the exact model, e.g. 1e-3)"),
+    (["--approximate", "auto", "--error-budget", "0"], "--error-budget must be a finite number > 0, got 0.0"),
+    (["--approximate", "auto", "--error-budget", "-1"], "--error-budget must be a finite number > 0, got -1.0"),
+    (["--approximate", "auto", "--error-budget", "nan"], "--error-budget must be a finite number > 0, got nan"),
+    (["--approximate", "auto", "--error-budget", "1e-3", "--approximate-forms", "tanh,erf"],
      "--approximate-forms 'tanh,erf': expected tanh and/or sigmoid separated by commas (not erf)"),
-    (["--approximate", "auto", "--budget", "1e-3", "--samples", "0"], "--samples must be at least 1, got 0"),
+    (["--approximate", "auto", "--error-budget", "1e-3", "--samples", "0"], "--samples must be at least 1, got 0"),
     (["--approximate", "tanh"], "--approximate 'tanh': expected none or auto (to make every node compute it, "
                                 "`onnxfuse optimize --approximate`)"),
 ])
@@ -435,8 +436,8 @@ def test_bad_approximation_options_are_exit_2_before_anything_is_read(tmp_path, 
 def _optimize_auto(tmp_path, monkeypatch, *extra, factors=None, per_node=None, seen=None):
     out = tmp_path / "out" / "tiny_bert.auto.onnx"
     out.parent.mkdir()
-    r = _tune(["optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", out, *AUTO, "--budget", "1e-3",
-               *extra], monkeypatch, factors or {"tanh": 0.9}, per_node or {"tanh": 4e-4}, seen)
+    r = _tune(["optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", out, *AUTO, "--error-budget",
+               "1e-3", *extra], monkeypatch, factors or {"tanh": 0.9}, per_node or {"tanh": 4e-4}, seen)
     return r, out
 
 
@@ -486,7 +487,7 @@ def test_optimize_approximate_auto_on_a_model_without_gelu_blocks_writes_the_exa
                               "relu", [helper.make_tensor_value_info("X", F32, ["M", 8])],
                               [helper.make_tensor_value_info("Y", F32, ["M", 4])], [w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
-    r = _tune(["optimize", src, "-o", out, "--approximate", "auto", "--budget", "1e-3"], monkeypatch, {}, {})
+    r = _tune(["optimize", src, "-o", out, "--approximate", "auto", "--error-budget", "1e-3"], monkeypatch, {}, {})
     assert r.exit_code == 0, r.output
     assert "no FusedLinearGelu node in the rewrite, so no GELU form to choose" in " ".join(r.output.split())
     assert out.exists() and not _fused(out)
@@ -495,19 +496,19 @@ def test_optimize_approximate_auto_on_a_model_without_gelu_blocks_writes_the_exa
 @pytest.mark.skipif(cuda_usable(), reason="checks the message where no CUDA GPU is usable")
 def test_optimize_approximate_auto_without_a_gpu_is_exit_2_and_writes_nothing(tmp_path):
     r = cli("optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", tmp_path / "o.onnx",
-            "--approximate", "auto", "--budget", "1e-3")
+            "--approximate", "auto", "--error-budget", "1e-3")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("onnxfuse: error: --approximate auto: tune needs CUDAExecutionProvider"), r.stderr
     assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--budget", "1e-3"], "--budget: meaningful only with --approximate auto"),
+    (["--error-budget", "1e-3"], "--error-budget: meaningful only with --approximate auto"),
     (["--approximate", "tanh", "--batch", "1,8"], "--batch: meaningful only with --approximate auto"),
     (["--approximate-forms", "tanh"], "--approximate-forms: meaningful only with --approximate auto"),
-    (["--approximate", "auto"], "--approximate auto needs --budget REL, the largest error the model's outputs may take "
-                                "(rel-L2 against the exact model, e.g. 1e-3)"),
-    (["--approximate", "auto", "--budget", "1e-3", "--target", "cpu"],
+    (["--approximate", "auto"], "--approximate auto needs --error-budget REL, the largest error the model's outputs "
+                                "may take (rel-L2 against the exact model, e.g. 1e-3)"),
+    (["--approximate", "auto", "--error-budget", "1e-3", "--target", "cpu"],
      "--approximate auto times the CUDA kernel's forms: it needs --target cuda, not cpu"),
     (["--samples", "2"], "--samples: meaningful only with --verify (or --approximate auto, for --shape and --samples)"),
 ])
@@ -523,7 +524,7 @@ def test_optimize_bad_approximation_options_are_exit_2_before_anything_is_read(t
 def test_auto_on_the_gpu(tmp_path, tiny_bert):
     out = tmp_path / "tuned.onnx"
     budget = 1e-2
-    r = cli("tune", tiny_bert, "-o", out, "--batch", "1,8", "--reps", "10", "--approximate", "auto", "--budget",
+    r = cli("tune", tiny_bert, "-o", out, "--batch", "1,8", "--reps", "10", "--approximate", "auto", "--error-budget",
             str(budget), "--json", "-")
     if r.returncode == 2 and "too old" in r.stderr:
         pytest.skip(f"the op library predates the tuning contract: {r.stderr.strip()}")
@@ -561,7 +562,7 @@ def test_optimize_approximate_auto_on_the_gpu(tmp_path):
     out = tmp_path / "tiny_bert.auto.onnx"
     budget = 1e-2
     r = cli("optimize", os.path.join(ROOT, "sample_models/tiny_bert.onnx"), "-o", out, "--approximate", "auto",
-            "--budget", str(budget), "--batch", "1,8", "--verify", "--provider", "cuda", "--rtol", "0.05",
+            "--error-budget", str(budget), "--batch", "1,8", "--verify", "--provider", "cuda", "--rtol", "0.05",
             "--atol", "0.05", "--json", "-")
     if r.returncode == 2 and "too old" in r.stderr:
         pytest.skip(f"the op library predates the tuning contract: {r.stderr.strip()}")

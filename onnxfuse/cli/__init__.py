@@ -5,6 +5,10 @@ Each command calls one function of the library, which returns a report object (o
 code the report or the error carries (see ``onnxfuse.errors``). One module per command; ``options`` holds
 what several parse alike, ``render`` what several print. This module is the group: ``main`` (the console
 script ``onnxfuse``) and the one-line error handling every command gets.
+
+Starting the command line imports click and these modules only: what a command needs (ONNX, numpy, rich, ONNX
+Runtime) is imported in its body, so ``--help`` and ``--version`` answer at once, and a Ctrl-C while a command
+starts is the one line every interruption gets (``tests/test_cli_startup.py`` holds both).
 """
 
 from __future__ import annotations
@@ -12,11 +16,22 @@ from __future__ import annotations
 import os
 import sys
 
-import click
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C ended
 
-from ..errors import EXIT_INTERNAL, OnnxfuseError
-from ..version import __version__
-from . import bench, compare, doctor, inspect, optimize, tune
+
+def _interrupted() -> None:
+    sys.stderr.write("onnxfuse: interrupted\n")
+    sys.exit(EXIT_INTERRUPTED)
+
+
+try:  # a Ctrl-C during these imports is no traceback either
+    import click
+
+    from ..errors import EXIT_INTERNAL, OnnxfuseError
+    from ..version import __version__
+    from . import bench, compare, doctor, inspect, optimize, options, tune
+except KeyboardInterrupt:
+    _interrupted()
 
 
 def _usage_error(e: click.UsageError) -> None:
@@ -39,6 +54,8 @@ class _Group(click.Group):
             raise  # bare `onnxfuse`: the help, as click shows it
         except click.UsageError as e:
             _usage_error(e)
+        except KeyboardInterrupt:  # click's own answer would be "Aborted!" and exit 1
+            _interrupted()
 
     def invoke(self, ctx):
         try:
@@ -53,8 +70,7 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except KeyboardInterrupt:
-            click.echo("onnxfuse: interrupted", err=True)
-            sys.exit(130)
+            _interrupted()
         except Exception as e:  # an internal error: still one line unless debugging
             if os.environ.get("ONNXFUSE_DEBUG"):
                 raise
@@ -64,6 +80,7 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="onnxfuse")
+@options.verbosity_options
 def main() -> None:
     """Fuse Linear(+bias)+GELU blocks of ONNX models into one FusedLinearGelu node and run them
     with onnxfuse's CPU and CUDA kernels in ONNX Runtime.

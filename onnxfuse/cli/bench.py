@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from .options import parse_batches
-from .render import emit_json, progress_bar, stdout_console
+from .options import APPROXIMATE_MEANING, APPROXIMATE_VALUES, parse_batches, verbosity_options
+from .render import emit_json, progress_bar, quiet, result_line, stdout_console
 
 
 @click.command("bench", context_settings={"max_content_width": 110})
@@ -15,8 +15,9 @@ from .render import emit_json, progress_bar, stdout_console
 @click.option("--baseline", metavar="ORIGINAL", help="The model before onnxfuse: timed interleaved with OPTIMIZED, same inputs.")
 @click.option("--provider", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
               help="Execution provider; cuda fails (exit 2) where CUDA cannot start, never falls back to the CPU.")
-@click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
-              help="Concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable). Default: batch 1, other dynamic dims 128.")
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME:DIMS",
+              help="Concrete shape of a dynamic input, e.g. input_ids:1,128, input_ids:1x128 or input_ids=1,128 "
+                   "(repeatable). Default: batch 1, other dynamic dims 128.")
 @click.option("--batch", "batch_list", metavar="B1,B2,...",
               help="Batch sizes to time (axis 0 of every input whose axis 0 is dynamic), e.g. 1,8,32.")
 @click.option("--cuda-graph", is_flag=True, help="Capture and replay a CUDA graph (provider option enable_cuda_graph=1).")
@@ -24,8 +25,9 @@ from .render import emit_json, progress_bar, stdout_console
               help="Op-level mode: build X[M,K] -> FusedLinearGelu(W[N,K], B[N]) and its unfused MatMul+Add+Gelu twin; "
                    "report time, TFLOP/s and GB/s against the measured ceilings.")
 @click.option("--dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True, help="Op-level mode: data type.")
-@click.option("--approximate", type=click.Choice(["none", "tanh"]), default="none", show_default=True,
-              help="Op-level mode: GELU form (none = erf).")
+@click.option("--approximate", default="none", show_default=True, metavar="none|tanh",
+              help=f"Op-level mode: the GELU form of the node built. {APPROXIMATE_MEANING} Here none (exact erf) "
+                   "or tanh: the forms ONNX's Gelu has, which the unfused twin runs.")
 @click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), help="Op-level mode: compute ceiling to use instead of measuring a big MatMul.")
 @click.option("--peak-gbps", type=click.FloatRange(min=0, min_open=True), help="Op-level mode: bandwidth ceiling to use instead of measuring a big copy.")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=3.0, show_default=True,
@@ -34,6 +36,7 @@ from .render import emit_json, progress_bar, stdout_console
 @click.option("--json", "json_path", metavar="FILE", help="Write the full report as JSON ('-' for stdout instead of the table).")
 @click.option("--plot", "plot_path", metavar="FILE.png", help="Write a PNG of latency and speedup vs batch size.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr.")
+@verbosity_options
 def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda_graph, op_shape, dtype, approximate,
                   peak_tflops, peak_gbps, budget, seed, json_path, plot_path, progress):
     """Latency (median, p90) and throughput of OPTIMIZED, and of its --baseline timed alongside it.
@@ -64,6 +67,7 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     check_report_paths({"--json": json_path, "--plot": plot_path}, models_read=[optimized, baseline])
     if cuda_graph and provider != "cuda":
         raise BadInputError("--cuda-graph needs --provider cuda")
+    _check_op_approximate(approximate)
     if op_shape is not None:
         if optimized or baseline or shape_options or batch_list or plot_path:
             raise BadInputError("--op builds its own model: drop OPTIMIZED, --baseline, --shape, --batch and --plot")
@@ -71,7 +75,7 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
         with progress_bar(progress, f"op {m}×{k}×{n} {dtype}:") as bar:
             report = bench_op(m, k, n, dtype=dtype, approximate=approximate, provider=provider, cuda_graph=cuda_graph,
                               policy=policy, peak_tflops=peak_tflops, peak_gbps=peak_gbps, progress=bar)
-        render = _render_op_bench
+        render = _render_op_bench if not quiet() else _op_bench_result
     else:
         if optimized is None:
             raise BadInputError("give the OPTIMIZED model to time, or --op M,K,N for the op-level benchmark")
@@ -86,7 +90,7 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
         with progress_bar(progress, "bench:") as bar:
             report = bench_models(optimized, baseline, provider=provider, shapes=shapes, batches=batches,
                                   cuda_graph=cuda_graph, policy=policy, seed=seed, progress=bar)
-        render = _render_model_bench
+        render = _render_model_bench if not quiet() else _model_bench_result
         if plot_path:
             from ..plots import plot_model_bench
 
@@ -95,6 +99,36 @@ def bench_command(optimized, baseline, provider, shape_options, batch_list, cuda
     if json_path != "-":
         render(report)
     sys.exit(report.exit_code)
+
+
+def _check_op_approximate(approximate: str) -> None:
+    """--approximate of the op-level benchmark: a word of the vocabulary every command shares, and one this
+    benchmark can build (the others' reason said)."""
+    from ..errors import BadInputError
+
+    why = {"sigmoid": "ONNX's Gelu, which the unfused twin runs, has no sigmoid form",
+           "auto": "auto chooses per node of a model: `onnxfuse optimize` or `onnxfuse tune --approximate auto`"}
+    if approximate in ("none", "tanh"):
+        return
+    if approximate in why:
+        raise BadInputError(f"--approximate {approximate}: the op-level benchmark takes none or tanh "
+                            f"({why[approximate]})")
+    raise BadInputError(f"--approximate {approximate!r}: expected one of {', '.join(APPROXIMATE_VALUES)} (here none or "
+                        "tanh)")
+
+
+def _model_bench_result(report) -> None:
+    """-q: the medians (and speedups) per batch size in one line."""
+    per_batch = ", ".join(f"batch {r.batch} {r.optimized.median_ms:.3f} ms"
+                          + (f" ({r.speedup:.3f}× over the baseline)" if report.baseline else "")
+                          for r in report.results)
+    result_line(f"{report.optimized} on {report.provider}: {per_batch}")
+
+
+def _op_bench_result(report) -> None:
+    """-q: the fused op's median and its speedup over ORT's unfused ops in one line."""
+    result_line(f"FusedLinearGelu {report.m}×{report.k}×{report.n} {report.dtype} on {report.provider}: "
+                f"{report.fused.timing.median_ms:.4f} ms, {report.speedup:.3f}× over ORT's unfused ops")
 
 
 def _timing_cells(t) -> list[str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, render_compare
+from .options import verbosity_options
+from .render import emit_json, quiet, render_compare, verbose
 
 
 @click.command("compare", context_settings={"max_content_width": 110})
@@ -13,17 +14,21 @@ from .render import emit_json, render_compare
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Execution provider for both models; cuda fails (exit 2) if CUDA cannot start, never falls back.")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
-              help="Random samples to run (default 1); not with --inputs.")
+              help="Random samples to run; not with --inputs. Default: 2 where the model has an attention mask "
+                   "(whole in the first sample, padded on the right in the second), else 1; --samples 1 runs "
+                   "the whole mask only.")
 @click.option("--inputs", "inputs_path", metavar="FILE.npz|DIR",
               help="Your inputs: a .npz (keys = input names), a folder of .npz files, or ONNX test_data_set_* folder(s) of .pb tensors.")
-@click.option("--shape", "shape_options", multiple=True, metavar="NAME=DIMS",
-              help="Concrete shape of a dynamic input, e.g. input_ids=1,128 (repeatable). Default: batch 1, other dynamic dims 128.")
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME:DIMS",
+              help="Concrete shape of a dynamic input, e.g. input_ids:1,128, input_ids:1x128 or input_ids=1,128 "
+                   "(repeatable). Default: batch 1, other dynamic dims 128.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs (sample i uses seed+i).")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance for every floating output (default: per dtype).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance for every floating output (default: per dtype).")
 @click.option("--json", "json_path", metavar="FILE", help="Write the full report as JSON ('-' for stdout).")
 @click.option("--plot", "plot_path", metavar="FILE.png", help="Write a PNG with the absolute-error histogram of each output.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr for several samples.")
+@verbosity_options
 def compare_command(original, optimized, provider, samples, inputs_path, shape_options, seed, rtol, atol,
                     json_path, plot_path, progress):
     """Run ORIGINAL and OPTIMIZED in ONNX Runtime on the same inputs and judge every output.
@@ -63,9 +68,12 @@ def compare_command(original, optimized, provider, samples, inputs_path, shape_o
     check_report_paths({"--json": json_path, "--plot": plot_path}, models_read=[original, optimized],
                        files_read=[inputs_path])
     report = compare_models(
-        original, optimized, provider=provider, samples=samples or 1, inputs=inputs_path, shapes=shapes,
-        rtol=rtol, atol=atol, seed=seed, progress=progress,
+        original, optimized, provider=provider, samples=samples, inputs=inputs_path, shapes=shapes,
+        rtol=rtol, atol=atol, seed=seed, progress=progress and not quiet(),
     )
+    if verbose():
+        click.echo(f"onnxfuse: time: the original {report.seconds_original:.2f} s, the optimized model "
+                   f"{report.seconds_optimized:.2f} s over {report.samples} sample(s)", err=True)
     emit_json(report, json_path)
     if json_path != "-":
         render_compare(report)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, stdout_console
+from .options import json_option_or_switch, json_path, verbosity_options
+from .render import emit_json, quiet, result_line, stdout_console
 
 
 @click.command("doctor")
-@click.option("--json", "json_out", is_flag=True, help="Print the report as JSON.")
-def doctor_command(json_out):
+@json_option_or_switch
+@verbosity_options
+def doctor_command(json_value):
     """Check this machine: versions, ONNX Runtime providers, the op library (found? loads? computes
     right on each usable provider?) and CUDA devices.
 
@@ -18,12 +20,17 @@ def doctor_command(json_out):
     """
     from ..doctor import run_doctor
     from ..errors import BadInputError
+    from ..report_paths import check_report_paths
 
+    report_path = json_path(json_value)
+    check_report_paths({"--json": report_path})
     report = run_doctor()
-    if json_out:
-        emit_json(report, "-")
-    else:
+    emit_json(report, report_path)
+    if report_path != "-" and not quiet():
         _render_doctor(report)
+    elif report_path != "-" and not report.exit_code:  # -q: a failure is the error line
+        usable = ", ".join(p["provider"] for p in report.probes if p["ok"])
+        result_line(f"ready: onnxfuse {report.onnxfuse_version}, the op library loads and computes right on {usable}")
     if report.exit_code:
         raise BadInputError(report.library_error or "the op library does not work")
 

@@ -1,20 +1,50 @@
 """What the commands print: tables for people (rich, on stdout), the JSON report, warnings and progress bars on
 stderr. Shared by the commands whose output overlaps (optimize shows compare's and tune's tables); a table only
-one command prints lives in that command's module."""
+one command prints lives in that command's module.
+
+How much is said follows -q/-v (``options.verbosity``): quiet, only errors and the final one-line result (no
+table, warning, status line or progress bar); verbose, also every refusal and each step's time."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 import click
+
+from .options import QUIET, VERBOSE, verbosity
+
+
+def quiet() -> bool:
+    return verbosity() == QUIET
+
+
+def verbose() -> bool:
+    return verbosity() == VERBOSE
+
+
+def warn(line: str) -> None:
+    """A warning: one line on stderr (stdout stays the report's); none with -q."""
+    if not quiet():
+        click.echo(f"onnxfuse: warning: {line}", err=True)
+
+
+def warn_deprecated(old: str, new: str, why: str) -> None:
+    """A deprecated spelling that still works: what to say instead, and why (each is listed in the CHANGELOG)."""
+    warn(f"{old} is deprecated ({why}): use {new}; the old spelling goes in the next release")
+
+
+def result_line(text: str) -> None:
+    """The final one-line result, on stdout: what -q leaves."""
+    click.echo(text)
 
 
 def progress_bar(enabled: bool, label: str):
     """A rich progress bar on stderr (so --json - stays clean), or nothing. Only on a terminal: into a
-    pipe or a log it would add a blank line to the one-line errors."""
+    pipe or a log it would add a blank line to the one-line errors; and not with -q."""
     import contextlib
 
-    if not enabled or not sys.stderr.isatty():
+    if not enabled or quiet() or not sys.stderr.isatty():
         return contextlib.nullcontext(None)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -23,18 +53,84 @@ def progress_bar(enabled: bool, label: str):
                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)
 
 
+# What each of the pipeline's steps (pipeline.STEPS) is called while it runs, and in -v's timings.
+STEP_NAMES = {"read": "reading", "ort-fusions": "ORT's transformer fusions", "rules": "onnxfuse's rules",
+              "write": "writing", "verify": "verifying", "tune": "tuning"}
+
+
+class StepStatus:
+    """The pipeline's steps as they start (``pipeline.OnStep``): while one runs, a status line on stderr naming
+    it, on a terminal only (into a pipe, a CI log or beside ``--json -`` it would be noise), and their times.
+    ``pause()`` hands the terminal to a progress bar (rich shows one live display at a time); the next step
+    takes it back."""
+
+    def __init__(self):
+        self.show = not quiet() and sys.stderr.isatty()
+        self.seconds: dict[str, float] = {}  # per step, in the order they first ran
+        self._step: str | None = None
+        self._started = 0.0
+        self._status = None
+
+    def __call__(self, step: str, detail: str = "") -> None:
+        now = time.perf_counter()
+        self._stop_timing(now)
+        self._step, self._started = step, now
+        if not self.show:
+            return
+        from rich.spinner import Spinner
+
+        line = Spinner("dots", STEP_NAMES.get(step, step) + (f": {detail}" if detail else "") + " …", style="green")
+        if self._status is None:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._status = Live(line, console=Console(stderr=True), transient=True, refresh_per_second=12.5)
+            self._status.start(refresh=True)  # drawn now: a step shorter than a refresh is still seen
+        else:
+            self._status.update(line, refresh=True)
+
+    def pause(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def echo_times(self) -> None:
+        """With -v: each step's time, one line on stderr."""
+        if verbose() and self.seconds:
+            steps = " · ".join(f"{STEP_NAMES.get(step, step)} {seconds:.2f} s"
+                               for step, seconds in self.seconds.items())
+            click.echo(f"onnxfuse: time: {steps} (total {sum(self.seconds.values()):.2f} s)", err=True)
+
+    def _stop_timing(self, now: float) -> None:
+        if self._step is not None:
+            self.seconds[self._step] = self.seconds.get(self._step, 0.0) + now - self._started
+            self._step = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._stop_timing(time.perf_counter())
+        self.pause()
+        return False
+
+
 def stdout_console():
-    """A rich console on stdout. Piped into a log, rich would squeeze the tables into 80 columns: give them
-    room instead."""
+    """A rich console on stdout, as wide as the terminal, or as ``COLUMNS`` says. Piped into a log without
+    ``COLUMNS``, rich would squeeze the tables into 80 columns: give them room instead."""
+    import os
+
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()  # rich reads COLUMNS itself, before the terminal's size
+    return Console(width=200)
 
 
 def echo_warnings(report) -> None:
-    """What was tolerated in the input, one line each on stderr (stdout stays the report's)."""
+    """What was tolerated in the input, one line each on stderr (stdout stays the report's); none with -q."""
     for line in report.warnings:
-        click.echo(f"onnxfuse: warning: {line}", err=True)
+        warn(line)
 
 
 def emit_json(report, json_path, extra: dict | None = None, after_writing=None) -> None:
@@ -58,13 +154,44 @@ def emit_json(report, json_path, extra: dict | None = None, after_writing=None) 
         raise BadInputError(f"{after_writing} written, but not the --json report: {e}") from None
 
 
+def rewrite_result(report) -> str | None:
+    """optimize's (and inspect's) final line: the blocks fused and refused, the time, where the model went."""
+    if report.seconds is None:
+        return None
+    return (f"{len(report.fused)} fused, {len(report.refused)} refused in {report.seconds:.2f} s"
+            + (f" → {report.output}" if report.output else ""))
+
+
+def already_optimized_line(report, output) -> str:
+    """optimize's one line for a model onnxfuse optimized already: by which version, and that OUT was not
+    written (with what --force would add, where a later onnxfuse fuses more)."""
+    more = (f" ({len(report.fused)} more block(s) would fuse: --force writes them)" if report.fused
+            else " (--force writes it)")
+    return f"{report.model}: already optimized by {_optimized_by(report.already_optimized)}; {output} not written{more}"
+
+
+def _optimized_by(provenance: dict) -> str:
+    """Who optimized a model, from ``report.already_optimized``: 'onnxfuse 0.2.0'."""
+    return f"onnxfuse {provenance['version'] or '(a version before provenance stamps)'}"
+
+
 def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     """optimize's and inspect's tables: the blocks fused by source form, the refusals, the math changed; with
-    ``blocks`` (inspect) every block and a tuned model's path tables."""
+    ``blocks`` (inspect) every block and a tuned model's path tables. optimize lists one refusal per rule and
+    reason (with how many blocks it left) unless -v asks for each; with -q only the final line is said."""
     from rich.table import Table
 
+    final = rewrite_result(report)
+    if quiet():
+        if final:
+            result_line(final)
+        return
     console = stdout_console()
     console.print(title + (f" · target {report.target}" if report.target else ""), highlight=False)
+    if report.already_optimized is not None:
+        by = report.already_optimized
+        rules = f" (rules: {', '.join(by['rules'])})" if by["rules"] else ""
+        console.print(f"already optimized by {_optimized_by(by)}{rules}", highlight=False)
     if report.ort_fusions is not None:
         from ..ort_fusions import OrtFusionsReport
 
@@ -77,6 +204,9 @@ def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
     forms.add_row("[bold]total fused[/]", f"[bold]{len(report.fused)}[/]")
     forms.add_row("refused (left as they were)", str(len(report.refused)))
     console.print(forms)
+    ops = _op_counts(report)
+    if ops is not None:
+        console.print(ops)
     if blocks and report.fused:
         fused = Table(title="blocks to fuse", title_justify="left")
         for column in ("fused node", "op", "form", "replaces"):
@@ -85,41 +215,140 @@ def render_rewrite(report, *, title: str, blocks: bool = False) -> None:
             fused.add_row(b.name, b.op, b.form, ", ".join(b.replaced))
         console.print(fused)
     if report.refused:
-        refused = Table(title="refusals", title_justify="left")
-        for column in ("rule", "reason", "nodes"):
-            refused.add_column(column)
-        for r in report.refused:
-            refused.add_row(r.rule, r.reason, ", ".join(r.nodes))
-        console.print(refused)
+        console.print(_refusals(report.refused, each=blocks or verbose()))
     for c in report.math_changed:
         console.print(f"[yellow]math changed[/] {c.name}: {c.was} → {c.now}", highlight=False)
     if blocks and report.tuning:
         _render_tuning(console, report.tuning)
-    if report.seconds is not None:
-        console.print(f"{len(report.fused)} fused, {len(report.refused)} refused in {report.seconds:.2f} s"
-                      + (f" → {report.output}" if report.output else ""), highlight=False)
+    if final:
+        console.print(final, highlight=False)
+
+
+def _op_counts(report):
+    """The nodes per op type before and after: the ops onnxfuse writes first, then every other op whose count
+    changed (what the fused blocks replaced); None when nothing changed."""
+    from rich.table import Table
+
+    if not report.op_counts:
+        return None
+    from ..domain import DOMAIN
+
+    before, after = report.op_counts["before"], report.op_counts["after"]
+    # the fused blocks' ops, and every op of onnxfuse's domain (the attention's row guard beside its op)
+    written = sorted(set(report.fused_by_op) | {op for op in after if op.startswith(f"{DOMAIN}.")})
+    changed = [op for op in sorted(set(before) | set(after), key=str.lower)
+               if before.get(op, 0) != after.get(op, 0) and op not in written]
+    if not written and not changed:
+        return None
+    table = Table(title="ops written, then ops changed", title_justify="left")
+    table.add_column("op")
+    table.add_column("before → after", justify="right")
+    for op in written + changed:
+        table.add_row(f"[bold]{op}[/]" if op in written else op, f"{before.get(op, 0)} → {after.get(op, 0)}")
+    return table
+
+
+def _refusals(refused, *, each: bool):
+    """The refusals table: every refused block with its nodes (``each``), or one row per rule and reason, with
+    the first block's nodes and how many more that reason left (a model repeats its layers)."""
+    from rich.table import Table
+
+    groups: dict[tuple[str, str], list] = {}
+    for r in refused:
+        groups.setdefault((r.rule, r.reason), []).append(r)
+    grouped = not each and any(len(members) > 1 for members in groups.values())
+    table = Table(title="refusals" + (" (one row per reason; -v lists each block)" if grouped else ""),
+                  title_justify="left")
+    for column in ("rule", "reason", "nodes"):
+        table.add_column(column)
+    if not grouped:
+        for r in refused:
+            table.add_row(r.rule, r.reason, ", ".join(r.nodes))
+        return table
+    for (rule, reason), members in groups.items():
+        more = f" (and {len(members) - 1} more block(s) for this reason)" if len(members) > 1 else ""
+        table.add_row(rule, reason, ", ".join(members[0].nodes) + more)
+    return table
 
 
 def render_compare(report) -> None:
-    """compare's table (also optimize --verify's): each output's errors against its tolerance, and the verdict."""
-    from rich.table import Table
+    """compare's table (also optimize --verify's): each output's errors against its tolerance, and the verdict.
+    The widest layout of ``_COMPARE_LAYOUTS`` that fits the console (a terminal of 80 columns gets the compact
+    one; no cell is cut); numbers in 3 significant digits. With -q the verdict line only where it passed (a
+    failure is the error line)."""
+    if quiet():
+        if report.passed:
+            result_line("PASS: " + report.summary())
+        return
+    from rich.measure import Measurement
 
-    table = Table(title=f"{report.original} vs {report.optimized} · {report.provider} · {report.samples} sample(s),"
-                        f" inputs {report.inputs}", title_justify="left")
-    for column in ("output", "dtype", "max abs", "max rel", "mean abs", "p50", "p99", "p99.9", "cosine",
-                   "NaN/Inf", "rtol/atol", "verdict"):
-        table.add_column(column, justify="left" if column in ("output", "dtype", "verdict") else "right")
-    for o in report.outputs:
-        table.add_row(
-            o.name, o.dtype + (f" ({o.compute_dtype} math)" if o.compute_dtype else ""), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.mean_abs:.3g}", f"{o.p50_abs:.3g}",
-            f"{o.p99_abs:.3g}", f"{o.p999_abs:.3g}", f"{o.cosine:.8f}", str(o.nonfinite_mismatches),
-            f"{o.tolerance.rtol:g} / {o.tolerance.atol:g}",
-            "[green]pass[/]" if o.passed else f"[red]FAIL[/] ({o.violations} over)",
-        )
     console = stdout_console()
-    console.print(table)
+    console.print(f"{report.original} vs {report.optimized} · {report.provider} · {report.samples} sample(s), "
+                  f"inputs {report.inputs}", highlight=False)
+    unbounded = console.options.update_width(10_000)  # the table's own width, not the width it is given
+    for layout in _COMPARE_LAYOUTS:
+        table = _compare_table(report, layout)
+        if Measurement.get(console, unbounded, table).maximum <= console.width:
+            break
+    console.print(table)  # the narrowest layout where none fits: its cells fold, never end in "…"
     console.print("[green]PASS[/]: " + report.summary() if report.passed else "[red]FAIL[/]: " + report.summary(),
                   highlight=False)
+
+
+# compare's columns, widest layout first: a narrower terminal drops the columns said least often (the other
+# quantiles, NaN/Inf: the verdict names those that differ; the mean), moves the type under the output's name and
+# leaves the counts of a FAIL to the line below the table, then drops p99.
+_COMPARE_COLUMNS = ("output", "dtype", "max abs", "max rel", "mean abs", "p50", "p99", "p99.9", "cosine", "NaN/Inf",
+                    "rtol/atol", "verdict")
+_COMPARE_LAYOUTS = (
+    _COMPARE_COLUMNS,
+    ("output", "dtype", "max abs", "max rel", "mean abs", "p99", "cosine", "rtol/atol", "verdict"),
+    ("output", "max abs", "max rel", "p99", "cosine", "rtol/atol", "verdict"),
+    ("output", "max abs", "max rel", "cosine", "rtol/atol", "verdict"),
+)
+
+
+def _compare_table(report, columns: tuple[str, ...]):
+    from rich.table import Table
+
+    table = Table()
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("output", "dtype", "verdict") else "right",
+                         overflow="fold")
+    for o in report.outputs:
+        dtype = o.dtype + (f" ({o.compute_dtype} math)" if o.compute_dtype else "")
+        # the narrow layouts leave the counts to the FAIL line below the table
+        verdict = ("[green]pass[/]" if o.passed else "[red]FAIL[/]" if "dtype" not in columns
+                   else f"[red]FAIL[/] ({o.violations} over)")
+        if o.nonfinite_mismatches and "NaN/Inf" not in columns and "dtype" in columns:
+            verdict += f", {o.nonfinite_mismatches} NaN/Inf"
+        cells = {"output": o.name if "dtype" in columns else f"{o.name}\n{dtype}", "dtype": dtype,
+                 "max abs": _g3(o.max_abs), "max rel": _g3(o.max_rel), "mean abs": _g3(o.mean_abs),
+                 "p50": _g3(o.p50_abs), "p99": _g3(o.p99_abs), "p99.9": _g3(o.p999_abs), "cosine": _cosine(o.cosine),
+                 "NaN/Inf": str(o.nonfinite_mismatches),
+                 "rtol/atol": f"{_g3(o.tolerance.rtol)}/{_g3(o.tolerance.atol)}", "verdict": verdict}
+        table.add_row(*(cells[c] for c in columns))
+    return table
+
+
+def _g3(value: float) -> str:
+    """3 significant digits in the fewest characters: 1.01e-5, 3.28e-4, 0.0123, 412, 1e-4, 0."""
+    import math
+
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    if 1e-3 <= abs(value) < 1e4:
+        return f"{value:.3g}"
+    mantissa, _, exponent = f"{value:.2e}".partition("e")
+    return mantissa.rstrip("0").rstrip(".") + f"e{int(exponent)}"
+
+
+def _cosine(value: float) -> str:
+    """A cosine similarity: near 1 its distance from 1 in 3 significant digits (1−2.3e-9), which is what
+    tells two close outputs apart; else the value."""
+    if value == 1:
+        return "1"
+    return f"1−{_g3(1 - value)}" if 0 < 1 - value < 1e-3 else _g3(value)
 
 
 def render_tune(report) -> None:
@@ -127,6 +356,11 @@ def render_tune(report) -> None:
     choice and why, each node's table, and the GELU forms chosen."""
     from rich.table import Table
 
+    final = (f"{report.measurements} measurement(s), {len(report.tunings)} node(s) tuned in {report.seconds:.1f} s "
+             f"→ {report.output}")
+    if quiet():
+        result_line(final)
+        return
     console = stdout_console()
     d = report.device
     console.print(f"{report.model} → {report.output}", highlight=False)
@@ -162,8 +396,7 @@ def render_tune(report) -> None:
                       "`tune --approximate auto` had switched them)", highlight=False)
     if report.choice is not None:
         _render_forms(console, report)
-    console.print(f"{report.measurements} measurement(s), {len(report.tunings)} node(s) tuned in "
-                  f"{report.seconds:.1f} s → {report.output}", highlight=False)
+    console.print(final, highlight=False)
 
 
 def _render_forms(console, report) -> None:
