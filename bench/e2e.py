@@ -100,6 +100,18 @@ SPECS = (
          dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, hidden_act="gelu",
               vocab_size=512, max_position_embeddings=64),
          ("input_ids", "attention_mask"), "bert"),
+    # BERT-large and a MiniLM-L6-class encoder (all-MiniLM-L6-v2's shape): issue #54's ORT pipelines (--ort-placement)
+    Spec("bert-large", "BertModel", "BertConfig",
+         dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+              hidden_act="gelu"),
+         dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, hidden_act="gelu",
+              vocab_size=512, max_position_embeddings=64),
+         ("input_ids", "attention_mask"), "bert"),
+    Spec("minilm-l6", "BertModel", "BertConfig",
+         dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536, hidden_act="gelu"),
+         dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=192, hidden_act="gelu",
+              vocab_size=512, max_position_embeddings=64),
+         ("input_ids", "attention_mask"), "bert"),
     Spec("gpt2-small", "GPT2Model", "GPT2Config",
          dict(n_embd=768, n_layer=12, n_head=12, activation_function="gelu_new", use_cache=False),
          dict(n_embd=64, n_layer=2, n_head=4, n_inner=256, activation_function="gelu_new", use_cache=False,
@@ -220,9 +232,22 @@ def export(spec: Spec, tiny: bool, path: Path, attn: str, exporter: str = "torch
                               do_constant_folding=True)
 
 
-def ort_optimize(spec: Spec, tiny: bool, src: Path, dst: Path, fp16: bool, use_gpu: bool) -> None:
+def ort_settings(placement: str, provider: str) -> tuple[bool, int]:
+    """(use_gpu, opt_level) of ORT's optimizer for ``--ort-placement``: ``none``, its Python fusions alone (no
+    session runs, so use_gpu is only what the provider says); ``gpu`` / ``cpu``, also a session's basic
+    optimizations (opt_level 1, its default for BERT and GPT-2) placed with use_gpu True / False."""
+    if placement == "none":
+        return provider == "cuda", 0
+    return placement == "gpu", 1
+
+
+def ort_optimize(spec: Spec, tiny: bool, src: Path, dst: Path, fp16: bool, use_gpu: bool,
+                 opt_level: int = 0) -> None:
     """ONNX Runtime's transformers optimizer (attention, layer-norm, bias-GELU fusions), then its fp16
-    converter (``keep_io_types``: fp32 pixels in, fp32 hidden states out, as an application would)."""
+    converter (``keep_io_types``: fp32 pixels in, fp32 hidden states out, as an application would).
+    ``opt_level`` 0 runs its Python fusions alone; 1 (its default for BERT and GPT-2, as its documentation runs
+    it) also saves an ORT session's basic optimizations, placed for the GPU with ``use_gpu`` (the saved model
+    then holds ``MemcpyFromHost``/``MemcpyToHost`` nodes) or for the CPU without."""
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions
 
@@ -234,7 +259,7 @@ def ort_optimize(spec: Spec, tiny: bool, src: Path, dst: Path, fp16: bool, use_g
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     with contextlib.redirect_stdout(io.StringIO()):
         opt = optimizer.optimize_model(str(src), model_type=spec.ort_type, num_heads=heads, hidden_size=hidden,
-                                       opt_level=0, use_gpu=use_gpu, optimization_options=options)
+                                       opt_level=opt_level, use_gpu=use_gpu, optimization_options=options)
         if fp16:
             opt.convert_float_to_float16(keep_io_types=True)
         opt.save_model_to_file(str(dst))
@@ -285,11 +310,13 @@ def run_model(spec: Spec, args, workdir: Path, out: Path, deadline: Deadline) ->
     raw, base, fused, alone = (workdir / f"{spec.name}.{kind}.onnx" for kind in ("raw", "ortopt", "onnxfuse", "alone"))
     attn = args.attn if spec.sdpa else "eager"  # the model's only form where transformers has no sdpa one
     record = {"model": spec.name, "config": spec.config(args.tiny), "dtype": args.dtype, "attn": attn,
+              "ort_placement": args.ort_placement,
               "seconds": {}, "runs": {}}
     with stage(record, "export", f"exported (torch.onnx, {args.exporter} exporter, opset {args.opset}, {attn} attention)"):
         export(spec, args.tiny, raw, args.attn, args.exporter, args.opset)
     with stage(record, "ort_optimizer", f"ORT transformers optimizer{' + fp16' if args.dtype == 'fp16' else ''}"):
-        ort_optimize(spec, args.tiny, raw, base, fp16=args.dtype == "fp16", use_gpu=args.provider == "cuda")
+        use_gpu, opt_level = ort_settings(args.ort_placement, args.provider)
+        ort_optimize(spec, args.tiny, raw, base, fp16=args.dtype == "fp16", use_gpu=use_gpu, opt_level=opt_level)
     if args.without_ort_optimizer:
         with stage(record, "onnxfuse_alone", "onnxfuse optimize on the export itself (no ORT optimizer)"):
             if args.dtype == "fp16":
@@ -443,6 +470,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--without-ort-optimizer", action="store_true",
                         help="also run onnxfuse on the export itself (float16 by ORT's converter only, none of ORT's "
                              "fusions) and time it against the same baseline at the largest batch, graphs off")
+    parser.add_argument("--ort-placement", choices=["none", "gpu", "cpu"], default=None,
+                        help="ORT's optimizer: its Python fusions alone (none; the default), or also an ORT session's "
+                             "basic optimizations as its documentation runs it, use_gpu=True (gpu: Memcpy nodes saved "
+                             "in the model) or use_gpu=False (cpu)")
     parser.add_argument("--time-limit", type=float, default=420.0,
                         help="seconds after which no new model or timing run starts (the device call's limit is 9 min)")
     parser.add_argument("--out", default=os.environ.get("OUT") or "bench/results")
@@ -450,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     args.batches = [int(b) for b in args.batches.split(",")]
     args.sequence = args.sequence or (16 if args.tiny else SEQUENCE)
     args.dtype = args.dtype or ("fp16" if args.provider == "cuda" else "fp32")
+    args.ort_placement = args.ort_placement or "none"
     wanted = args.models.split(",")
     unknown = sorted(set(wanted) - {s.name for s in SPECS})
     if unknown:

@@ -51,12 +51,16 @@ def test_table_rows_and_failed_runs():
     ]
 
 
+# (hidden, layers) as published: ModernBERT-base has 22 layers, BERT-large 24 of 1024, all-MiniLM-L6-v2 6 of 384
+PUBLISHED = {"modernbert-base": (768, 22), "bert-large": (1024, 24), "minilm-l6": (384, 6)}
+
+
 @pytest.mark.parametrize("name", [s.name for s in e2e.SPECS])
 def test_full_size_configs_are_the_published_ones(name):
     spec = next(s for s in e2e.SPECS if s.name == name)
     hidden = spec.full.get("hidden_size", spec.full.get("n_embd"))
     layers = spec.full.get("num_hidden_layers", spec.full.get("n_layer", spec.full.get("num_layers")))
-    assert (hidden, layers) == (768, 22 if name == "modernbert-base" else 12)  # ModernBERT-base: 22 layers
+    assert (hidden, layers) == PUBLISHED.get(name, (768, 12))
     if name == "vit-b16":
         assert (spec.full["image_size"], spec.full["patch_size"]) == (224, 16)
 
@@ -75,3 +79,12 @@ def test_sdpa_export_goal():
     assert bert.endswith("sdpa export B=32 speedup 1.33× (goal ≥ 1.6×): FAIL")
     assert "sdpa" not in gpt2
     assert llama.endswith("(goal ≥ 10%): PASS") and "sdpa" not in llama
+
+
+def test_ort_placement_is_the_optimizer_run_users_make():
+    # none: the Python fusions alone, as before (use_gpu follows the provider, no session runs);
+    # gpu/cpu: its documented run (opt_level 1) with use_gpu=True (Memcpy nodes saved) or False
+    assert e2e.ort_settings("none", "cuda") == (True, 0)
+    assert e2e.ort_settings("none", "cpu") == (False, 0)
+    assert e2e.ort_settings("gpu", "cuda") == (True, 1)
+    assert e2e.ort_settings("cpu", "cuda") == (False, 1)
