@@ -129,6 +129,18 @@ def _check_opsets(model: onnx.ModelProto, path: str, notes: LoadNotes | None = N
     if "" in imported and not 1 <= imported[""] <= onnx.defs.onnx_opset_version():
         raise BadInputError(f"{path}: ONNX opset {imported['']} is not supported (this onnx knows up to "
                             f"{onnx.defs.onnx_opset_version()})")
+    if domain.DOMAIN in imported and not 1 <= imported[domain.DOMAIN] <= domain.DOMAIN_VERSION and not any(
+            n.domain == domain.DOMAIN for n in all_nodes(model.graph)):
+        # An import no node uses, at a version no onnxfuse wrote: ONNX Runtime's own saves write it (a session
+        # saves an import of every domain its registry knows, custom ones at 1000, once a process has registered
+        # the op library). It says nothing about the model: dropped, so that a rewrite imports the version its
+        # nodes have.
+        if notes is not None:
+            notes.dropped_imports += ((domain.DOMAIN, imported[domain.DOMAIN]),)
+        kept = [o for o in model.opset_import if o.domain != domain.DOMAIN]
+        del model.opset_import[:]
+        model.opset_import.extend(kept)
+        del imported[domain.DOMAIN]
     if domain.DOMAIN in imported and not 1 <= imported[domain.DOMAIN] <= domain.DOMAIN_VERSION:
         raise BadInputError(f"{path}: domain {domain.DOMAIN} version {imported[domain.DOMAIN]} is not supported "
                             f"(this onnxfuse reads versions 1 to {domain.DOMAIN_VERSION})")
@@ -389,13 +401,15 @@ class LoadNotes:
     path: str = ""
     # (domain, version) of each domain the nodes use unimported that ORT imports by itself: declared in the model
     declared_opsets: tuple[tuple[str, int], ...] = ()
+    # (domain, version) of each import no node uses, at a version onnxfuse does not read: dropped from the model
+    dropped_imports: tuple[tuple[str, int], ...] = ()
     # (tensor, definitions) of each tensor several Constant nodes (and maybe an initializer) define
     duplicate_constants: tuple[tuple[str, int], ...] = ()
 
     @property
     def normalized(self) -> bool:
-        """The model returned differs from the file: sorted, or with opsets declared."""
-        return self.reordered or bool(self.declared_opsets)
+        """The model returned differs from the file: sorted, opsets declared, or a vacuous import dropped."""
+        return self.reordered or bool(self.declared_opsets) or bool(self.dropped_imports)
 
     @property
     def warnings(self) -> list[str]:
@@ -403,6 +417,10 @@ class LoadNotes:
         if self.reordered:
             out.append(f"{self.path}: the nodes are not in topological order (ONNX Runtime sorts them when it "
                        "loads the model); they were re-ordered, and the output lists them sorted")
+        for d, version in self.dropped_imports:
+            out.append(f"{self.path}: the model imports domain '{d}' at version {version}, which no node uses and no "
+                       "onnxfuse wrote (ONNX Runtime's saves import every domain its registry knows); the output "
+                       "leaves that import out")
         for d, version in self.declared_opsets:
             out.append(f"{self.path}: nodes use domain '{d or 'ai.onnx'}', which the model does not import; ONNX "
                        f"Runtime reads it at version {version} (its latest), and so does onnxfuse: the output "

@@ -22,6 +22,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from onnxfuse import model_io
+from onnxfuse.domain import DOMAIN, DOMAIN_VERSION
 from onnxfuse.cli import main
 from onnxfuse.errors import BadInputError
 from onnxfuse.fuse import fuse_model
@@ -310,3 +311,28 @@ def test_model_io_alone_assumes_no_version_for_an_undeclared_domain(tmp_path):
     with pytest.raises(BadInputError, match="does not import"):
         model_io.load_model(path)
     model_io.load_model(path, **load_probes())
+
+
+def test_an_import_of_our_domain_no_node_uses_at_a_version_we_never_wrote_is_dropped(tmp_path):
+    # ONNX Runtime's saves import every domain its registry knows (custom domains at 1000): a model ORT's
+    # transformers optimizer saved in a process that had registered onnxfuse's library imports ai.onnxfuse:1000
+    model = build("erf:pytorch:div", "matmul")
+    model.opset_import.append(helper.make_opsetid(DOMAIN, 1000))
+    path = _save(model, tmp_path / "m.onnx")
+    notes = model_io.LoadNotes()
+    loaded = model_io.load_model(path, notes=notes, **load_probes())
+    assert DOMAIN not in _opsets(loaded)
+    assert notes.dropped_imports == ((DOMAIN, 1000),) and any("1000" in w for w in notes.warnings)
+    report = optimize_file(path, tmp_path / "out.onnx")
+    assert len(report.fused) == 1
+    out = onnx.load(str(tmp_path / "out.onnx"))
+    assert _opsets(out)[DOMAIN] == DOMAIN_VERSION
+    assert_ort_matches(model, out, FEEDS)
+
+
+def test_a_node_of_our_domain_at_a_version_we_never_wrote_is_still_refused(tmp_path):
+    model = build("erf:pytorch:div", "matmul")
+    model.opset_import.append(helper.make_opsetid(DOMAIN, 1000))
+    model.graph.node.append(helper.make_node("FusedLinearGelu", ["x", "x"], ["z"], domain=DOMAIN))
+    with pytest.raises(BadInputError, match="version 1000 is not supported"):
+        model_io.load_model(_save(model, tmp_path / "m.onnx"), **load_probes())
